@@ -1,0 +1,72 @@
+"""`sense7 import` (conversation batches) and `sense7 raters import` (rater traits)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from sense7 import ls_client
+from sense7.cli._common import console, err_console, fail, label_studio_errors, progress, settings
+from sense7.formats import FORMATS, FormatError, read_assignments, read_conversations, read_raters
+from sense7.importer import import_conversations, import_profile_tasks
+from sense7.store import Store
+
+raters_app = typer.Typer(help="Rater traits (answers to the profile questionnaire).", no_args_is_help=True)
+
+
+def _report_problems(exc: FormatError) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False)
+    return typer.Exit(2)
+
+
+def import_batch(
+    file: Path = typer.Argument(..., help="conversations: native JSONL, CSV (one message per row) or OpenAI-style JSONL"),
+    fmt: str = typer.Option(None, "--format", help=f"one of {', '.join(FORMATS)} (default: detected)"),
+    rater: str = typer.Option(None, "--rater", help="rater id for files that name none (OpenAI exports, CSV)"),
+    assignments: Path = typer.Option(None, help="CSV conversation_id,rater_id: give a conversation to more raters"),
+) -> None:
+    """Import a batch of conversations as one rating task per (assistant turn, rater).
+
+    The whole file is validated first: any problem is reported as file:line: field: reason, the command
+    exits 2 and nothing is written. Importing the same batch again creates nothing new."""
+    try:
+        conversations = read_conversations(file, fmt, rater)
+        if assignments:
+            conversations = read_assignments(assignments, conversations)
+    except FormatError as exc:
+        raise _report_problems(exc)
+    except ValueError as exc:
+        raise fail(str(exc), 2)
+    cfg = settings()
+    store = Store(cfg.store_url)
+    with label_studio_errors(cfg):
+        client = ls_client.connect(cfg)
+        rating_id, profile_id = ls_client.ensure_projects(client, cfg)
+        with progress() as bar:
+            job = bar.add_task("Importing tasks", total=None)
+            result = import_conversations(client, rating_id, conversations, store,
+                                          on_progress=lambda n: bar.advance(job, n),
+                                          on_total=lambda n: bar.update(job, total=n))
+        new_profiles = import_profile_tasks(client, profile_id, sorted({c.rater_id for c in conversations}))
+    console.print(f"{result.conversations} conversation(s), {result.tasks_in_batch} task(s) in the batch: "
+                  f"{result.created} created, {result.skipped_existing} already in Label Studio; "
+                  f"{new_profiles} new profile questionnaire task(s)")
+    console.print(f"Project: {cfg.ls_url}/projects/{rating_id}")
+
+
+@raters_app.command("import")
+def raters_import(file: Path = typer.Argument(..., help="CSV: rater_id, email, profile fields of the taxonomy")) -> None:
+    """Register or update rater traits in sense7's store (never in Label Studio task data)."""
+    try:
+        rows = read_raters(file)
+    except FormatError as exc:
+        raise _report_problems(exc)
+    inserted, updated = Store(settings().store_url).upsert_raters(rows)
+    console.print(f"{len(rows)} rater(s): {inserted} new, {updated} updated, "
+                  f"{len(rows) - inserted - updated} unchanged")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import")(import_batch)
+    app.add_typer(raters_app, name="raters")

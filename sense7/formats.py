@@ -1,0 +1,396 @@
+"""Read and validate the files users give us: conversations (native JSONL, CSV, OpenAI-style JSONL),
+assignments and rater traits.
+
+The whole file is checked before anything is written anywhere. Every problem names the file, the line,
+the field and the reason; all problems are collected (up to a cap) so a user fixes a file in one pass.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sense7.conversations import ROLES, Conversation, Message
+from sense7.taxonomy import Taxonomy, load_taxonomy
+
+MAX_ID_CHARS = 200
+MAX_CONTENT_CHARS = 50_000
+MAX_MESSAGES = 1_000
+MAX_LINE_BYTES = 5_000_000
+MAX_PROBLEMS = 50
+FORMATS = ("native", "csv", "openai")
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    line: int | None
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line is not None else self.path
+        return f"{where}: {self.field}: {self.reason}"
+
+
+class FormatError(ValueError):
+    """One or more problems in an input file; nothing has been written."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        shown = "\n".join(f"  {p}" for p in problems[:MAX_PROBLEMS])
+        more = f"\n  ... and {len(problems) - MAX_PROBLEMS} more" if len(problems) > MAX_PROBLEMS else ""
+        super().__init__(f"{len(problems)} problem(s), nothing was imported:\n{shown}{more}")
+
+
+class _Collector:
+    def __init__(self, path: Path):
+        self.path = str(path)
+        self.problems: list[Problem] = []
+
+    def add(self, line: int | None, field: str, reason: str) -> None:
+        self.problems.append(Problem(self.path, line, field, reason))
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise FormatError(self.problems)
+
+
+def _decoded_lines(path: Path, problems: _Collector):
+    """(line number, text) for each line; a line that is not UTF-8 is reported, not guessed."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        problems.add(None, "file", f"cannot read: {exc.strerror}")
+        return
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    for number, chunk in enumerate(raw.split(b"\n"), start=1):
+        if len(chunk) > MAX_LINE_BYTES:
+            problems.add(number, "line", f"longer than {MAX_LINE_BYTES:,} bytes")
+            continue
+        try:
+            yield number, chunk.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as exc:
+            problems.add(number, "encoding", f"invalid UTF-8 at byte {exc.start}")
+
+
+def _check_id(value, line: int, field: str, problems: _Collector) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        problems.add(line, field, "missing" if value is None else f"must be a string, got {type(value).__name__}")
+        return None
+    text = str(value).strip()
+    if not text:
+        problems.add(line, field, "empty")
+        return None
+    if len(text) > MAX_ID_CHARS:
+        problems.add(line, field, f"longer than {MAX_ID_CHARS} characters")
+        return None
+    if "::" in text:
+        problems.add(line, field, "must not contain '::' (it separates the parts of a task key)")
+        return None
+    return text
+
+
+def _check_context(raw, line: int, tax: Taxonomy, problems: _Collector) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.add(line, "context", f"must be an object, got {type(raw).__name__}")
+        return {}
+    fields = {f.key: f for f in tax.context_fields}
+    context = {}
+    for key, value in raw.items():
+        if key not in fields:
+            problems.add(line, f"context.{key}", f"unknown field (expected one of {', '.join(fields)})")
+        elif value is None or value == "":
+            continue
+        else:
+            try:
+                context[key] = fields[key].validate(value)
+            except ValueError as exc:
+                problems.add(line, f"context.{key}", str(exc))
+    return context
+
+
+def _message_text(content) -> str | None:
+    """Plain text of a message; OpenAI exports may use a list of {"type": "text", "text": ...} parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        texts = [p.get("text") for p in content if p.get("type") in ("text", None)]
+        if texts and all(isinstance(t, str) for t in texts):
+            return "\n".join(texts)
+    return None
+
+
+def _check_message(msg, line: int, where: str, problems: _Collector) -> bool:
+    if not isinstance(msg, dict):
+        problems.add(line, where, "must be an object with role and content")
+        return False
+    ok = True
+    role = msg.get("role")
+    if role not in ROLES:
+        problems.add(line, f"{where}.role", f"unknown role {role!r} (expected user, assistant or system)")
+        ok = False
+    text = _message_text(msg.get("content"))
+    if text is None:
+        problems.add(line, f"{where}.content", "missing or not text")
+        ok = False
+    elif not text.strip():
+        problems.add(line, f"{where}.content", "empty")
+        ok = False
+    elif len(text) > MAX_CONTENT_CHARS:
+        problems.add(line, f"{where}.content", f"longer than {MAX_CONTENT_CHARS:,} characters")
+        ok = False
+    return ok
+
+
+def _check_messages(raw, line: int, problems: _Collector, field: str = "messages") -> list[Message] | None:
+    if not isinstance(raw, list):
+        problems.add(line, field, "missing" if raw is None else "must be a list of messages")
+        return None
+    if not raw:
+        problems.add(line, field, "empty conversation")
+        return None
+    if len(raw) > MAX_MESSAGES:
+        problems.add(line, field, f"more than {MAX_MESSAGES} messages")
+        return None
+    messages = [Message(m["role"], _message_text(m["content"])) for i, m in enumerate(raw)
+                if _check_message(m, line, f"{field}[{i}]", problems)]
+    if len(messages) != len(raw):
+        return None
+    if not any(m.role == "assistant" for m in messages):
+        problems.add(line, field, "no assistant message: nothing to rate")
+        return None
+    return messages
+
+
+def _parse_json_line(text: str, number: int, problems: _Collector):
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        problems.add(number, "json", f"malformed JSON ({exc.msg} at column {exc.colno})")
+        return None
+    if not isinstance(obj, dict):
+        problems.add(number, "json", f"each line must be a JSON object, got {type(obj).__name__}")
+        return None
+    return obj
+
+
+def _read_native(path: Path, problems: _Collector, tax: Taxonomy, rater: str | None) -> list[Conversation]:
+    out = []
+    for number, text in _decoded_lines(path, problems):
+        if not text.strip():
+            continue
+        obj = _parse_json_line(text, number, problems)
+        if obj is None:
+            continue
+        cid = _check_id(obj.get("conversation_id"), number, "conversation_id", problems)
+        rid = _check_id(obj.get("rater_id", rater), number, "rater_id", problems)
+        messages = _check_messages(obj.get("messages"), number, problems)
+        context = _check_context(obj.get("context"), number, tax, problems)
+        if cid and rid and messages:
+            out.append(Conversation(cid, rid, messages, context, line=number))
+    return out
+
+
+def _read_openai(path: Path, problems: _Collector, tax: Taxonomy, rater: str | None) -> list[Conversation]:
+    if rater is None:
+        problems.add(None, "--rater", "an OpenAI-style export names no rater: pass --rater RATER_ID")
+    rid = _check_id(rater, None, "--rater", problems) if rater is not None else None
+    out = []
+    for number, text in _decoded_lines(path, problems):
+        if not text.strip():
+            continue
+        obj = _parse_json_line(text, number, problems)
+        if obj is None:
+            continue
+        messages = _check_messages(obj.get("messages"), number, problems)
+        given = obj.get("conversation_id", obj.get("id"))
+        if given is not None:
+            cid = _check_id(given, number, "conversation_id", problems)
+        elif messages:
+            # No id in the export: derive one from the content, so re-importing the file is idempotent.
+            digest = hashlib.sha256(json.dumps([[m.role, m.content] for m in messages]).encode()).hexdigest()
+            cid = f"oa-{digest[:16]}"
+        else:
+            cid = None
+        context = _check_context(obj.get("context"), number, tax, problems)
+        if cid and rid and messages:
+            out.append(Conversation(cid, rid, messages, context, line=number))
+    return out
+
+
+def _csv_rows(path: Path, problems: _Collector, required: tuple[str, ...]):
+    """(line number, row dict) for a CSV file with a header; validates encoding and the header."""
+    lines = list(_decoded_lines(path, problems))
+    if problems.problems:
+        return
+    text = "\n".join(t for _, t in lines)
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    reader.fieldnames = header
+    missing = [c for c in required if c not in header]
+    if missing:
+        problems.add(1, "header", f"missing column(s): {', '.join(missing)}")
+        return
+    try:
+        for row in reader:
+            if None in row:
+                problems.add(reader.line_num, "row", "more values than header columns")
+                continue
+            if all((v or "").strip() == "" for v in row.values()):
+                continue
+            yield reader.line_num, {k: (v or "").strip() if k != "content" else (v or "") for k, v in row.items()}
+    except csv.Error as exc:
+        problems.add(reader.line_num, "csv", str(exc))
+
+
+def _read_csv(path: Path, problems: _Collector, tax: Taxonomy, rater: str | None) -> list[Conversation]:
+    """One message per row: conversation_id, [rater_id], role, content, [context fields]."""
+    required = ("conversation_id", "role", "content") + (() if rater else ("rater_id",))
+    grouped: dict[str, dict] = {}
+    context_keys = [f.key for f in tax.context_fields]
+    for number, row in _csv_rows(path, problems, required):
+        cid = _check_id(row.get("conversation_id"), number, "conversation_id", problems)
+        rid = _check_id(row.get("rater_id") or rater, number, "rater_id", problems)
+        if not cid or not rid:
+            continue
+        conv = grouped.setdefault(cid, {"rater": rid, "line": number, "messages": [], "context": {}})
+        if conv["rater"] != rid:
+            problems.add(number, "rater_id", f"conversation {cid} has rater {conv['rater']} on line {conv['line']}")
+        conv["messages"].append((number, {"role": row.get("role"), "content": row.get("content")}))
+        raw_ctx = {k: row[k] for k in context_keys if row.get(k)}
+        conv["context"].update(_check_context(raw_ctx, number, tax, problems))
+    out = []
+    for cid, conv in grouped.items():
+        messages = []
+        for number, msg in conv["messages"]:
+            if _check_message(msg, number, "message", problems):
+                messages.append(Message(msg["role"], msg["content"]))
+        if len(messages) != len(conv["messages"]):
+            continue
+        if not any(m.role == "assistant" for m in messages):
+            problems.add(conv["line"], "conversation_id", f"conversation {cid} has no assistant message")
+            continue
+        out.append(Conversation(cid, conv["rater"], messages, conv["context"], line=conv["line"]))
+    return out
+
+
+def detect_format(path: Path) -> str:
+    if path.suffix.lower() == ".csv":
+        return "csv"
+    try:
+        with path.open("rb") as fh:
+            for raw in fh:
+                if raw.strip():
+                    obj = json.loads(raw.decode("utf-8", errors="replace"))
+                    if isinstance(obj, dict) and "conversation_id" not in obj and "messages" in obj \
+                            and "rater_id" not in obj:
+                        return "openai"
+                    break
+    except (OSError, json.JSONDecodeError):
+        pass
+    return "native"
+
+
+def read_conversations(path: str | Path, fmt: str | None = None, rater: str | None = None,
+                       taxonomy: Taxonomy | None = None) -> list[Conversation]:
+    """Read and validate a whole batch. Raises FormatError listing every problem; returns nothing partial."""
+    path = Path(path)
+    tax = taxonomy or load_taxonomy()
+    problems = _Collector(path)
+    fmt = fmt or detect_format(path)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    reader = {"native": _read_native, "csv": _read_csv, "openai": _read_openai}[fmt]
+    conversations = reader(path, problems, tax, rater)
+    seen: dict[str, int | None] = {}
+    for conv in conversations:
+        if conv.conversation_id in seen:
+            problems.add(conv.line, "conversation_id",
+                         f"duplicate id {conv.conversation_id!r} (first on line {seen[conv.conversation_id]})")
+        seen.setdefault(conv.conversation_id, conv.line)
+    if not conversations and not problems.problems:
+        problems.add(None, "file", "no conversations found")
+    problems.raise_if_any()
+    return conversations
+
+
+def read_assignments(path: str | Path, conversations: list[Conversation]) -> list[Conversation]:
+    """Fan conversations out to the raters listed in an assignments CSV (conversation_id, rater_id).
+
+    The conversation's own rater keeps it; each extra rater gets a copy without the owner's context
+    (context is what *that* rater felt, so it is not shared)."""
+    path = Path(path)
+    problems = _Collector(path)
+    by_id = {c.conversation_id: c for c in conversations}
+    pairs = {(c.conversation_id, c.rater_id) for c in conversations}
+    extra = []
+    for number, row in _csv_rows(path, problems, ("conversation_id", "rater_id")):
+        cid = _check_id(row["conversation_id"], number, "conversation_id", problems)
+        rid = _check_id(row["rater_id"], number, "rater_id", problems)
+        if not cid or not rid:
+            continue
+        if cid not in by_id:
+            problems.add(number, "conversation_id", f"{cid!r} is not in the conversations file")
+            continue
+        if (cid, rid) in pairs:
+            continue
+        pairs.add((cid, rid))
+        source = by_id[cid]
+        extra.append(Conversation(cid, rid, source.messages, {}, line=source.line))
+    problems.raise_if_any()
+    return conversations + extra
+
+
+def read_raters(path: str | Path, taxonomy: Taxonomy | None = None) -> list[dict]:
+    """Validate a rater-traits CSV: rater_id, optional email, and taxonomy profile fields (blank = unknown)."""
+    path = Path(path)
+    tax = taxonomy or load_taxonomy()
+    problems = _Collector(path)
+    fields = {f.key: f for f in tax.profile_fields}
+    rows, seen = [], {}
+    header_checked = False
+    for number, row in _csv_rows(path, problems, ("rater_id",)):
+        if not header_checked:
+            header_checked = True
+            unknown = [c for c in row if c not in fields and c not in ("rater_id", "email")]
+            if unknown:
+                problems.add(1, "header", f"unknown column(s) {', '.join(unknown)}; expected rater_id, email, "
+                                          f"{', '.join(fields)}")
+                break
+        rid = _check_id(row["rater_id"], number, "rater_id", problems)
+        if rid in seen:
+            problems.add(number, "rater_id", f"duplicate {rid!r} (first on line {seen[rid]})")
+            continue
+        if rid:
+            seen[rid] = number
+        email = (row.get("email") or "").strip().lower()
+        if email and ("@" not in email or len(email) > 320 or " " in email):
+            problems.add(number, "email", f"not an email address: {email!r}")
+        traits = {}
+        for key, field in fields.items():
+            value = row.get(key, "")
+            if value == "":
+                continue
+            try:
+                traits[key] = field.validate(value)
+            except ValueError as exc:
+                problems.add(number, key, str(exc))
+        if rid:
+            rows.append({"rater_id": rid, "email": email or None, "traits": traits})
+    if not rows and not problems.problems:
+        problems.add(None, "file", "no raters found")
+    emails = {}
+    for row in rows:
+        if row["email"] and row["email"] in emails:
+            problems.add(seen[row["rater_id"]], "email", f"{row['email']} is also rater {emails[row['email']]}")
+        emails.setdefault(row["email"], row["rater_id"])
+    problems.raise_if_any()
+    return rows

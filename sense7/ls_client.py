@@ -1,0 +1,82 @@
+"""Label Studio through its SDK: projects, task listing, bulk import. No business logic here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from label_studio_sdk import LabelStudio
+
+from sense7.settings import Settings
+from sense7.taxonomy import Taxonomy, load_taxonomy, render_profile_config, render_rating_config
+
+IMPORT_CHUNK = 1000  # tasks per bulk request: large enough to amortise, small enough for progress
+
+
+def connect(settings: Settings, timeout: float = 120.0) -> LabelStudio:
+    return LabelStudio(base_url=settings.ls_url, api_key=settings.ls_token, timeout=timeout)
+
+
+def find_project(client: LabelStudio, title: str) -> int | None:
+    for project in client.projects.list(title=title):
+        if project.title == title:
+            return project.id
+    return None
+
+
+def _ensure(client: LabelStudio, title: str, label_config: str, description: str) -> int:
+    project_id = find_project(client, title)
+    if project_id is None:
+        return client.projects.create(title=title, label_config=label_config, description=description).id
+    current = client.projects.get(project_id).label_config or ""
+    if current.strip() != label_config.strip():  # Label Studio drops the trailing newline
+        # The taxonomy changed since the project was made: bring the interface up to date.
+        client.projects.update(project_id, label_config=label_config)
+    return project_id
+
+
+def create_rating_project(client: LabelStudio, title: str, taxonomy: Taxonomy | None = None) -> int:
+    return _ensure(client, title, render_rating_config(taxonomy or load_taxonomy()),
+                   "Rate each assistant response on the SENSE-7 empathy dimensions.")
+
+
+def create_profile_project(client: LabelStudio, title: str, taxonomy: Taxonomy | None = None) -> int:
+    return _ensure(client, title, render_profile_config(taxonomy or load_taxonomy()),
+                   "Rater-profile questionnaire: one task per rater.")
+
+
+def ensure_projects(client: LabelStudio, settings: Settings, taxonomy: Taxonomy | None = None) -> tuple[int, int]:
+    """Create (or find) the rating project and the profile project. Idempotent."""
+    return (create_rating_project(client, settings.rating_project_title, taxonomy),
+            create_profile_project(client, settings.profile_project_title, taxonomy))
+
+
+def iter_tasks(client: LabelStudio, project_id: int, include: str = "id,data", page_size: int = 1000) -> Iterator:
+    """Every task of a project. `include` trims the payload: listing only id and data is ~4x faster."""
+    yield from client.tasks.list(project=project_id, fields="task_only", include=include, page_size=page_size)
+
+
+def task_keys(client: LabelStudio, project_id: int) -> dict[str, int]:
+    """task_key -> task id for the tasks sense7 imported into a project."""
+    keys = {}
+    for task in iter_tasks(client, project_id):
+        key = (task.data or {}).get("task_key")
+        if key:
+            keys[key] = task.id
+    return keys
+
+
+def count_tasks(client: LabelStudio, project_id: int) -> int:
+    return client.projects.get(project_id).task_number or 0
+
+
+def import_tasks(client: LabelStudio, project_id: int, tasks: list[dict],
+                 on_chunk: Callable[[int], None] | None = None, chunk: int = IMPORT_CHUNK) -> list[int]:
+    """Bulk import in chunks; returns the new task ids. (Synchronous in the Community edition.)"""
+    ids: list[int] = []
+    for start in range(0, len(tasks), chunk):
+        part = tasks[start:start + chunk]
+        response = client.projects.import_tasks(project_id, request=part, return_task_ids=True)
+        ids.extend(response.task_ids or [])
+        if on_chunk:
+            on_chunk(len(part))
+    return ids

@@ -1,0 +1,232 @@
+"""Run a real Label Studio (its own virtualenv) as a background process bound to 127.0.0.1.
+
+Idempotent: `start` on a running server returns it as it is. Refuses when the port is taken by something
+else, because Label Studio would otherwise move silently to the next port (8080 -> 8081) and every client
+would talk to the wrong server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import requests
+
+from sense7.settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ServerError(RuntimeError):
+    """Label Studio could not be started, or is not the one we expected."""
+
+
+@dataclass
+class ServerStatus:
+    running: bool
+    healthy: bool
+    pid: int | None
+    url: str
+    database: str
+
+    def describe(self) -> str:
+        if self.running and self.healthy:
+            return f"Label Studio is running at {self.url} (pid {self.pid}, {self.database})"
+        if self.running:
+            return f"Label Studio (pid {self.pid}) is starting or unhealthy at {self.url}"
+        return "Label Studio is not running"
+
+
+def label_studio_executable() -> Path:
+    """The `label-studio` script of the dedicated virtualenv (SENSE7_LS_BIN overrides)."""
+    override = os.environ.get("SENSE7_LS_BIN")
+    candidates = [Path(override)] if override else [REPO_ROOT / ".venv-ls" / "bin" / "label-studio"]
+    for path in candidates:
+        if path.exists():
+            return path
+    raise ServerError(
+        f"Label Studio is not installed at {candidates[0]}: run ./run (it creates .venv-ls), "
+        "or set SENSE7_LS_BIN to a label-studio executable"
+    )
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of this process still answers kill(0); reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+class LabelStudioServer:
+    """Start, stop and inspect the Label Studio process that serves `settings.ls_url`."""
+
+    def __init__(self, settings: Settings, startup_timeout: float = 300.0):
+        self.settings = settings
+        self.startup_timeout = startup_timeout
+        self.data_dir = settings.home / "label-studio"
+        self.pid_file = settings.home / "run" / "label-studio.pid"
+        self.log_file = settings.home / "logs" / "label-studio.log"
+
+    # -- inspection ------------------------------------------------------------------------------------
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        try:
+            return requests.get(f"{self.settings.ls_url}/health", timeout=timeout).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def status(self) -> ServerStatus:
+        pid = self.pid()
+        return ServerStatus(
+            running=pid is not None,
+            healthy=pid is not None and self.healthy(),
+            pid=pid,
+            url=self.settings.ls_url,
+            database="PostgreSQL" if self.settings_database_url() else f"SQLite in {self.data_dir}",
+        )
+
+    def settings_database_url(self) -> str | None:
+        return os.environ.get("SENSE7_LS_DATABASE_URL") or None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def environment(self) -> dict[str, str]:
+        """Environment for the server. Secrets go through the environment, never the command line (ps)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "POSTGRE_"))}
+        env.update(
+            LABEL_STUDIO_BASE_DATA_DIR=str(self.data_dir),
+            LABEL_STUDIO_USERNAME=self.settings.ls_admin_email,
+            LABEL_STUDIO_PASSWORD=self.settings.ls_admin_password,
+            LABEL_STUDIO_USER_TOKEN=self.settings.ls_token,
+            LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN="true",
+            # Our backend and webhooks live on 127.0.0.1: 1.23 blocks local addresses by default.
+            ML_BLOCK_LOCAL_IP="false",
+            SSRF_PROTECTION_ENABLED="false",
+            USE_DEFAULT_BANNED_SUBNETS="false",
+            LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK="false",
+            SENTRY_DSN="",
+            FRONTEND_SENTRY_DSN="",
+            COLLECT_ANALYTICS="false",
+        )
+        db_url = self.settings_database_url()
+        if db_url:
+            parsed = urlparse(db_url)
+            env.update(
+                DJANGO_DB="postgresql",
+                POSTGRE_NAME=parsed.path.lstrip("/"),
+                POSTGRE_USER=parsed.username or "postgres",
+                POSTGRE_PASSWORD=parsed.password or "",
+                POSTGRE_HOST=parsed.hostname or "127.0.0.1",
+                POSTGRE_PORT=str(parsed.port or 5432),
+            )
+        else:
+            env["DJANGO_DB"] = "sqlite"
+        return env
+
+    def start(self, progress=None) -> ServerStatus:
+        current = self.status()
+        if current.running:
+            self._wait_healthy(current.pid, progress)
+            return self.status()
+        port = urlparse(self.settings.ls_url).port or 80
+        if not port_is_free(port):
+            raise ServerError(
+                f"port {port} is already in use by another program: Label Studio would silently move to "
+                f"another port. Stop that program or choose another port with SENSE7_LS_PORT."
+            )
+        exe = label_studio_executable()
+        for path in (self.data_dir, self.pid_file.parent, self.log_file.parent):
+            path.mkdir(parents=True, exist_ok=True)
+        cmd = [str(exe), "start", "--no-browser", "--internal-host", "127.0.0.1", "--port", str(port),
+               "--data-dir", str(self.data_dir), "--enable-legacy-api-token", "--log-level", "WARNING"]
+        with open(self.log_file, "ab") as log:
+            proc = subprocess.Popen(cmd, env=self.environment(), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.data_dir)
+        self.pid_file.write_text(str(proc.pid))
+        try:
+            self._wait_healthy(proc.pid, progress)
+        except BaseException:
+            # Ctrl-C or a failed start leaves nothing half-started behind.
+            self.stop()
+            raise
+        return self.status()
+
+    def _wait_healthy(self, pid: int, progress=None) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.healthy():
+                return
+            if not _alive(pid):
+                raise ServerError(f"Label Studio exited during start-up; see {self.log_file}:\n{self._log_tail()}")
+            if progress:
+                progress()
+            time.sleep(0.5)
+        raise ServerError(f"Label Studio did not answer {self.settings.ls_url}/health within "
+                          f"{self.startup_timeout:.0f} s; see {self.log_file}")
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 20.0) -> bool:
+        """Stop the server and its children. Returns True if something was running."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+
+if __name__ == "__main__":  # pragma: no cover - debugging aid
+    print(LabelStudioServer(Settings.from_env()).status().describe(), file=sys.stderr)

@@ -1,0 +1,285 @@
+"""sense7's own store: rater traits, conversation contexts and texts, synced annotations and ratings.
+
+SQLite by default, PostgreSQL when SENSE7_STORE_URL says so. Every write is an idempotent upsert, so a
+retried job or a webhook delivered three times leaves one row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime, timezone
+
+import pandas as pd
+from sqlalchemy import (
+    JSON, Boolean, Column, DateTime, Integer, MetaData, String, Table, Text, create_engine, delete, select,
+    update,
+)
+from sqlalchemy.engine import Engine
+
+from sense7.conversations import Conversation, Message
+
+metadata = MetaData()
+
+raters = Table(
+    "raters", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("email", String(320), nullable=True, unique=True),
+    Column("traits", JSON, nullable=False),  # raw profile answers, keys = taxonomy profile fields
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+conversations = Table(
+    "conversations", metadata,
+    Column("conversation_id", String(200), primary_key=True),
+    Column("messages", JSON, nullable=False),
+)
+
+contexts = Table(
+    "contexts", metadata,
+    Column("conversation_id", String(200), primary_key=True),
+    Column("rater_id", String(200), primary_key=True),
+    Column("context", JSON, nullable=False),
+)
+
+annotations = Table(
+    "annotations", metadata,
+    Column("annotation_id", Integer, primary_key=True, autoincrement=False),  # Label Studio's id
+    Column("task_id", Integer, nullable=False),
+    Column("conversation_id", String(200), nullable=False),
+    Column("turn_index", Integer, nullable=True),
+    Column("rater_id", String(200), nullable=True),
+    Column("updated_at", String(64), nullable=False),  # Label Studio's updated_at, ISO text, compared as is
+    Column("expectation", String(32), nullable=True),
+    Column("comment", Text, nullable=True),
+    Column("deleted", Boolean, nullable=False, default=False),
+)
+
+ratings = Table(
+    "ratings", metadata,
+    Column("annotation_id", Integer, primary_key=True, autoincrement=False),
+    Column("control", String(100), primary_key=True),
+    Column("value", Integer, nullable=False),
+)
+
+RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Store:
+    """Thin, explicit data access; no ORM sessions to leak between threads or Celery tasks."""
+
+    def __init__(self, url: str, engine: Engine | None = None):
+        self.url = url
+        self.engine = engine or create_engine(url, future=True, pool_pre_ping=True)
+        if self.engine.dialect.name == "sqlite":
+            from sqlalchemy import event
+
+            @event.listens_for(self.engine, "connect")
+            def _sqlite_pragmas(dbapi_conn, _record):  # WAL: readers (backend) never block the syncer
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA busy_timeout=10000")
+                cur.close()
+        metadata.create_all(self.engine)
+
+    # -- generic upsert ------------------------------------------------------------------------------
+    def _upsert(self, conn, table: Table, rows: list[dict], keys: list[str]) -> None:
+        if not rows:
+            return
+        if self.engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        stmt = insert(table).values(rows)
+        updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
+        stmt = stmt.on_conflict_do_update(index_elements=keys, set_=updates) if updates else \
+            stmt.on_conflict_do_nothing(index_elements=keys)
+        conn.execute(stmt)
+
+    # -- raters --------------------------------------------------------------------------------------
+    def upsert_raters(self, rows: Iterable[dict]) -> tuple[int, int]:
+        """rows: {"rater_id", "email" (optional), "traits": {...}}. Returns (inserted, updated); rows
+        whose content did not change are not rewritten."""
+        rows = [{"rater_id": r["rater_id"], "email": (r.get("email") or "").strip().lower() or None,
+                 "traits": r.get("traits") or {}, "updated_at": _now()} for r in rows]
+        with self.engine.begin() as conn:
+            existing = {row.rater_id: (row.email, row.traits) for row in conn.execute(
+                select(raters.c.rater_id, raters.c.email, raters.c.traits).where(
+                    raters.c.rater_id.in_([r["rater_id"] for r in rows])))}
+            changed = [r for r in rows if existing.get(r["rater_id"]) != (r["email"], r["traits"])]
+            self._upsert(conn, raters, changed, ["rater_id"])
+        inserted = sum(r["rater_id"] not in existing for r in changed)
+        return inserted, len(changed) - inserted
+
+    def update_traits(self, rater_id: str, answers: dict) -> None:
+        """Merge questionnaire answers into a rater's traits (creates the rater if needed)."""
+        with self.engine.begin() as conn:
+            row = conn.execute(select(raters).where(raters.c.rater_id == rater_id)).mappings().first()
+            traits = dict(row["traits"]) if row else {}
+            traits.update(answers)
+            self._upsert(conn, raters, [{"rater_id": rater_id, "email": row["email"] if row else None,
+                                         "traits": traits, "updated_at": _now()}], ["rater_id"])
+
+    def raters_frame(self, rater_ids: Iterable[str] | None = None) -> pd.DataFrame:
+        """Raw profile answers, one row per rater (index rater_id). Emails are not included."""
+        query = select(raters.c.rater_id, raters.c.traits)
+        if rater_ids is not None:
+            query = query.where(raters.c.rater_id.in_(list(rater_ids)))
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        frame = pd.DataFrame([{"rater_id": rid, **(traits or {})} for rid, traits in rows])
+        if frame.empty:
+            return pd.DataFrame(index=pd.Index([], name="rater_id"))
+        return frame.set_index("rater_id")
+
+    def rater_id_for_email(self, email: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.scalar(select(raters.c.rater_id).where(raters.c.email == email.strip().lower()))
+
+    def rater_emails(self) -> dict[str, str]:
+        with self.engine.connect() as conn:
+            return {rid: email for rid, email in conn.execute(
+                select(raters.c.rater_id, raters.c.email).where(raters.c.email.is_not(None)))}
+
+    # -- conversations and contexts ------------------------------------------------------------------
+    def upsert_conversations(self, items: Iterable[Conversation]) -> None:
+        convs, ctxs = {}, {}
+        for conv in items:
+            convs[conv.conversation_id] = {
+                "conversation_id": conv.conversation_id,
+                "messages": [{"role": m.role, "content": m.content} for m in conv.messages]}
+            if conv.context:
+                ctxs[(conv.conversation_id, conv.rater_id)] = {
+                    "conversation_id": conv.conversation_id, "rater_id": conv.rater_id, "context": conv.context}
+        with self.engine.begin() as conn:
+            for chunk in _chunks(list(convs.values()), 500):
+                self._upsert(conn, conversations, chunk, ["conversation_id"])
+            for chunk in _chunks(list(ctxs.values()), 500):
+                self._upsert(conn, contexts, chunk, ["conversation_id", "rater_id"])
+
+    def contexts_for(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+        pairs = set(pairs)
+        if not pairs:
+            return {}
+        ids = {cid for cid, _ in pairs}
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(contexts).where(contexts.c.conversation_id.in_(list(ids)))).all()
+        return {(r.conversation_id, r.rater_id): r.context for r in rows if (r.conversation_id, r.rater_id) in pairs}
+
+    def conversations_by_id(self) -> dict[str, list[Message]]:
+        with self.engine.connect() as conn:
+            return {cid: [Message(m["role"], m["content"]) for m in msgs]
+                    for cid, msgs in conn.execute(select(conversations.c.conversation_id, conversations.c.messages))}
+
+    # -- annotations and ratings -----------------------------------------------------------------------
+    def upsert_annotation(self, annotation_id: int, task_id: int, conversation_id: str, turn_index: int | None,
+                          rater_id: str | None, updated_at: str, values: dict[str, int],
+                          expectation: str | None = None, comment: str | None = None) -> bool:
+        """Insert or update one annotation with its ratings. Returns False when nothing changed (the
+        same or an older version was already stored), so a replayed webhook is a no-op."""
+        with self.engine.begin() as conn:
+            current = conn.execute(select(annotations.c.updated_at, annotations.c.deleted, annotations.c.rater_id)
+                                   .where(annotations.c.annotation_id == annotation_id)).first()
+            if current and not current.deleted and current.updated_at >= updated_at and current.rater_id == rater_id:
+                return False
+            self._upsert(conn, annotations, [{
+                "annotation_id": annotation_id, "task_id": task_id, "conversation_id": conversation_id,
+                "turn_index": turn_index, "rater_id": rater_id, "updated_at": updated_at,
+                "expectation": expectation, "comment": comment, "deleted": False}], ["annotation_id"])
+            conn.execute(delete(ratings).where(ratings.c.annotation_id == annotation_id))
+            if values:
+                conn.execute(ratings.insert(), [{"annotation_id": annotation_id, "control": k, "value": int(v)}
+                                                for k, v in values.items()])
+        return True
+
+    def delete_annotation(self, annotation_id: int) -> bool:
+        with self.engine.begin() as conn:
+            result = conn.execute(update(annotations).where(annotations.c.annotation_id == annotation_id,
+                                                            annotations.c.deleted.is_(False)).values(deleted=True))
+        return result.rowcount > 0
+
+    def annotation_versions(self, include_deleted: bool = False) -> dict[int, str]:
+        """annotation_id -> updated_at, for reconciliation against the Label Studio API."""
+        query = select(annotations.c.annotation_id, annotations.c.updated_at)
+        if not include_deleted:
+            query = query.where(annotations.c.deleted.is_(False))
+        with self.engine.connect() as conn:
+            return dict(conn.execute(query).all())
+
+    def ratings_frame(self) -> pd.DataFrame:
+        """Long frame of live ratings (deleted annotations excluded): RATING_COLUMNS."""
+        query = (select(annotations.c.conversation_id, annotations.c.turn_index, annotations.c.rater_id,
+                        ratings.c.control, ratings.c.value)
+                 .join(ratings, ratings.c.annotation_id == annotations.c.annotation_id)
+                 .where(annotations.c.deleted.is_(False), annotations.c.rater_id.is_not(None)))
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        frame = pd.DataFrame(rows, columns=RATING_COLUMNS)
+        frame["turn_index"] = frame["turn_index"].astype("Int64")
+        return frame
+
+    def expectation_frame(self) -> pd.DataFrame:
+        query = (select(annotations.c.conversation_id, annotations.c.turn_index, annotations.c.rater_id,
+                        annotations.c.expectation)
+                 .where(annotations.c.deleted.is_(False), annotations.c.rater_id.is_not(None),
+                        annotations.c.expectation.is_not(None)))
+        with self.engine.connect() as conn:
+            return pd.DataFrame(conn.execute(query).all(),
+                                columns=["conversation_id", "turn_index", "rater_id", "expectation"])
+
+    def rating_data(self, taxonomy=None):
+        """Everything a model needs, as sense7.dataset.RatingData (expectation answers included as
+        `expectation_met` rows scored 1..3, as in ratings.csv)."""
+        from sense7.dataset import RatingData
+        from sense7.taxonomy import load_taxonomy
+
+        taxonomy = taxonomy or load_taxonomy()
+        frame = self.ratings_frame()
+        exp = self.expectation_frame()
+        if not exp.empty:
+            exp = exp[exp["expectation"].isin(taxonomy.expectation_values)]
+            exp = exp.assign(dimension=taxonomy.expectation_key,
+                             rating=exp["expectation"].map(taxonomy.expectation_score)).drop(columns="expectation")
+            exp["turn_index"] = exp["turn_index"].astype("Int64")
+            frame = pd.concat([frame, exp[RATING_COLUMNS]], ignore_index=True)
+        messages = self.conversations_by_id()
+        pairs = set(zip(frame["conversation_id"], frame["rater_id"]))
+        ctx = self.contexts_for(pairs)
+        convs = {(cid, rid): Conversation(cid, rid, messages[cid], ctx.get((cid, rid), {}))
+                 for cid, rid in pairs if cid in messages}
+        return RatingData(conversations=convs, ratings=frame, raters=self.raters_frame())
+
+    def counts(self) -> dict[str, int]:
+        from sqlalchemy import func
+
+        with self.engine.connect() as conn:
+            return {
+                "raters": conn.scalar(select(func.count()).select_from(raters)),
+                "conversations": conn.scalar(select(func.count()).select_from(conversations)),
+                "annotations": conn.scalar(select(func.count()).select_from(annotations)
+                                           .where(annotations.c.deleted.is_(False))),
+                "ratings": conn.scalar(select(func.count()).select_from(ratings).join(
+                    annotations, annotations.c.annotation_id == ratings.c.annotation_id)
+                    .where(annotations.c.deleted.is_(False))),
+            }
+
+    def snapshot(self) -> str:
+        """A canonical dump of every table, for tests that prove a failed command changed nothing."""
+        out = {}
+        with self.engine.connect() as conn:
+            for table in metadata.sorted_tables:
+                rows = [dict(r) for r in conn.execute(select(table)).mappings()]
+                if table is raters:  # the upsert time changes on a no-op re-import; the content does not
+                    for r in rows:
+                        r.pop("updated_at")
+                out[table.name] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+        return json.dumps(out, sort_keys=True)
+
+
+def _chunks(items: list, size: int):
+    for start in range(0, len(items), size):
+        yield items[start:start + size]

@@ -1,0 +1,73 @@
+"""Session fixtures shared by every test folder: one real Label Studio server for the whole run.
+
+The server gets a private SENSE7_HOME (its SQLite database, our store, secrets) and a free port, so a test
+run never touches a developer's own .sense7/ and never collides with a server already on 8080.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sense7.settings import Settings
+
+_counter = itertools.count(1)
+
+
+@dataclass
+class LabelStudioHandle:
+    url: str
+    token: str
+    settings: Settings
+    client: object  # label_studio_sdk.LabelStudio
+
+    def settings_env(self) -> dict[str, str]:
+        """Environment that points a subprocess (CLI, worker, backend) at this server and store."""
+        return {
+            "SENSE7_HOME": str(self.settings.home),
+            "SENSE7_LS_PORT": str(self.settings.ls_port),
+            "SENSE7_LS_URL": self.settings.ls_url,
+            "SENSE7_LS_TOKEN": self.settings.ls_token,
+            "SENSE7_STORE_URL": self.settings.store_url,
+        }
+
+
+@pytest.fixture(scope="session")
+def label_studio(tmp_path_factory) -> LabelStudioHandle:
+    from label_studio_sdk import LabelStudio
+
+    from sense7.ls_server import LabelStudioServer, free_port
+
+    home = tmp_path_factory.mktemp("sense7-home")
+    port = free_port()
+    settings = Settings.from_env({"SENSE7_HOME": str(home), "SENSE7_LS_PORT": str(port)})
+    server = LabelStudioServer(settings)
+    server.start()
+    client = LabelStudio(base_url=settings.ls_url, api_key=settings.ls_token)
+    try:
+        yield LabelStudioHandle(settings.ls_url, settings.ls_token, settings, client)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def rating_project(label_studio) -> int:
+    """A fresh rating project (own title) per test, with the rendered config."""
+    from sense7.ls_client import create_rating_project
+
+    project = create_rating_project(label_studio.client, title=f"test rating {next(_counter)} {os.getpid()}")
+    return project
+
+
+@pytest.fixture
+def store_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'store.sqlite'}"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent

@@ -1,0 +1,138 @@
+"""Importing batches into a real Label Studio: one task per (assistant turn, rater), idempotent,
+and a bad file changes nothing."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sense7 import ls_client, synth
+from sense7.cli import app
+from sense7.formats import read_conversations
+from sense7.store import Store
+from sense7.taxonomy import load_taxonomy, render_rating_config
+
+pytestmark = pytest.mark.labelstudio
+runner = CliRunner()
+
+
+@pytest.fixture
+def cli_env(label_studio, monkeypatch, tmp_path):
+    """The CLI pointed at the session's Label Studio, with its own store and project titles."""
+    env = label_studio.settings_env()
+    env["SENSE7_STORE_URL"] = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+@pytest.fixture(scope="module")
+def batch50(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth50")
+    synth.write(synth.generate(50, 12, seed=7), out)
+    return out
+
+
+def invoke(*args):
+    return runner.invoke(app, list(map(str, args)))
+
+
+def rating_project_id(label_studio):
+    return ls_client.find_project(label_studio.client, label_studio.settings.rating_project_title)
+
+
+def test_project_create_is_accepted_by_the_server_and_idempotent(label_studio, cli_env):
+    first = invoke("project", "create")
+    assert first.exit_code == 0, first.output
+    second = invoke("project", "create")
+    assert second.exit_code == 0
+    titles = [p.title for p in label_studio.client.projects.list()]
+    assert titles.count(label_studio.settings.rating_project_title) == 1
+    project = label_studio.client.projects.get(rating_project_id(label_studio))
+    assert project.label_config.strip() == render_rating_config(load_taxonomy()).strip()
+
+
+def test_import_50_conversations_one_task_per_assistant_turn_and_rater_then_reimport_creates_none(
+        label_studio, cli_env, batch50):
+    conversations = read_conversations(batch50 / "conversations.jsonl")
+    expected = {(c.conversation_id, i, c.rater_id) for c in conversations for i in c.assistant_turns()}
+    assert len(conversations) == 50
+
+    result = invoke("import", batch50 / "conversations.jsonl")
+    assert result.exit_code == 0, result.output
+    project_id = rating_project_id(label_studio)
+    tasks = list(ls_client.iter_tasks(label_studio.client, project_id))
+    got = [(t.data["conversation_id"], t.data["turn_index"], t.data["rater_id"]) for t in tasks]
+    assert sorted(got) == sorted(expected)  # exactly one per turn and rater, none missing, none twice
+
+    again = invoke("import", batch50 / "conversations.jsonl")
+    assert again.exit_code == 0 and "0 created" in again.output
+    assert ls_client.count_tasks(label_studio.client, project_id) == len(expected)
+
+
+def test_task_data_carries_the_turn_and_its_history_but_no_traits_or_context(label_studio, cli_env, batch50):
+    assert invoke("import", batch50 / "conversations.jsonl").exit_code == 0
+    conv = read_conversations(batch50 / "conversations.jsonl")[0]
+    turn = conv.assistant_turns()[1]
+    keys = ls_client.task_keys(label_studio.client, rating_project_id(label_studio))
+    task = label_studio.client.tasks.get(keys[f"{conv.conversation_id}::{turn}::{conv.rater_id}"])
+    assert task.data["turn"] == [{"role": "assistant", "content": conv.messages[turn].content}]
+    assert [m["content"] for m in task.data["history"]] == [m.content for m in conv.messages[:turn]]
+    assert task.data["position"] == "Response 2 of %d" % len(conv.assistant_turns())
+    private = {f.key for f in load_taxonomy().profile_fields} | {f.key for f in load_taxonomy().context_fields}
+    blob = json.dumps(task.data)
+    assert not private & set(task.data) and "emotional_state" not in blob and "@example.org" not in blob
+
+
+def test_assignments_fan_out_a_conversation_to_more_raters(label_studio, cli_env, tmp_path, batch50):
+    conv = read_conversations(batch50 / "conversations.jsonl")[3]
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(conv.to_json()) + "\n")
+    assign = tmp_path / "assign.csv"
+    assign.write_text(f"conversation_id,rater_id\n{conv.conversation_id},extra-1\n{conv.conversation_id},extra-2\n")
+    result = invoke("import", one, "--assignments", assign)
+    assert result.exit_code == 0, result.output
+    keys = ls_client.task_keys(label_studio.client, rating_project_id(label_studio))
+    for rater in ("extra-1", "extra-2"):
+        mine = [k for k in keys if k.startswith(conv.conversation_id + "::") and k.endswith("::" + rater)]
+        assert len(mine) == len(conv.assistant_turns())
+
+
+def test_malformed_file_creates_nothing_and_names_the_line(label_studio, cli_env, tmp_path, batch50):
+    assert invoke("project", "create").exit_code == 0
+    project_id = rating_project_id(label_studio)
+    before = ls_client.count_tasks(label_studio.client, project_id)
+    store = Store(cli_env["SENSE7_STORE_URL"])
+    store_before = store.snapshot()
+    lines = (batch50 / "conversations.jsonl").read_text().splitlines()
+    fresh = [json.loads(line) for line in lines[:5]]
+    for i, row in enumerate(fresh):
+        row["conversation_id"] = f"fresh-{i}"  # new conversations: a partial import would show up
+    fresh[3]["messages"][0]["role"] = "narrator"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps(r) for r in fresh) + "\n")
+    result = invoke("import", bad)
+    assert result.exit_code == 2
+    assert f"{bad}:4: messages[0].role: unknown role 'narrator'" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+    assert ls_client.count_tasks(label_studio.client, project_id) == before
+    assert store.snapshot() == store_before
+
+
+def test_raters_import_validates_and_updates_idempotently(cli_env, tmp_path, batch50):
+    store = Store(cli_env["SENSE7_STORE_URL"])
+    ok = invoke("raters", "import", batch50 / "raters.csv")
+    assert ok.exit_code == 0, ok.output
+    assert "12 new" in ok.output
+    snapshot = store.snapshot()
+    assert "0 new, 0 updated" in invoke("raters", "import", batch50 / "raters.csv").output
+    assert store.snapshot() == snapshot
+    text = (batch50 / "raters.csv").read_text().splitlines()
+    header = text[0].split(",")
+    row = text[3].split(",")
+    row[header.index("tipi_3")] = "11"
+    bad = tmp_path / "raters.csv"
+    bad.write_text("\n".join([text[0], text[1], text[2], ",".join(row)]) + "\n")
+    result = invoke("raters", "import", bad)
+    assert result.exit_code == 2 and f"{bad}:4: tipi_3: 11 is outside 1-7" in " ".join(result.output.split())
+    assert store.snapshot() == snapshot
