@@ -62,6 +62,17 @@ ratings = Table(
     Column("value", Integer, nullable=False),
 )
 
+# Ratings collected before or outside Label Studio (a pilot study, an earlier batch): kept apart from
+# synced annotations so that reconciling with Label Studio can never delete them.
+imported_ratings = Table(
+    "imported_ratings", metadata,
+    Column("conversation_id", String(200), primary_key=True),
+    Column("turn_index", Integer, primary_key=True),  # -1 = a rating of the whole conversation
+    Column("rater_id", String(200), primary_key=True),
+    Column("dimension", String(100), primary_key=True),
+    Column("rating", Integer, nullable=False),
+)
+
 RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
 
 
@@ -222,6 +233,24 @@ class Store:
         frame["turn_index"] = frame["turn_index"].astype("Int64")
         return frame
 
+    def import_ratings(self, frame: pd.DataFrame) -> int:
+        """Upsert validated ratings.csv rows (sense7.dataset.read_ratings_csv). Returns rows written."""
+        rows = [{"conversation_id": r.conversation_id, "rater_id": r.rater_id, "dimension": r.dimension,
+                 "turn_index": -1 if pd.isna(r.turn_index) else int(r.turn_index), "rating": int(r.rating)}
+                for r in frame.itertuples(index=False)]
+        with self.engine.begin() as conn:
+            for chunk in _chunks(rows, 500):
+                self._upsert(conn, imported_ratings, chunk, ["conversation_id", "turn_index", "rater_id", "dimension"])
+        return len(rows)
+
+    def imported_frame(self) -> pd.DataFrame:
+        with self.engine.connect() as conn:
+            frame = pd.DataFrame(conn.execute(select(
+                imported_ratings.c.conversation_id, imported_ratings.c.turn_index, imported_ratings.c.rater_id,
+                imported_ratings.c.dimension, imported_ratings.c.rating)).all(), columns=RATING_COLUMNS)
+        frame["turn_index"] = frame["turn_index"].astype("Int64").mask(frame["turn_index"] == -1)
+        return frame
+
     def expectation_frame(self) -> pd.DataFrame:
         query = (select(annotations.c.conversation_id, annotations.c.turn_index, annotations.c.rater_id,
                         annotations.c.expectation)
@@ -232,8 +261,8 @@ class Store:
                                 columns=["conversation_id", "turn_index", "rater_id", "expectation"])
 
     def rating_data(self, taxonomy=None):
-        """Everything a model needs, as sense7.dataset.RatingData (expectation answers included as
-        `expectation_met` rows scored 1..3, as in ratings.csv)."""
+        """Everything a model needs, as sense7.dataset.RatingData: synced annotations plus imported
+        ratings (expectation answers included as `expectation_met` rows scored 1..3, as in ratings.csv)."""
         from sense7.dataset import RatingData
         from sense7.taxonomy import load_taxonomy
 
@@ -246,6 +275,11 @@ class Store:
                              rating=exp["expectation"].map(taxonomy.expectation_score)).drop(columns="expectation")
             exp["turn_index"] = exp["turn_index"].astype("Int64")
             frame = pd.concat([frame, exp[RATING_COLUMNS]], ignore_index=True)
+        imported = self.imported_frame()
+        if not imported.empty:
+            # A rating synced from Label Studio wins over an imported one for the same turn and control.
+            frame = pd.concat([frame, imported], ignore_index=True).drop_duplicates(
+                ["conversation_id", "turn_index", "rater_id", "dimension"], keep="first")
         messages = self.conversations_by_id()
         pairs = set(zip(frame["conversation_id"], frame["rater_id"]))
         ctx = self.contexts_for(pairs)
@@ -265,6 +299,7 @@ class Store:
                 "ratings": conn.scalar(select(func.count()).select_from(ratings).join(
                     annotations, annotations.c.annotation_id == ratings.c.annotation_id)
                     .where(annotations.c.deleted.is_(False))),
+                "imported_ratings": conn.scalar(select(func.count()).select_from(imported_ratings)),
             }
 
     def snapshot(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from sense7.cli import backend, data, jobs, project, research, server
+from sense7.cli import backend, data, demo, jobs, project, research, server
 
 app = typer.Typer(
     name="sense7",
@@ -14,7 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (server, project, data, research, backend, jobs):
+for module in (demo, server, project, data, research, backend, jobs):
     module.register(app)
 
 

@@ -13,6 +13,8 @@ from sense7.importer import import_conversations, import_profile_tasks
 from sense7.store import Store
 
 raters_app = typer.Typer(help="Rater traits (answers to the profile questionnaire).", no_args_is_help=True)
+ratings_app = typer.Typer(help="Ratings collected outside Label Studio (a pilot, an earlier study).",
+                          no_args_is_help=True)
 
 
 def _report_problems(exc: FormatError) -> typer.Exit:
@@ -67,6 +69,30 @@ def raters_import(file: Path = typer.Argument(..., help="CSV: rater_id, email, p
                   f"{len(rows) - inserted - updated} unchanged")
 
 
+@ratings_app.command("import")
+def ratings_import(
+    ratings: Path = typer.Argument(..., help="ratings.csv: conversation_id, turn_index, rater_id, dimension, rating"),
+    conversations: Path = typer.Option(..., help="the conversations the ratings refer to (native JSONL)"),
+) -> None:
+    """Add earlier ratings to the training data (they never become Label Studio tasks).
+
+    Both files are validated first (every rating must point at an assistant turn of a conversation of
+    that rater); on any problem nothing is written."""
+    from sense7.dataset import DataError, read_ratings_csv
+
+    try:
+        convs = read_conversations(conversations)
+        frame = read_ratings_csv(ratings, conversations={(c.conversation_id, c.rater_id): c for c in convs})
+    except FormatError as exc:
+        raise _report_problems(exc)
+    except DataError as exc:
+        raise fail(str(exc), 2)
+    store = Store(settings().store_url)
+    store.upsert_conversations(convs)
+    console.print(f"{store.import_ratings(frame)} rating(s) from {frame['rater_id'].nunique()} rater(s) stored")
+
+
 def register(app: typer.Typer) -> None:
     app.command("import")(import_batch)
     app.add_typer(raters_app, name="raters")
+    app.add_typer(ratings_app, name="ratings")

@@ -1,0 +1,50 @@
+"""The store's upserts are idempotent and imported ratings survive alongside synced annotations."""
+
+import pandas as pd
+
+from sense7.conversations import Conversation, Message
+from sense7.store import Store
+
+CONV = Conversation("c1", "r1", [Message("user", "hi"), Message("assistant", "hello"),
+                                 Message("user", "sad"), Message("assistant", "I'm sorry")],
+                    {"task_type": "advice", "emotional_state": 2})
+
+
+def test_annotation_upsert_is_keyed_by_id_and_updated_time(store_url):
+    store = Store(store_url)
+    store.upsert_conversations([CONV])
+    assert store.upsert_annotation(7, 70, "c1", 1, "r1", "2026-01-01T10:00:00", {"overall": 4}, "yes")
+    for _ in range(3):  # a webhook delivered three times
+        assert not store.upsert_annotation(7, 70, "c1", 1, "r1", "2026-01-01T10:00:00", {"overall": 4}, "yes")
+    assert not store.upsert_annotation(7, 70, "c1", 1, "r1", "2025-12-31T10:00:00", {"overall": 1}, "no")  # older
+    assert store.upsert_annotation(7, 70, "c1", 1, "r1", "2026-01-02T10:00:00", {"overall": 2, "tone": 3}, "no")
+    frame = store.ratings_frame()
+    assert sorted(zip(frame.dimension, frame.rating)) == [("overall", 2), ("tone", 3)]
+    assert store.delete_annotation(7) and not store.delete_annotation(7)
+    assert store.ratings_frame().empty and store.counts()["annotations"] == 0
+
+
+def test_rating_data_joins_synced_and_imported_ratings_with_context(store_url):
+    store = Store(store_url)
+    store.upsert_conversations([CONV])
+    store.upsert_annotation(1, 10, "c1", 3, "r1", "t1", {"overall": 5}, "partly")
+    imported = pd.DataFrame({"conversation_id": ["c1", "c1", "c1"], "turn_index": pd.array([3, 1, None], "Int64"),
+                             "rater_id": ["r1"] * 3, "dimension": ["overall", "overall", "overall"],
+                             "rating": [1, 2, 3]})
+    assert store.import_ratings(imported) == 3
+    assert store.import_ratings(imported) == 3 and store.counts()["imported_ratings"] == 3  # upsert, no dupes
+    data = store.rating_data()
+    got = {(None if pd.isna(t) else int(t), d, r) for t, d, r in
+           zip(data.ratings.turn_index, data.ratings.dimension, data.ratings.rating)}
+    # The synced rating of turn 3 wins over the imported one; the expectation answer is scored 2 (partly).
+    assert got == {(3, "overall", 5), (1, "overall", 2), (None, "overall", 3), (3, "expectation_met", 2)}
+    assert data.conversations[("c1", "r1")].context == CONV.context
+
+
+def test_traits_merge_and_emails_are_case_insensitive(store_url):
+    store = Store(store_url)
+    store.upsert_raters([{"rater_id": "r1", "email": "Ann@Example.org", "traits": {"tipi_1": 3}}])
+    store.update_traits("r1", {"llm_use": "daily"})
+    assert store.rater_id_for_email("ann@example.ORG") == "r1"
+    assert store.raters_frame().loc["r1"].to_dict() == {"tipi_1": 3, "llm_use": "daily"}
+    assert "email" not in store.raters_frame().columns
