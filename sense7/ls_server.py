@@ -8,20 +8,17 @@ would talk to the wrong server.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import requests
 
+from sense7.processes import ManagedProcess, ProcessError, free_port, port_is_free
 from sense7.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["LabelStudioServer", "ServerError", "ServerStatus", "free_port", "port_is_free"]
 
 
 class ServerError(RuntimeError):
@@ -57,54 +54,13 @@ def label_studio_executable() -> Path:
     )
 
 
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of this process still answers kill(0); reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
-
-
 class LabelStudioServer:
     """Start, stop and inspect the Label Studio process that serves `settings.ls_url`."""
 
     def __init__(self, settings: Settings, startup_timeout: float = 300.0):
         self.settings = settings
-        self.startup_timeout = startup_timeout
         self.data_dir = settings.home / "label-studio"
-        self.pid_file = settings.home / "run" / "label-studio.pid"
-        self.log_file = settings.home / "logs" / "label-studio.log"
-
-    # -- inspection ------------------------------------------------------------------------------------
-    def pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _alive(pid) else None
+        self.process = ManagedProcess("label-studio", settings.home, self.healthy, startup_timeout)
 
     def healthy(self, timeout: float = 2.0) -> bool:
         try:
@@ -113,7 +69,7 @@ class LabelStudioServer:
             return False
 
     def status(self) -> ServerStatus:
-        pid = self.pid()
+        pid = self.process.pid()
         return ServerStatus(
             running=pid is not None,
             healthy=pid is not None and self.healthy(),
@@ -160,73 +116,22 @@ class LabelStudioServer:
         return env
 
     def start(self, progress=None) -> ServerStatus:
-        current = self.status()
-        if current.running:
-            self._wait_healthy(current.pid, progress)
-            return self.status()
-        port = urlparse(self.settings.ls_url).port or 80
-        if not port_is_free(port):
-            raise ServerError(
-                f"port {port} is already in use by another program: Label Studio would silently move to "
-                f"another port. Stop that program or choose another port with SENSE7_LS_PORT."
-            )
-        exe = label_studio_executable()
-        for path in (self.data_dir, self.pid_file.parent, self.log_file.parent):
-            path.mkdir(parents=True, exist_ok=True)
-        cmd = [str(exe), "start", "--no-browser", "--internal-host", "127.0.0.1", "--port", str(port),
-               "--data-dir", str(self.data_dir), "--enable-legacy-api-token", "--log-level", "WARNING"]
-        with open(self.log_file, "ab") as log:
-            proc = subprocess.Popen(cmd, env=self.environment(), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.data_dir)
-        self.pid_file.write_text(str(proc.pid))
+        if self.process.pid() is None:
+            port = urlparse(self.settings.ls_url).port or 80
+            if not port_is_free(port):
+                raise ServerError(
+                    f"port {port} is already in use by another program: Label Studio would silently move to "
+                    f"another port. Stop that program or choose another port with SENSE7_LS_PORT.")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [str(label_studio_executable()), "start", "--no-browser", "--internal-host", "127.0.0.1",
+               "--port", str(urlparse(self.settings.ls_url).port or 80), "--data-dir", str(self.data_dir),
+               "--enable-legacy-api-token", "--log-level", "WARNING"]
         try:
-            self._wait_healthy(proc.pid, progress)
-        except BaseException:
-            # Ctrl-C or a failed start leaves nothing half-started behind.
-            self.stop()
-            raise
+            self.process.start(cmd, self.environment(), cwd=self.data_dir, on_wait=progress)
+        except ProcessError as exc:
+            raise ServerError(str(exc)) from None
         return self.status()
 
-    def _wait_healthy(self, pid: int, progress=None) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.healthy():
-                return
-            if not _alive(pid):
-                raise ServerError(f"Label Studio exited during start-up; see {self.log_file}:\n{self._log_tail()}")
-            if progress:
-                progress()
-            time.sleep(0.5)
-        raise ServerError(f"Label Studio did not answer {self.settings.ls_url}/health within "
-                          f"{self.startup_timeout:.0f} s; see {self.log_file}")
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
-
-    def stop(self, timeout: float = 20.0) -> bool:
+    def stop(self) -> bool:
         """Stop the server and its children. Returns True if something was running."""
-        pid = self.pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.2)
-        if _alive(pid):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.pid_file.unlink(missing_ok=True)
-        return True
-
-
-if __name__ == "__main__":  # pragma: no cover - debugging aid
-    print(LabelStudioServer(Settings.from_env()).status().describe(), file=sys.stderr)
+        return self.process.stop()

@@ -1,0 +1,122 @@
+"""Background processes that sense7 starts and must be able to stop: one pid file and one log file each
+under SENSE7_HOME, a process group of their own (so stopping also stops their children), and a health
+check to wait on. Label Studio, the ML backend, a private Redis and the Celery worker all use this.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+class ProcessError(RuntimeError):
+    """A managed process could not be started or did not become healthy."""
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of this process still answers kill(0): reap it if it is ours
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+class ManagedProcess:
+    """A named background process with a pid file, a log file and a health check."""
+
+    def __init__(self, name: str, home: Path, healthy: Callable[[], bool], startup_timeout: float = 120.0):
+        self.name = name
+        self.pid_file = home / "run" / f"{name}.pid"
+        self.log_file = home / "logs" / f"{name}.log"
+        self.healthy = healthy
+        self.startup_timeout = startup_timeout
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if pid_alive(pid) else None
+
+    def start(self, cmd: list[str], env: dict[str, str], cwd: Path | None = None,
+              on_wait: Callable[[], None] | None = None) -> int:
+        """Start (or find running) and wait until healthy. Interrupted or failed: nothing is left running."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_file, "ab") as log:
+                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, cwd=cwd)
+            pid = proc.pid
+            self.pid_file.write_text(str(pid))
+        try:
+            self.wait_healthy(pid, on_wait)
+        except BaseException:
+            self.stop()
+            raise
+        return pid
+
+    def wait_healthy(self, pid: int, on_wait: Callable[[], None] | None = None) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.healthy():
+                return
+            if not pid_alive(pid):
+                raise ProcessError(f"{self.name} exited during start-up; see {self.log_file}:\n{self.log_tail()}")
+            if on_wait:
+                on_wait()
+            time.sleep(0.3)
+        raise ProcessError(f"{self.name} was not healthy within {self.startup_timeout:.0f} s; see {self.log_file}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 20.0) -> bool:
+        """SIGTERM the process group, SIGKILL after `timeout`. Returns True if something was running."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and pid_alive(pid):
+                time.sleep(0.1)
+            if not pid_alive(pid):
+                break
+        self.pid_file.unlink(missing_ok=True)
+        return True
