@@ -55,6 +55,8 @@ class Settings:
             backend_password=env.get("SENSE7_BACKEND_PASSWORD") or None,
             webhook_secret=env.get("SENSE7_WEBHOOK_SECRET") or _local_secret(home, "webhook_secret"),
             model_dir=Path(env.get("SENSE7_MODEL_DIR", home / "models")).resolve(),
+            rating_project_title=env.get("SENSE7_RATING_PROJECT_TITLE") or RATING_PROJECT_TITLE,
+            profile_project_title=env.get("SENSE7_PROFILE_PROJECT_TITLE") or PROFILE_PROJECT_TITLE,
         )
 
 

@@ -7,6 +7,7 @@ retried job or a webhook delivered three times leaves one row.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
@@ -95,7 +96,21 @@ class Store:
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute("PRAGMA busy_timeout=10000")
                 cur.close()
-        metadata.create_all(self.engine)
+        self._create_tables()
+
+    def _create_tables(self, attempts: int = 5) -> None:
+        """Create missing tables. Several processes (gunicorn workers, Celery) may start on a fresh
+        database at once: whoever loses the race sees "already exists" and simply checks again."""
+        from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+        for attempt in range(attempts):
+            try:
+                metadata.create_all(self.engine)
+                return
+            except (OperationalError, ProgrammingError, IntegrityError):
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
     # -- generic upsert ------------------------------------------------------------------------------
     def _upsert(self, conn, table: Table, rows: list[dict], keys: list[str]) -> None:
@@ -220,6 +235,13 @@ class Store:
             query = query.where(annotations.c.deleted.is_(False))
         with self.engine.connect() as conn:
             return dict(conn.execute(query).all())
+
+    def annotation_states(self) -> dict[int, tuple[str, str | None]]:
+        """annotation_id -> (updated_at, rater_id) of live annotations: what a sync compares against."""
+        query = select(annotations.c.annotation_id, annotations.c.updated_at, annotations.c.rater_id).where(
+            annotations.c.deleted.is_(False))
+        with self.engine.connect() as conn:
+            return {aid: (updated, rater) for aid, updated, rater in conn.execute(query)}
 
     def ratings_frame(self) -> pd.DataFrame:
         """Long frame of live ratings (deleted annotations excluded): RATING_COLUMNS."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from sense7.cli import backend, data, demo, jobs, project, research, server
+from sense7.cli import backend, data, demo, jobs, project, research, server, synth_cmd
 
 app = typer.Typer(
     name="sense7",
@@ -14,7 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (demo, server, project, data, research, backend, jobs):
+for module in (demo, server, project, data, synth_cmd, research, backend, jobs):
     module.register(app)
 
 

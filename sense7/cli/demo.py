@@ -1,11 +1,19 @@
 """`sense7 demo` and `sense7 down`: the main job, from nothing to a learning, pre-annotated project.
 
-Each phase is idempotent, so re-running the demo reuses what exists. Everything it starts is recorded
-under SENSE7_HOME/run, so `sense7 down` (or Ctrl-C during the demo) stops exactly that.
+The demo runs the real stack on this machine (no Docker): Label Studio, a private Redis, the ML backend
+under gunicorn and a Celery worker with beat. A synthetic study is split in two: the *pilot* half's
+ratings train the first model (as an earlier study would), the *live* half becomes Label Studio tasks.
+Simulated annotators then label part of the live tasks through the API as distinct Label Studio users,
+and the webhooks drive sync -> retrain -> a new promoted version -> refreshed pre-annotations.
+
+Every phase is idempotent, so re-running the demo reuses what exists. Everything it starts is recorded
+under SENSE7_HOME/run, and `sense7 down` (or Ctrl-C during the demo) stops exactly that.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,10 +22,12 @@ import typer
 
 from sense7 import ls_client, synth
 from sense7.cli._common import console, err_console, fail, settings
-from sense7.formats import FormatError, read_conversations, read_raters
-from sense7.importer import import_conversations, import_profile_tasks
-from sense7.ls_server import LabelStudioServer, ServerError
-from sense7.store import Store
+from sense7.ls_server import LabelStudioServer
+from sense7.processes import ManagedProcess, ProcessError
+from sense7.settings import Settings
+
+LIVE_FRACTION = 0.5      # of the synthetic conversations become Label Studio tasks; the rest is the pilot
+LABEL_FRACTION = 0.35    # of each rater's live tasks the simulated annotators label
 
 
 class Phases:
@@ -33,7 +43,7 @@ class Phases:
             yield
         elapsed = time.perf_counter() - start
         self.timings.append((name, elapsed))
-        err_console.print(f"[green]done[/] {name} ({elapsed:.1f} s)")
+        err_console.print(f"[green]done[/] {name} ({elapsed:.1f} s)", highlight=False)
 
     def table(self) -> str:
         total = sum(t for _, t in self.timings)
@@ -41,54 +51,210 @@ class Phases:
         return "\n".join(["| phase | seconds |", "| --- | --- |", *rows, f"| **total** | **{total:.1f}** |"])
 
 
+def worker_process(cfg: Settings) -> ManagedProcess:
+    """The Celery worker (with beat) as a background process; healthy when it answers a ping."""
+    from tasks.celery_app import app
+
+    def healthy() -> bool:
+        try:
+            return bool(app.control.ping(timeout=1.0))
+        except Exception:  # broker not reachable yet
+            return False
+
+    return ManagedProcess("celery-worker", cfg.home, healthy, startup_timeout=90)
+
+
+def _child_env(cfg: Settings, redis_url: str) -> dict[str, str]:
+    return {**os.environ, "SENSE7_HOME": str(cfg.home), "SENSE7_REDIS_URL": redis_url,
+            "SENSE7_LS_URL": cfg.ls_url, "SENSE7_STORE_URL": cfg.store_url, "SENSE7_MODEL_DIR": str(cfg.model_dir),
+            "SENSE7_BACKEND_URL": cfg.backend_url, "SENSE7_BACKEND_ON_EVENT": "tasks.sync:on_event",
+            "SENSE7_RETRAIN_EVERY": os.environ.get("SENSE7_RETRAIN_EVERY", "100")}
+
+
+def _wait(condition, what: str, timeout: float = 180.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise fail(f"timed out after {timeout:.0f} s waiting for {what}; see the logs in {settings().home / 'logs'}")
+
+
 def demo(
-    conversations: Path = typer.Option(None, help="your own conversations file (default: a synthetic batch)"),
+    conversations: Path = typer.Option(None, help="your own conversations (native JSONL) instead of synthetic ones"),
     raters: Path = typer.Option(None, help="your own raters CSV (with --conversations)"),
-    n_conversations: int = typer.Option(60, "--n-conversations", help="size of the synthetic batch"),
-    n_raters: int = typer.Option(6, "--n-raters", help="raters in the synthetic batch"),
-    seed: int = typer.Option(7, help="seed of the synthetic batch"),
+    n_conversations: int = typer.Option(80, "--n-conversations", help="size of the synthetic study"),
+    n_raters: int = typer.Option(6, "--n-raters", help="raters in the synthetic study"),
+    seed: int = typer.Option(7, help="seed of the synthetic study"),
 ) -> None:
-    """Start Label Studio and create, fill and pre-annotate the SENSE-7 projects, then show where to look."""
+    """The main job: a running, learning, pre-annotated SENSE-7 project, then where to look.
+
+    Starts Label Studio, Redis, the ML backend and a Celery worker; creates the projects; imports a batch
+    and rater traits; trains and pre-annotates; simulates annotators, which drives sync, retrain and fresh
+    pre-annotations; writes the personalized-vs-generic report. Re-running reuses what exists."""
     cfg = settings()
-    phases = Phases()
-    server = LabelStudioServer(cfg)
+    started: list = []  # what this run started, stopped again on Ctrl-C or failure
     try:
-        with phases.phase(f"Label Studio on {cfg.ls_url}"):
-            server.start()
-    except ServerError as exc:
-        raise fail(str(exc))
+        _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started)
+    except (KeyboardInterrupt, Exception) as exc:
+        for stop in reversed(started):
+            stop()
+        if isinstance(exc, KeyboardInterrupt):
+            err_console.print("interrupted: stopped what this run had started")
+            raise typer.Exit(130)
+        if isinstance(exc, (typer.Exit, SystemExit)):
+            raise
+        raise fail(f"{type(exc).__name__}: {exc}")
+
+
+def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started) -> None:
+    from ml_backend.registration import connect_backend
+    from ml_backend.server import BackendServer
+    from sense7.dataset import read_ratings_csv
+    from sense7.formats import read_conversations, read_raters
+    from sense7.importer import import_conversations, import_profile_tasks
+    from sense7.model_registry import ModelRegistry
+    from sense7.simulate import ensure_users, label_tasks
+    from sense7.store import Store
+    from sense7.taxonomy import load_taxonomy
+    from tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
+
+    phases, tax = Phases(), load_taxonomy()
+    server = LabelStudioServer(cfg)
+    with phases.phase(f"Label Studio on {cfg.ls_url}"):
+        was_running = server.status().running
+        server.start()
+        if not was_running:
+            started.append(server.stop)
+    with phases.phase("Redis (broker)"):
+        had_local = running_local_url(cfg) is not None
+        redis_url = ensure_redis(cfg)
+        if not had_local and running_local_url(cfg):
+            started.append(lambda: stop_local_redis(cfg))
+        os.environ["SENSE7_REDIS_URL"] = redis_url  # the Celery app in this process talks to the same broker
+    # Importing the jobs creates the Celery app from the environment: only now is the broker known.
+    from tasks.sync import LabelSync, webhook_headers
+    from tasks.training import Retrainer
     client = ls_client.connect(cfg)
     with phases.phase("rating and profile projects"):
-        rating_id, profile_id = ls_client.ensure_projects(client, cfg)
-    data_dir = cfg.home / "demo-data"
-    if conversations is None:
-        with phases.phase(f"synthetic batch ({n_conversations} conversations, {n_raters} raters)"):
-            synth.write(synth.generate(n_conversations, n_raters, seed), data_dir)
-        conversations, raters = data_dir / "conversations.jsonl", data_dir / "raters.csv"
+        rating_id, profile_id = ls_client.ensure_projects(client, cfg, tax)
+
     store = Store(cfg.store_url)
-    try:
-        with phases.phase("import and rater traits"):
-            batch = read_conversations(conversations)
-            trait_rows = read_raters(raters) if raters else []
-            result = import_conversations(client, rating_id, batch, store)
-            import_profile_tasks(client, profile_id, sorted({c.rater_id for c in batch}))
-            store.upsert_raters(trait_rows)
-    except FormatError as exc:
-        err_console.print(str(exc), markup=False)
-        raise typer.Exit(2)
-    (cfg.home / "demo-timings.md").write_text(phases.table() + "\n")
+    data_dir = cfg.home / "demo-data"
+    with phases.phase("study data"):
+        if conversations is None:
+            synth.write(synth.generate(n_conversations, n_raters, seed), data_dir)
+            conversations, raters, ratings_path = (data_dir / "conversations.jsonl", data_dir / "raters.csv",
+                                                   data_dir / "ratings.csv")
+        else:
+            ratings_path = None
+        batch = read_conversations(conversations)
+        traits = read_raters(raters) if raters else []
+        store.upsert_raters(traits)
+        store.upsert_conversations(batch)
+        ratings = read_ratings_csv(ratings_path) if ratings_path else None
+        ids = sorted({c.conversation_id for c in batch})
+        live_ids = set(ids[: max(1, int(len(ids) * LIVE_FRACTION))]) if ratings is not None else set(ids)
+        live = [c for c in batch if c.conversation_id in live_ids]
+        if ratings is not None:  # the pilot half: ratings from an earlier study, never Label Studio tasks
+            store.import_ratings(ratings[~ratings.conversation_id.isin(live_ids)])
+    with phases.phase(f"import {len(live)} conversations as tasks"):
+        result = import_conversations(client, rating_id, live, store)
+        import_profile_tasks(client, profile_id, sorted({c.rater_id for c in batch}))
+
+    registry = ModelRegistry(cfg.model_dir)
+    with phases.phase("first model (pilot ratings)"):
+        if registry.current() is None:
+            Retrainer(store, registry, tax).run("demo: pilot ratings")
+        first_version = registry.current()
+        if first_version is None:
+            raise fail("no model could be trained from the pilot ratings")
+
+    backend = BackendServer(cfg)
+    with phases.phase(f"ML backend on {backend.url}"):
+        os.environ.update(_child_env(cfg, redis_url))
+        if not backend.status().running:
+            backend.start()
+            started.append(backend.stop)
+        connect_backend(client, rating_id, cfg)
+        LabelSync(client, store, tax, rating_id, profile_id).ensure_webhooks(f"{cfg.backend_url}/webhook",
+                                                                            webhook_headers(cfg))
+    worker = worker_process(cfg)
+    with phases.phase("Celery worker and beat"):
+        if worker.pid() is None:
+            cmd = [sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "worker", "--beat",
+                   "--concurrency", "1", "--loglevel", "info", "--schedule", str(cfg.home / "run" / "celerybeat")]
+            try:
+                worker.start(cmd, _child_env(cfg, redis_url), cwd=cfg.home)
+            except ProcessError as exc:
+                raise fail(str(exc))
+            started.append(worker.stop)
+
+    from tasks.celery_app import app as celery_app
+
+    with phases.phase(f"pre-annotate with {first_version}"):
+        celery_app.send_task("sense7.preannotate").get(timeout=300)
+
+    if ratings is not None:
+        with phases.phase("simulated annotators label tasks through the API"):
+            emails = {row["rater_id"]: row["email"] for row in traits if row.get("email")}
+            users = ensure_users(client, emails)
+            tasks = list(client.tasks.list(project=rating_id, include="id,data,total_annotations", page_size=1000))
+            labelled = label_tasks(client, tasks, ratings, users, tax, LABEL_FRACTION)
+        with phases.phase(f"sync {labelled} annotations -> retrain -> new version"):
+            celery_app.send_task("sense7.reconcile").get(timeout=300)
+            _wait(lambda: store.counts()["annotations"] >= labelled, "the annotations to reach the store")
+            if registry.current() == first_version:
+                celery_app.send_task("sense7.retrain", kwargs={"reason": "demo: new annotations"}).get(timeout=600)
+            new_version = registry.current()
+        with phases.phase(f"refreshed pre-annotations ({new_version})"):
+            celery_app.send_task("sense7.preannotate").get(timeout=300)
+
+    report = cfg.home / "report.html"
+    if ratings_path is not None:
+        with phases.phase("personalized vs generic report"):
+            _write_report(conversations, ratings_path, raters, report)
+
+    timings = cfg.home / "demo-timings.md"
+    timings.write_text(phases.table() + "\n")
+    versions = ", ".join(f"{v.name}{' (serving)' if v.current else ''}" for v in registry.list_versions())
     console.print()
     console.print(f"[bold]Label Studio:[/] {cfg.ls_url}/projects/{rating_id}  "
-                  f"({result.created} new tasks, {result.tasks_in_batch} in the batch)")
-    console.print(f"[bold]Login:[/] {cfg.ls_admin_email} / password in {cfg.home / 'secrets' / 'ls_password'}")
-    console.print(f"Phase timings: {cfg.home / 'demo-timings.md'}.  Stop everything with `sense7 down`.")
+                  f"({result.tasks_in_batch} tasks, {result.created} new in this run)", highlight=False)
+    console.print(f"[bold]Login:[/] {cfg.ls_admin_email}  password: in {cfg.home / 'secrets' / 'ls_password'}",
+                  highlight=False)
+    console.print(f"[bold]Model versions:[/] {versions}", highlight=False)
+    if report.exists():
+        console.print(f"[bold]Report:[/] {report}", highlight=False)
+    console.print(f"Phase timings in {timings}. Stop everything with `sense7 down`.", highlight=False)
+
+
+def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: Path) -> None:
+    from sense7.dataset import load_native
+    from sense7.evaluation import evaluate
+    from sense7.report import write_report
+
+    data = load_native(conversations, ratings, raters)
+    results = evaluate(data, splits=("known_rater", "cold_start"), n_folds=3, seed=0, n_boot=200,
+                       dataset="sense7 demo (synthetic)")
+    write_report(results, out)
 
 
 def down() -> None:
-    """Stop everything `sense7 demo` started (Label Studio, ML backend, Celery worker)."""
+    """Stop everything `sense7 demo` started: Celery worker, ML backend, private Redis, Label Studio."""
+    from ml_backend.server import BackendServer
+    from tasks.redis_local import stop_local_redis
+
     cfg = settings()
-    stopped = LabelStudioServer(cfg).stop()
-    console.print("Label Studio stopped" if stopped else "Label Studio was not running")
+    stopped = {
+        "Celery worker": worker_process(cfg).stop(),
+        "ML backend": BackendServer(cfg).stop(),
+        "Redis": stop_local_redis(cfg),
+        "Label Studio": LabelStudioServer(cfg).stop(),
+    }
+    for name, was_running in stopped.items():
+        console.print(f"{name}: {'stopped' if was_running else 'was not running'}")
 
 
 def register(app: typer.Typer) -> None:

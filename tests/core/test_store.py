@@ -48,3 +48,26 @@ def test_traits_merge_and_emails_are_case_insensitive(store_url):
     assert store.rater_id_for_email("ann@example.ORG") == "r1"
     assert store.raters_frame().loc["r1"].to_dict() == {"tipi_1": 3, "llm_use": "daily"}
     assert "email" not in store.raters_frame().columns
+
+
+def test_losing_the_create_table_race_is_retried_not_fatal(store_url, monkeypatch):
+    """Two gunicorn workers on a fresh database: the loser of CREATE TABLE retries instead of dying."""
+    import pytest
+    from sqlalchemy.exc import OperationalError
+
+    import sense7.store
+
+    real, calls = sense7.store.metadata.create_all, []
+
+    def racing(engine):
+        calls.append(engine)
+        if len(calls) == 1:
+            raise OperationalError("CREATE TABLE raters", {}, Exception("table raters already exists"))
+        return real(engine)
+
+    monkeypatch.setattr(sense7.store.metadata, "create_all", racing)
+    assert Store(store_url).counts()["raters"] == 0 and len(calls) == 2
+    monkeypatch.setattr(sense7.store.metadata, "create_all", lambda engine: (_ for _ in ()).throw(
+        OperationalError("x", {}, Exception("unable to open database file"))))
+    with pytest.raises(OperationalError, match="unable to open"):
+        Store(store_url)

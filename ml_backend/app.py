@@ -1,0 +1,168 @@
+"""The ML-backend HTTP protocol of Label Studio 1.23, served by Flask 3 (app factory).
+
+Routes: GET /health, POST /setup, POST /predict, POST /webhook, GET /versions (see ml_backend/README.md
+for the exact bodies). We serve the protocol ourselves because PyPI's label-studio-ml 1.0.9 pins Flask
+1.1.2 and ignores START_TRAINING, and 2.x is not on PyPI.
+
+Security: HTTP basic auth on every route when SENSE7_BACKEND_USER/PASSWORD are set (Label Studio sends
+them with auth_method=BASIC_AUTH); /webhook also wants the shared secret in X-Sense7-Secret, except for
+START_TRAINING, which Label Studio's ML API sends itself without custom headers and which is therefore
+accepted only when basic auth is configured (and passed). Bodies above `max_content_length` get 413.
+Logs carry routes, counts, versions and ids, never bodies, traits, tokens or passwords.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import logging
+import time
+from typing import Any, Callable
+
+from flask import Flask, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from ml_backend.hot_model import HotModel
+from ml_backend.labels import LabelConfigError
+from ml_backend.model import ModelUnavailable, Sense7Model
+from ml_backend.rater_info import RaterInfoCache
+from sense7.settings import Settings
+from sense7.store import Store
+
+log = logging.getLogger("sense7.ml_backend")
+
+SECRET_HEADER = "X-Sense7-Secret"
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # "Retrieve predictions" on a whole project sends every task at once
+# Sent by Label Studio's ML API (basic auth, no custom headers) rather than by a registered webhook.
+ML_API_ACTIONS = frozenset({"START_TRAINING"})
+
+
+def build_model(settings: Settings, on_event: Callable[[str, dict], Any] | None = None,
+                check_interval: float = 1.0, refresh_seconds: float = 30.0) -> Sense7Model:
+    """The model of one serving process: the registry's current version loaded now, once."""
+    from sense7.model_registry import ModelRegistry
+
+    hot = HotModel(ModelRegistry(settings.model_dir), check_interval=check_interval)
+    hot.reload()
+    return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), refresh_seconds), on_event=on_event)
+
+
+def _same(given: str | None, expected: str) -> bool:
+    return hmac.compare_digest((given or "").encode("utf-8"), expected.encode("utf-8"))
+
+
+def _error(status: int, message: str):
+    response = jsonify({"error": message})
+    response.status_code = status
+    return response
+
+
+def create_app(settings: Settings | None = None, *, model: Sense7Model | None = None,
+               on_event: Callable[[str, dict], Any] | None = None,
+               max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
+    """The WSGI app. `on_event(action, payload)` receives START_TRAINING and annotation webhooks; it must
+    return quickly (Label Studio gives webhooks 1 s): enqueue work, do not do it."""
+    settings = settings or Settings.from_env()
+    if model is None:
+        model = build_model(settings, on_event=on_event)
+    elif on_event is not None:
+        model.on_event = on_event
+    user, password = settings.backend_user, settings.backend_password
+    basic_auth = bool(user and password)
+    secret = settings.webhook_secret
+
+    app = Flask("sense7.ml_backend")
+    app.config["MAX_CONTENT_LENGTH"] = max_content_length
+    app.json.sort_keys = False
+    app.json.compact = True
+    app.extensions["sense7_model"] = model
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException):
+        reasons = {413: f"request body larger than {max_content_length} bytes"}
+        return _error(exc.code or 500, reasons.get(exc.code, exc.description or exc.name))
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception):
+        log.error("unexpected %s on %s %s", type(exc).__name__, request.method, request.path)
+        log.debug("unexpected error", exc_info=True)  # messages may quote request data: DEBUG only
+        return _error(500, f"internal error: {type(exc).__name__}")
+
+    @app.before_request
+    def _check_basic_auth():
+        if not basic_auth:
+            return None
+        auth = request.authorization
+        if auth is not None and auth.type == "basic" and _same(auth.username, user) & _same(auth.password, password):
+            return None
+        response = _error(401, "HTTP basic auth required (the ML backend's user and password in Label Studio)")
+        response.headers["WWW-Authenticate"] = 'Basic realm="sense7 ML backend"'
+        return response
+
+    def _json_object(what: str) -> dict:
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            raise _BadRequest(f"{what}: the body must be a JSON object (Content-Type: application/json)")
+        return body
+
+    @app.errorhandler(_BadRequest)
+    def _bad_request(exc: _BadRequest):
+        return _error(400, str(exc))
+
+    @app.get("/health")
+    def health():
+        # Never loads inline (Label Studio gives /health 1 s): a moved pointer is loaded in the background.
+        model.hot_model.reload_in_background()
+        return jsonify({"status": "UP", "model_class": type(model).__name__, "model_version": model.model_version,
+                        "worker": os.getpid()})
+
+    @app.post("/setup")
+    def setup():
+        body = _json_object("/setup")
+        return jsonify({"model_version": model.setup(body.get("project"), body.get("schema"))})
+
+    @app.post("/predict")
+    def predict():
+        started = time.perf_counter()
+        body = _json_object("/predict")
+        tasks = body.get("tasks")
+        if not isinstance(tasks, list):
+            raise _BadRequest("/predict: 'tasks' must be a list of Label Studio tasks")
+        params = body.get("params") if isinstance(body.get("params"), dict) else {}
+        try:
+            results = model.predict(tasks, context=params.get("context"), label_config=body.get("label_config"),
+                                    project=body.get("project"))
+        except LabelConfigError as exc:
+            raise _BadRequest(f"/predict: label_config: {exc}") from None
+        except ModelUnavailable as exc:
+            return _error(503, f"no model to serve: {exc}")
+        errors = sum("error" in r for r in results)
+        log.debug("predict: %d tasks (%d errors) in %.1f ms", len(tasks), errors,
+                  (time.perf_counter() - started) * 1000)
+        return jsonify({"results": results})
+
+    @app.post("/webhook")
+    def webhook():
+        body = _json_object("/webhook")
+        action = body.get("action")
+        if not isinstance(action, str) or not action:
+            raise _BadRequest("/webhook: 'action' (a string such as ANNOTATION_CREATED) is missing")
+        if not _same(request.headers.get(SECRET_HEADER), secret) and not (basic_auth and action in ML_API_ACTIONS):
+            return _error(403, f"/webhook: missing or wrong {SECRET_HEADER} header")
+        try:
+            model.fit(action, body)
+        except Exception as exc:
+            log.error("webhook %s: event handler failed (%s)", action, type(exc).__name__)
+            log.debug("event handler failure", exc_info=True)
+            return _error(503, f"/webhook: event not accepted ({type(exc).__name__})")
+        return jsonify({"status": "accepted", "action": action}), 202
+
+    @app.get("/versions")
+    def versions():
+        return jsonify({"versions": model.versions(), "current": model.model_version})
+
+    return app
+
+
+class _BadRequest(Exception):
+    """A malformed request body; the message is the reason returned with the 400."""

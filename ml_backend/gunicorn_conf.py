@@ -1,0 +1,24 @@
+"""gunicorn settings for the ML backend (`sense7 backend start` passes the environment).
+
+gthread workers: a /predict is CPU-bound Python, so processes (not threads) give parallelism; a few
+threads per worker keep /health and /setup answering while a long batch is being predicted. Each worker
+imports ml_backend.wsgi and loads the model once (no preload: hot swaps happen per process anyway).
+"""
+
+import os
+
+bind = os.environ.get("SENSE7_BACKEND_BIND", f"127.0.0.1:{os.environ.get('SENSE7_BACKEND_PORT', '9090')}")
+workers = int(os.environ.get("SENSE7_BACKEND_WORKERS", "2"))
+threads = int(os.environ.get("SENSE7_BACKEND_THREADS", "8"))  # more threads: larger coalesced model calls
+worker_class = "gthread"
+timeout = 120  # Label Studio waits up to 100 s for /predict (ML_TIMEOUT_PREDICT)
+graceful_timeout = 20
+keepalive = 5
+backlog = 512
+pidfile = os.environ.get("SENSE7_BACKEND_PIDFILE") or None
+proc_name = "sense7-ml-backend"
+# Access logs name only method, path and status; off unless asked for (they cost ~10% at high rates).
+accesslog = "-" if os.environ.get("SENSE7_BACKEND_ACCESS_LOG") else None
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
+errorlog = "-"
+loglevel = os.environ.get("SENSE7_BACKEND_LOG_LEVEL", "info")

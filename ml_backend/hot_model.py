@@ -1,0 +1,91 @@
+"""The model a serving process holds, swapped for a newly promoted version without a restart.
+
+Each process loads the registry's current version once at start. Requests call `get()`; at most once per
+`check_interval` seconds one of them stats the registry pointer. When it changed, that request thread
+loads the new version *outside* any lock the other threads wait on (they keep answering with the old
+model) and then swaps one reference. A version that fails verification or loading is remembered and not
+retried until the pointer changes again; the old model keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sense7.model_registry import ModelRegistry, RegistryError
+
+log = logging.getLogger("sense7.ml_backend")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    version: str
+    bundle: Any
+    loaded_at: float
+
+
+class HotModel:
+    def __init__(self, registry: ModelRegistry, check_interval: float = 1.0):
+        self.registry = registry
+        self.check_interval = check_interval
+        self._loaded: LoadedModel | None = None
+        self._stamp = None
+        self._next_check = 0.0
+        self._load_lock = threading.Lock()  # only one thread loads; nobody waits on it
+        self.last_error: str | None = None
+
+    def get(self) -> LoadedModel | None:
+        """The model to answer this request with (None when nothing was ever promoted or loadable)."""
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + self.check_interval
+            stamp = self.registry.pointer_stamp()
+            if stamp != self._stamp:
+                self.reload(stamp)
+        return self._loaded
+
+    def peek(self) -> LoadedModel | None:
+        """The model held now, without looking at the registry (for /setup and /health: no I/O)."""
+        return self._loaded
+
+    def stale(self) -> bool:
+        """Whether the pointer moved since the last load attempt (one stat)."""
+        return self.registry.pointer_stamp() != self._stamp
+
+    def reload(self, stamp=None) -> bool:
+        """Load the pointer's version if it differs from the held one. Returns True if a swap happened."""
+        if not self._load_lock.acquire(blocking=False):
+            return False  # another thread is loading; keep serving the held model meanwhile
+        try:
+            stamp = stamp if stamp is not None else self.registry.pointer_stamp()
+            version = self.registry.current()
+            held = self._loaded
+            if version is None or (held is not None and held.version == version):
+                self._stamp = stamp
+                return False
+            started = time.perf_counter()
+            try:
+                bundle = self.registry.load(version)
+            except RegistryError as exc:
+                # Remember the stamp: a broken version is not retried on every request.
+                self._stamp = stamp
+                self.last_error = str(exc)
+                log.error("model %s not loaded, still serving %s: %s", version,
+                          held.version if held else "nothing", exc)
+                return False
+            self._loaded = LoadedModel(version, bundle, time.time())
+            self._stamp = stamp
+            self.last_error = None
+            log.info("serving model %s (loaded in %.0f ms, was %s)", version,
+                     (time.perf_counter() - started) * 1000, held.version if held else "nothing")
+            return True
+        finally:
+            self._load_lock.release()
+
+    def reload_in_background(self) -> None:
+        """Start a load without waiting for it (used by /setup, which must answer in milliseconds)."""
+        if self.stale() and not self._load_lock.locked():
+            threading.Thread(target=self.reload, name="sense7-model-reload", daemon=True).start()

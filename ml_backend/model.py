@@ -1,0 +1,195 @@
+"""The served rater model, with label-studio-ml 2.x's model interface.
+
+`predict(tasks, context=None, **kwargs)` and `fit(event, data, **kwargs)` have the signatures of
+`label_studio_ml.model.LabelStudioMLBase` 2.x, so this class could move onto that base class unchanged
+once 2.x is installable; ml_backend.app serves it over HTTP meanwhile (see ml_backend/README.md).
+
+Which model answers for a task is decided by the task's `data.rater_id`: a rater the served bundle was
+trained on gets the personalized prediction, a rater with traits only the traits-conditioned one, an
+unknown rater the generic one (`ModelBundle.predict_items` reports the kind per item).
+
+Model versions: every prediction carries exactly the version `/setup` reports (the registry's version
+name, e.g. "v3"), whatever its kind. Label Studio re-requests a task whose predictions lack the version
+`/setup` returned, and shows only predictions of the project's selected version, so per-kind versions
+("v3-personalized") would make it re-predict traits/generic tasks forever and hide them in the editor.
+The kind is returned next to each result (`"kind"`, which Label Studio ignores) and is derivable from
+the version and the rater (`known_raters` of that version).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable
+
+import pandas as pd
+
+from ml_backend.batcher import MicroBatcher
+from ml_backend.hot_model import HotModel, LoadedModel
+from ml_backend.labels import RatingControl, rating_controls
+from ml_backend.rater_info import RaterInfoCache
+
+log = logging.getLogger("sense7.ml_backend")
+
+NO_MODEL_VERSION = "untrained"
+REQUIRED_TASK_FIELDS = ("conversation_id", "turn_index", "rater_id", "turn")
+_NO_RATERS = pd.DataFrame(index=pd.Index([], name="rater_id"))
+
+
+class ModelUnavailable(RuntimeError):
+    """No model version was ever promoted (or none could be loaded)."""
+
+
+def default_items_from_tasks(task_datas, raters, contexts):
+    from sense7.dataset import items_from_tasks
+
+    return items_from_tasks(task_datas, raters, contexts)
+
+
+def task_problem(task: Any) -> str | None:
+    """Why a task cannot be predicted, or None. Messages name the field, never its value."""
+    if not isinstance(task, dict):
+        return "task is not a JSON object"
+    data = task.get("data")
+    if not isinstance(data, dict):
+        return "task has no 'data' object"
+    for key in REQUIRED_TASK_FIELDS:
+        if data.get(key) in (None, "", []):
+            return f"task data has no '{key}' (tasks must be imported by `sense7 data import`)"
+    if not isinstance(data["rater_id"], (str, int)) or not isinstance(data["conversation_id"], (str, int)):
+        return "task data 'rater_id' and 'conversation_id' must be strings"
+    if isinstance(data["turn_index"], bool) or not isinstance(data["turn_index"], int):
+        return "task data 'turn_index' must be an integer"
+    turn = data["turn"]
+    if not isinstance(turn, list) or not all(isinstance(m, dict) and isinstance(m.get("content"), str)
+                                             and isinstance(m.get("role"), str) for m in turn):
+        return "task data 'turn' must be a list of {role, content} messages"
+    history = data.get("history", [])
+    if not isinstance(history, list) or not all(isinstance(m, dict) and "content" in m for m in history):
+        return "task data 'history' must be a list of {role, content} messages"
+    return None
+
+
+class Sense7Model:
+    """Answers Label Studio's /setup, /predict and /webhook calls for one serving process."""
+
+    def __init__(self, hot_model: HotModel, rater_info: RaterInfoCache,
+                 items_from_tasks: Callable | None = None,
+                 on_event: Callable[[str, dict], Any] | None = None):
+        self.hot_model = hot_model
+        self.rater_info = rater_info
+        self.items_from_tasks = items_from_tasks or default_items_from_tasks
+        self.on_event = on_event or log_event
+        self._schemas: dict[str, str] = {}  # project uid -> label config from the last /setup
+        # Concurrent requests of this process share model calls (see ml_backend/batcher.py).
+        self.batcher = MicroBatcher(self._predict_data)
+
+    # ------------------------------------------------------------------ /setup, /versions
+    @property
+    def model_version(self) -> str:
+        loaded = self.hot_model.peek()
+        return loaded.version if loaded else NO_MODEL_VERSION
+
+    def setup(self, project: str | None, schema: str | None) -> str:
+        """Remember the project's config; never loads a model inline (Label Studio waits 3 s at most)."""
+        if project and schema:
+            self._schemas[str(project).split(".")[0]] = schema
+        self.hot_model.reload_in_background()
+        return self.model_version
+
+    def versions(self) -> list[str]:
+        return [v.name for v in self.hot_model.registry.list_versions()]
+
+    # ------------------------------------------------------------------ /predict
+    def predict(self, tasks: list, context: dict | None = None, **kwargs) -> list[dict]:
+        """Exactly one result per task, in order. kwargs: `label_config` (or `project` seen in /setup)."""
+        loaded = self.hot_model.get()
+        if loaded is None:
+            raise ModelUnavailable(self.hot_model.last_error or "no model version has been promoted yet")
+        label_config = kwargs.get("label_config") or self._schemas.get(str(kwargs.get("project") or "").split(".")[0])
+        controls = rating_controls(label_config)  # LabelConfigError -> HTTP 400 for the whole request
+        results: list[dict | None] = [None] * len(tasks)
+        good = []
+        for i, task in enumerate(tasks):
+            problem = task_problem(task)
+            if problem:
+                results[i] = self._error_result(task, problem, loaded.version)
+            else:
+                good.append(i)
+        if good:
+            try:
+                predicted = self.batcher.run([tasks[i]["data"] for i in good], key=loaded.version, context=loaded)
+            except Exception as exc:
+                # One odd task must not cost the batch: fall back to one task at a time to isolate it.
+                # The exception type only: messages of data errors may quote task or trait values.
+                log.error("batch of %d tasks failed (%s); predicting them one by one", len(good),
+                          type(exc).__name__)
+                log.debug("batch failure", exc_info=True)
+                predicted = []
+                for i in good:
+                    try:
+                        predicted.extend(self._predict_data([tasks[i]["data"]], loaded))
+                    except Exception as exc:
+                        predicted.append(exc)
+            for i, item in zip(good, predicted):
+                if isinstance(item, Exception):
+                    results[i] = self._error_result(tasks[i], f"prediction failed: {type(item).__name__}",
+                                                    loaded.version)
+                else:
+                    results[i] = self._result(item, controls, loaded.version)
+        return results
+
+    def features(self, task_datas: list[dict]) -> pd.DataFrame:
+        """X for these tasks, equal to `items_from_tasks(task_datas, all raters, contexts)`.
+
+        The trait columns come from the cache's precomputed `trait_<name>` table (the same
+        `trait_features` function), joined by rater_id exactly as sense7.dataset does: recomputing the
+        trait features of the raters on every request cost ~35 ms, most of a /predict.
+        """
+        contexts = self.rater_info.contexts((str(d["conversation_id"]), str(d["rater_id"])) for d in task_datas)
+        X = self.items_from_tasks(task_datas, _NO_RATERS, contexts)
+        traits = self.rater_info.trait_table()
+        if len(traits.columns):
+            joined = traits.reindex(X["rater_id"].to_numpy()).to_numpy(dtype=float)
+            X = pd.concat([X, pd.DataFrame(joined, columns=traits.columns, index=X.index)], axis=1)
+        return X
+
+    def _predict_data(self, task_datas: list[dict], loaded: LoadedModel) -> list:
+        X = self.features(task_datas)
+        predictions = loaded.bundle.predict_items(X)
+        if len(predictions) != len(task_datas):
+            raise RuntimeError(f"bundle returned {len(predictions)} predictions for {len(task_datas)} items")
+        return predictions
+
+    @staticmethod
+    def _result(item, controls: tuple[RatingControl, ...], version: str) -> dict:
+        result, confidences = [], []
+        for control in controls:
+            pred = item.controls.get(control.from_name)
+            if pred is None:
+                continue  # a Rating the model was not trained for: nothing to pre-fill
+            level = min(max(int(pred.level), 1), control.max_rating)
+            result.append({"from_name": control.from_name, "to_name": control.to_name, "type": "rating",
+                           "value": {"rating": level}})
+            if pred.confidence is not None and not math.isnan(float(pred.confidence)):
+                confidences.append(float(pred.confidence))
+        score = sum(confidences) / len(confidences) if confidences else 0.0
+        return {"result": result, "score": round(score, 4), "model_version": version, "kind": item.kind}
+
+    @staticmethod
+    def _error_result(task: Any, problem: str, version: str) -> dict:
+        task_id = task.get("id") if isinstance(task, dict) else None
+        label = f"task {task_id}" if task_id is not None else "task"
+        return {"result": [], "score": 0.0, "model_version": version, "error": f"{label}: {problem}"}
+
+    # ------------------------------------------------------------------ /webhook
+    def fit(self, event: str, data: dict, **kwargs) -> Any:
+        """Hand the event to `on_event` (e.g. enqueue a sync/retrain job); never train inline."""
+        return self.on_event(event, data)
+
+
+def log_event(action: str, payload: dict) -> None:
+    """Default event handler: record that the event arrived (ids only, never the payload)."""
+    project = payload.get("project") if isinstance(payload, dict) else None
+    project_id = project.get("id") if isinstance(project, dict) else project
+    log.info("webhook %s for project %s received (no handler configured)", action, project_id)

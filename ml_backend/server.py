@@ -1,0 +1,162 @@
+"""Run the ML backend under gunicorn as a background process (`sense7 backend start|stop|status`).
+
+gunicorn's config is ml_backend/gunicorn_conf.py: gthread workers (SENSE7_BACKEND_WORKERS, default 2 =
+the cores of the reference machine) x threads (SENSE7_BACKEND_THREADS, default 8), bound to 127.0.0.1,
+each worker loading the served model once. Credentials reach the process through its environment only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import requests
+
+from sense7.ls_server import port_is_free
+from sense7.settings import Settings
+
+GUNICORN_CONF = Path(__file__).with_name("gunicorn_conf.py")
+
+
+class BackendError(RuntimeError):
+    """The backend could not be started, or is not the one we expected."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours still answers kill(0)
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+@dataclass
+class BackendStatus:
+    running: bool
+    healthy: bool
+    pid: int | None
+    url: str
+    model_version: str | None
+
+    def describe(self) -> str:
+        if self.running and self.healthy:
+            return f"ML backend is running at {self.url} (pid {self.pid}, model {self.model_version})"
+        if self.running:
+            return f"ML backend (pid {self.pid}) is starting or unhealthy at {self.url}"
+        return "ML backend is not running"
+
+
+class BackendServer:
+    def __init__(self, settings: Settings, port: int | None = None, startup_timeout: float = 60.0):
+        self.settings = settings
+        self.port = port or urlparse(settings.backend_url).port or settings.backend_port
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.startup_timeout = startup_timeout
+        self.pid_file = settings.home / "run" / "ml-backend.pid"
+        self.log_file = settings.home / "logs" / "ml-backend.log"
+
+    @property
+    def auth(self):
+        s = self.settings
+        return (s.backend_user, s.backend_password) if s.backend_user and s.backend_password else None
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def health(self, timeout: float = 2.0) -> dict | None:
+        try:
+            response = requests.get(f"{self.url}/health", auth=self.auth, timeout=timeout)
+        except requests.RequestException:
+            return None
+        return response.json() if response.status_code == 200 else None
+
+    def status(self) -> BackendStatus:
+        pid = self.pid()
+        health = self.health() if pid else None
+        return BackendStatus(pid is not None, health is not None, pid, self.url,
+                             health.get("model_version") if health else None)
+
+    def environment(self, workers: int | None = None, threads: int | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(SENSE7_HOME=str(self.settings.home), SENSE7_STORE_URL=self.settings.store_url,
+                   SENSE7_MODEL_DIR=str(self.settings.model_dir), SENSE7_BACKEND_PORT=str(self.port),
+                   SENSE7_BACKEND_BIND=f"127.0.0.1:{self.port}", SENSE7_BACKEND_PIDFILE=str(self.pid_file),
+                   SENSE7_WEBHOOK_SECRET=self.settings.webhook_secret)
+        if self.auth:
+            env.update(SENSE7_BACKEND_USER=self.auth[0], SENSE7_BACKEND_PASSWORD=self.auth[1])
+        if workers:
+            env["SENSE7_BACKEND_WORKERS"] = str(workers)
+        if threads:
+            env["SENSE7_BACKEND_THREADS"] = str(threads)
+        return env
+
+    def start(self, workers: int | None = None, threads: int | None = None) -> BackendStatus:
+        running = self.pid()
+        if running:
+            raise BackendError(f"the ML backend is already running (pid {running}, {self.url}); "
+                               "`sense7 backend stop` first")
+        if not port_is_free(self.port):
+            raise BackendError(f"port {self.port} is already in use by another program: stop it or choose another "
+                               "port with SENSE7_BACKEND_PORT (or --port)")
+        for path in (self.pid_file.parent, self.log_file.parent):
+            path.mkdir(parents=True, exist_ok=True)
+        # Create the store's tables once here, so the workers booting together need not race to do it.
+        from sense7.store import Store
+
+        Store(self.settings.store_url)
+        cmd = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "ml_backend.wsgi:app"]
+        with open(self.log_file, "ab") as log:
+            proc = subprocess.Popen(cmd, env=self.environment(workers, threads), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pid_file.write_text(str(proc.pid))  # gunicorn rewrites the same pid; we need it before that
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.health(timeout=1.0) is not None:
+                return self.status()
+            if proc.poll() is not None:
+                self.pid_file.unlink(missing_ok=True)
+                raise BackendError(f"the ML backend exited during start-up; see {self.log_file}:\n{self._tail()}")
+            time.sleep(0.2)
+        self.stop()
+        raise BackendError(f"the ML backend did not answer {self.url}/health within {self.startup_timeout:.0f} s; "
+                           f"see {self.log_file}")
+
+    def stop(self, timeout: float = 20.0) -> bool:
+        """Graceful stop (SIGTERM lets workers finish their requests). True if something was running."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.1)
+        if _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def _tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""

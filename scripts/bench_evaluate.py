@@ -1,0 +1,139 @@
+"""Benchmark `sense7 evaluate` / `sense7 analyze`: WASSA 2024 figures (when the data is present) and the
+harness's own speed on synthetic data.
+
+    .venv/bin/python scripts/bench_evaluate.py                       # WASSA (if present) + synthetic timing
+    .venv/bin/python scripts/bench_evaluate.py --wassa DIR --out OUT # JSON and HTML report into OUT
+    .venv/bin/python scripts/bench_evaluate.py --planted 300x40     # also all models on synthetic data
+
+Prints Markdown tables ready for docs/BENCHMARKS.md. The WASSA files are research-only and never part of
+the repository or the tests; without them the WASSA part is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from sense7.evaluation import MODEL_ORDER, evaluate, evaluate_items
+
+DEFAULT_WASSA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wassa2024"
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+def markdown(result: dict) -> str:
+    lines = []
+    for split, body in result["splits"].items():
+        lines.append(f"\n{split} ({body['n_folds']} folds by {body['cluster']}):\n")
+        lines.append("| model | Spearman [95% CI] | accuracy | QWK | MAE |")
+        lines.append("| --- | --- | --- | --- | --- |")
+        for name in [m for m in MODEL_ORDER if m in body["models"]]:
+            o = body["models"][name]["overall"]
+            ci = o["spearman_ci"]
+            ci_text = "" if ci[0] is None else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+            lines.append(f"| {name} | {_fmt(o['spearman'])}{ci_text} | {_fmt(o['accuracy'])} | {_fmt(o['qwk'])} "
+                         f"| {_fmt(o['mae'])} |")
+        paired = body["paired"].get("personalized_minus_generic")
+        if paired and paired["spearman"] is not None:
+            lines.append(f"\npersonalized - generic Spearman: {paired['spearman']:+.3f} "
+                         f"[{paired['ci'][0]:+.3f}, {paired['ci'][1]:+.3f}] (paired cluster bootstrap)")
+    return "\n".join(lines)
+
+
+def bench_wassa(directory: Path, out: Path | None, folds: int, boot: int, seed: int) -> None:
+    from sense7.analysis import analyze
+    from sense7.report import write_report
+    from sense7.wassa import load_wassa
+
+    t0 = time.perf_counter()
+    data = load_wassa(directory)
+    t_load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = evaluate(data, n_folds=folds, seed=seed, n_boot=boot, dataset="wassa2024")
+    t_eval = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    analysis = analyze(data.ratings, n_boot=boot, seed=seed, dataset="wassa2024")
+    t_analyze = time.perf_counter() - t0
+    print(f"## WASSA 2024 ({result['n_ratings']} ratings, {result['n_raters']} raters, "
+          f"{result['n_conversations']} conversations, scale {result['levels'][0]}-{result['levels'][-1]})")
+    print(markdown(result))
+    vc = analysis["variance_components"]
+    for control, body in vc.items():
+        share = body["share"]
+        print(f"\nvariance shares {control}: rater {share['rater']:.1%}, conversation {share['conversation']:.1%}, "
+              f"residual {share['residual']:.1%}")
+    print(f"\nload {t_load:.1f} s, evaluate ({folds} folds x 2 splits x 5 models, {boot} resamples) {t_eval:.1f} s, "
+          f"analyze {t_analyze:.2f} s")
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "wassa_evaluate.json").write_text(json.dumps(result, indent=1))
+        write_report(result, out / "wassa_report.html")
+        print(f"wrote {out / 'wassa_evaluate.json'} and {out / 'wassa_report.html'}")
+
+
+def bench_harness(n_conversations: int, n_raters: int, boot: int, folds: int) -> None:
+    """Harness overhead alone: folds, metrics, bootstrap, gain curve. Five RaterMean variants stand in for
+    the five models: near-free to fit, and (unlike constant baselines) every one has a Spearman to
+    bootstrap, so this is the worst case for the resampling."""
+    from sense7.analysis import analyze
+    from sense7.dataset import build_items
+    from sense7.model.baselines import RaterMean
+    from sense7.synth import generate
+
+    data = generate(n_conversations, n_raters, seed=0).rating_data()
+    X, Y = build_items(data)
+    models = {f"rater_mean_{k}": RaterMean(pseudo_count=k) for k in (0.5, 1, 2, 5, 10)}
+    t0 = time.perf_counter()
+    evaluate_items(X, Y, models, n_folds=folds, n_boot=boot)
+    t_eval = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    analyze(data.ratings, n_boot=boot)
+    t_analyze = time.perf_counter() - t0
+    n = int(Y.notna().to_numpy().sum())
+    print(f"\nharness on synthetic data: {n} ratings ({len(X)} items x {Y.shape[1]} controls), 5 models, "
+          f"{folds} folds x 2 splits, {boot} resamples: evaluate {t_eval:.1f} s; analyze {t_analyze:.2f} s")
+
+
+def bench_planted(n_conversations: int, n_raters: int, folds: int, boot: int, seed: int) -> None:
+    """All five models on synthetic data with planted rater structure (sense7.synth)."""
+    from sense7.synth import generate
+
+    data = generate(n_conversations, n_raters, seed=seed).rating_data()
+    t0 = time.perf_counter()
+    result = evaluate(data, n_folds=folds, seed=seed, n_boot=boot, dataset=f"synth {n_conversations}x{n_raters}")
+    elapsed = time.perf_counter() - t0
+    print(f"\n## Synthetic, planted structure ({result['n_ratings']} ratings, {result['n_items']} items, "
+          f"{result['n_raters']} raters, {len(result['controls'])} controls; `generate({n_conversations}, "
+          f"{n_raters}, seed={seed})`)")
+    print(markdown(result))
+    print(f"\nevaluate {elapsed:.1f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wassa", type=Path, default=DEFAULT_WASSA)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--boot", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--synth", default="1000x100", help="conversations x raters for the harness timing ('' = skip)")
+    parser.add_argument("--planted", default="", help="conversations x raters: all models on synthetic data")
+    args = parser.parse_args()
+    if (args.wassa / "trac1_CONVD_train.csv").is_file():
+        bench_wassa(args.wassa, args.out, args.folds, args.boot, args.seed)
+    else:
+        print(f"WASSA data not found in {args.wassa}: skipped")
+    if args.planted:
+        n_conversations, n_raters = (int(v) for v in args.planted.split("x"))
+        bench_planted(n_conversations, n_raters, args.folds, args.boot, args.seed)
+    if args.synth:
+        n_conversations, n_raters = (int(v) for v in args.synth.split("x"))
+        bench_harness(n_conversations, n_raters, args.boot, args.folds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Rater model speed and synthetic-oracle quality.
+
+    .venv/bin/python scripts/bench_model.py                   # speed (~100k ratings) + oracle comparison
+    .venv/bin/python scripts/bench_model.py --skip-oracle     # speed only (--skip-speed: the rest only)
+    .venv/bin/python scripts/bench_model.py --wassa ../shared/data/wassa2024   # + WASSA known/cold Spearman
+
+Speed: fit time of the generic and personalized models on a synthetic study of about 100,000 control
+ratings (1,000 conversations x ~12.5 turns x 8 controls), and prediction throughput of
+`ModelBundle.predict_items` (items = (turn, rater) predictions with all 8 controls each) in batches.
+Quality: `sense7.model.oracle.compare_with_oracle` (5-fold CV grouped by conversation, 300 conversations,
+40 raters; Spearman vs observed turn ratings, controls pooled, mean over folds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from sense7.dataset import build_items
+from sense7.model import GenericRater, PersonalizedRater
+from sense7.model.bundle import ModelBundle
+from sense7.model.oracle import compare_with_oracle
+from sense7.synth import generate
+
+
+def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int) -> dict:
+    synth = generate(n_conversations, n_raters, seed=1)
+    started = time.perf_counter()
+    X, Y = build_items(synth.rating_data())
+    items_seconds = time.perf_counter() - started
+    out = {"items": len(X), "ratings": int(Y.notna().sum().sum()), "build_items_s": round(items_seconds, 2)}
+    # What train_bundle fits: the personalized model; the served generic model is its text part.
+    started = time.perf_counter()
+    personalized = PersonalizedRater().fit(X, Y)
+    generic = personalized.to_generic()
+    out["fit_bundle_s"] = round(time.perf_counter() - started, 2)
+    started = time.perf_counter()
+    GenericRater().fit(X, Y)
+    out["fit_generic_alone_s"] = round(time.perf_counter() - started, 2)
+    bundle = ModelBundle("bench", list(Y.columns), [1, 2, 3, 4, 5], generic, personalized,
+                         frozenset(personalized.known_raters_))
+    # Serving mix: known raters, plus a batch of unknown raters so the generic path runs too.
+    serve = X.copy()
+    serve.loc[serve.index[::10], "rater_id"] = "unknown"
+    rates = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for start in range(0, len(serve), batch):
+            bundle.predict_items(serve.iloc[start:start + batch])
+        rates.append(len(serve) / (time.perf_counter() - started))
+    out.update(predict_batch=batch, predict_items_per_s_median=round(statistics.median(rates)),
+               predict_items_per_s_best=round(max(rates)),
+               predict_control_ratings_per_s_median=round(statistics.median(rates) * Y.shape[1]))
+    return out
+
+
+def bench_wassa(directory: str) -> dict:
+    from sense7.evaluation import evaluate_items
+    from sense7.model.baselines import RaterMean
+    from sense7.wassa import load_wassa
+
+    X, Y = build_items(load_wassa(directory))
+    models = {"rater_mean": RaterMean(), "generic": GenericRater(), "personalized": PersonalizedRater()}
+    result = evaluate_items(X, Y, models, n_folds=5, seed=0, n_boot=10)
+    def rounded(value):  # None: a constant prediction (e.g. rater means of unseen raters)
+        return None if value is None else round(value, 3)
+
+    return {split: {m: rounded(v["overall"]["spearman"]) for m, v in block["models"].items()}
+            for split, block in result["splits"].items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conversations", type=int, default=1000)
+    parser.add_argument("--raters", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-oracle", action="store_true")
+    parser.add_argument("--wassa", default=None, help="directory with the WASSA 2024 CSV files")
+    args = parser.parse_args()
+    report = {}
+    if not args.skip_speed:
+        report["speed"] = bench_speed(args.conversations, args.raters, args.batch, args.repeats)
+        print(json.dumps(report, indent=2), flush=True)
+    if not args.skip_oracle:
+        report["oracle"] = {k: round(v, 3) for k, v in compare_with_oracle(generate(300, 40, seed=7)).items()}
+        print(json.dumps({"oracle": report["oracle"]}, indent=2), flush=True)
+    if args.wassa:
+        report["wassa"] = bench_wassa(args.wassa)
+        print(json.dumps({"wassa": report["wassa"]}, indent=2), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""`sense7 worker`, `sense7 sync`, `sense7 retrain`, `sense7 preannotate`, `sense7 models list`.
+
+`worker` runs the Celery worker with beat (periodic reconciliation and retrain). The other commands run
+the same job code in this process, so they work without a worker; `--enqueue` hands them to the worker.
+Without SENSE7_REDIS_URL a private redis-server under SENSE7_HOME is started (tasks/README.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import typer
+
+from sense7.cli._common import console, fail, label_studio_errors, progress, settings
+
+models_app = typer.Typer(help="Trained model versions and their held-out metrics.", no_args_is_help=True)
+
+
+def _redis(cfg) -> str:
+    from tasks.redis_local import RedisUnavailable, ensure_redis
+
+    try:
+        url = ensure_redis(cfg)
+    except RedisUnavailable as exc:
+        raise fail(str(exc))
+    # Child processes (the worker) read it from the environment; this process's app is pointed at it
+    # before it ever connects.
+    os.environ["SENSE7_REDIS_URL"] = url
+    from tasks.celery_app import app
+
+    app.conf.update(broker_url=url, result_backend=url)
+    return url
+
+
+def _check_config() -> None:
+    """Reject a malformed SENSE7_* number before anything is started or changed."""
+    try:
+        from tasks.celery_app import JobSettings  # builds the app, which reads the settings too
+
+        JobSettings.from_env()
+    except ValueError as exc:
+        raise fail(str(exc))
+
+
+def _runtime():
+    from tasks.runtime import Runtime
+
+    return Runtime.from_env()
+
+
+class _SdkErrors:
+    """Label Studio's refusals as one clean line (the SDK's own message carries response headers)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        from label_studio_sdk.core.api_error import ApiError
+
+        from tasks.runtime import describe_error
+
+        if isinstance(exc, ApiError):
+            raise fail(describe_error(exc)) from None
+        return False
+
+
+def _enqueue(name: str, **kwargs) -> None:
+    from tasks.celery_app import app
+
+    result = app.send_task(name, kwargs=kwargs)
+    console.print(f"enqueued {name} (job id {result.id})")
+
+
+def worker(
+    concurrency: int = typer.Option(1, help="Job processes (retrains are CPU-bound; the machine has 2 cores)."),
+    beat: bool = typer.Option(True, help="Also run the scheduler (reconciliation, scheduled retrain)."),
+    loglevel: str = typer.Option("info", help="Celery log level."),
+) -> None:
+    """Run the Celery worker (and beat) that syncs labels, retrains and pushes pre-annotations."""
+    _check_config()
+    cfg = settings()
+    url = _redis(cfg)
+    run_dir = cfg.home / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "worker", "--pool", "prefork",
+            "--concurrency", str(concurrency), "--loglevel", loglevel]
+    if beat:
+        args += ["--beat", "--schedule", str(run_dir / "celerybeat-schedule")]
+    console.print(f"worker on {url.split('@')[-1]} (beat {'on' if beat else 'off'})")
+    sys.stdout.flush()
+    # exec: signals (Ctrl-C, docker stop) go straight to Celery, which finishes or re-queues the job.
+    os.execve(sys.executable, args, {**os.environ, "SENSE7_REDIS_URL": url})
+
+
+def sync(
+    enqueue: bool = typer.Option(False, "--enqueue", help="Hand the job to the worker instead of running it here."),
+    register_webhook: bool = typer.Option(True, help="Register the Label Studio webhook (idempotent)."),
+) -> None:
+    """Reconcile the store with Label Studio: every annotation and questionnaire answer, deletions too."""
+    _check_config()
+    cfg = settings()
+    _redis(cfg)
+    if enqueue:
+        _enqueue("sense7.reconcile")
+        return
+    from tasks.sync import LabelSync, webhook_headers
+
+    rt = _runtime()
+    with label_studio_errors(cfg), _SdkErrors():
+        syncer = LabelSync.from_runtime(rt)
+        if register_webhook:
+            hooks = syncer.ensure_webhooks(f"{cfg.backend_url}/webhook", webhook_headers(cfg))
+            console.print(f"webhooks {hooks} -> {cfg.backend_url}/webhook")
+        started = time.perf_counter()
+        with console.status("Reading annotations from Label Studio"):
+            result = syncer.reconcile()
+    console.print(f"{result.seen} annotations read in {time.perf_counter() - started:.1f} s: "
+                  f"{result.upserted} new or changed, {result.unchanged} unchanged, {result.deleted} deleted, "
+                  f"{result.profiles} questionnaires, {result.by_task_rater} rated on a rater's behalf")
+    for problem in result.invalid[:20]:
+        console.print(f"[yellow]skipped[/] {problem}", highlight=False)
+    if len(result.invalid) > 20:
+        console.print(f"... and {len(result.invalid) - 20} more skipped")
+
+
+def retrain(
+    enqueue: bool = typer.Option(False, "--enqueue", help="Hand the job to the worker instead of running it here."),
+    reason: str = typer.Option("manual", help="Recorded with the version's metrics."),
+) -> None:
+    """Train generic + personalized models; promote the new version only if not worse on the held-out slice."""
+    _check_config()
+    cfg = settings()
+    url = _redis(cfg)
+    if enqueue:
+        _enqueue("sense7.retrain", reason=reason)
+        return
+    from tasks.training import run_retrain
+
+    with console.status("Training (generic and personalized models)"):
+        result = run_retrain(_runtime(), url, reason)
+    if result["status"] == "skipped":
+        raise fail(f"retrain skipped: {result['reason']}")
+    verb = "promoted" if result["status"] == "promoted" else "trained but not promoted"
+    console.print(f"{result['version']} {verb} ({result['reason']}); serving {result['serving']}")
+
+
+def preannotate(
+    enqueue: bool = typer.Option(False, "--enqueue", help="Hand the job to the worker instead of running it here."),
+    chunk: int = typer.Option(None, min=1, help="Predictions per import request (default SENSE7_PREANNOTATE_CHUNK)."),
+) -> None:
+    """Predict every unlabeled task lacking a prediction of the served version and push them to Label Studio."""
+    _check_config()
+    cfg = settings()
+    _redis(cfg)
+    if enqueue:
+        _enqueue("sense7.preannotate")
+        return
+    from ml_backend.model import ModelUnavailable
+    from tasks.preannotate import Preannotator
+
+    rt = _runtime()
+    with label_studio_errors(cfg), _SdkErrors():
+        pre = Preannotator(rt.client, rt.serving_model, rt.rating_project, chunk or rt.jobs.preannotate_chunk)
+        with progress() as bar:
+            job = bar.add_task("Pre-annotating", total=None)
+            try:
+                result = pre.run(on_total=lambda n: bar.update(job, total=n),
+                                 on_chunk=lambda n: bar.advance(job, n))
+            except ModelUnavailable as exc:
+                raise fail(str(exc))
+    rate = result.pushed / result.seconds if result.seconds else 0.0
+    console.print(f"{result.pushed} predictions of {result.version} pushed ({result.pending} tasks were pending, "
+                  f"{len(result.failed)} failed) in {result.seconds:.1f} s ({rate:.0f} tasks/s)")
+    for problem in result.failed[:10]:
+        console.print(f"[yellow]failed[/] {problem}", highlight=False)
+
+
+@models_app.command("list")
+def list_models() -> None:
+    """Model versions (oldest first) with held-out metrics, the served version's and the baseline's."""
+    from rich.table import Table
+
+    from sense7.model_registry import ModelRegistry
+
+    cfg = settings()
+    registry = ModelRegistry(cfg.model_dir)
+    versions = registry.list_versions()
+    if not versions:
+        console.print(f"No model versions in {cfg.model_dir} yet: run `sense7 retrain`.")
+        return
+
+    def fmt(value) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    table = Table("version", "serving", "trained", "reason", "items", "Spearman", "accuracy", "served Spearman",
+                  "baseline acc.", "promoted")
+    for v in versions:
+        m = v.metrics or {}
+        macro = (m.get("holdout") or {}).get("macro") or {}
+        served = (m.get("served_on_holdout") or {})
+        baseline = ((m.get("baseline_majority") or {}).get("macro") or {})
+        table.add_row(v.name, "*" if v.current else "", m.get("trained_at", "-"), str(m.get("reason", "-")),
+                      str(m.get("n_train_items", "-")), fmt(macro.get("spearman")), fmt(macro.get("accuracy")),
+                      f"{served.get('version')}: {fmt((served.get('macro') or {}).get('spearman'))}" if served else "-",
+                      fmt(baseline.get("accuracy")), {True: "yes", False: "no"}.get(m.get("promoted"), "-"))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(worker)
+    app.command()(sync)
+    app.command()(retrain)
+    app.command()(preannotate)
+    app.add_typer(models_app, name="models")

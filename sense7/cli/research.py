@@ -1,0 +1,199 @@
+"""`sense7 evaluate` and `sense7 analyze`: what researchers run on their ratings (or on WASSA 2024)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from sense7.cli._common import console, fail, progress
+
+CONVERSATIONS_HELP = "conversations.jsonl (native format)"
+RATINGS_HELP = "ratings.csv: conversation_id, turn_index, rater_id, dimension, rating"
+RATERS_HELP = "raters.csv: rater_id, email, profile fields (optional)"
+WASSA_HELP = "a directory with the WASSA 2024 CSV files (instead of the native files)"
+
+
+def _load(conversations: Path | None, ratings: Path | None, raters: Path | None, wassa: Path | None,
+          need_conversations: bool = True):
+    """(RatingData or ratings frame, data set name); exits 2 with file:line: field: reason on bad input."""
+    from sense7.dataset import DataError, load_native, read_ratings_csv
+
+    if wassa and (conversations or ratings or raters):
+        raise fail("give either --wassa2024 or the native files (--conversations/--ratings/--raters), not both", 2)
+    try:
+        if wassa:
+            from sense7.wassa import load_wassa
+
+            return load_wassa(wassa), "wassa2024"
+        if ratings is None or (need_conversations and conversations is None):
+            missing = "--ratings" if ratings is None else "--conversations"
+            raise fail(f"missing {missing} (or give --wassa2024 DIR)", 2)
+        for path in (conversations, ratings, raters):
+            if path is not None and not Path(path).is_file():
+                raise fail(f"{escape(str(path))}: file not found", 2)
+        if conversations is None:
+            return read_ratings_csv(ratings), Path(ratings).stem
+        return load_native(conversations, ratings, raters), Path(ratings).parent.name or Path(ratings).stem
+    except (DataError, ValueError) as exc:  # DataError, sense7.formats.FormatError: file:line: field: reason
+        raise fail(escape(str(exc)), 2)
+
+
+def _ci(ci) -> str:
+    return "n/a" if ci is None or ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _num(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _share(value: float, ci) -> str:
+    if ci[0] is None:
+        return f"{value:.0%}"
+    return f"{value:.0%} [{ci[0]:.0%}-{ci[1]:.0%}]"
+
+
+def _change(row: dict) -> str:
+    """A compact "mean ± half-CI" cell, so four offsets fit an 80-column terminal."""
+    if not row["n"] or row["mean_change"] is None:
+        return "n/a"
+    lo, hi = row["ci"]
+    return f"{row['mean_change']:+.2f} ±{(hi - lo) / 2:.2f}"
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    tmp.replace(path)
+
+
+def evaluate_command(
+    conversations: Path = typer.Option(None, help=CONVERSATIONS_HELP),
+    ratings: Path = typer.Option(None, help=RATINGS_HELP),
+    raters: Path = typer.Option(None, help=RATERS_HELP),
+    wassa2024: Path = typer.Option(None, "--wassa2024", help=WASSA_HELP),
+    splits: str = typer.Option("known_rater,cold_start", help="comma-separated: known_rater, cold_start"),
+    folds: int = typer.Option(5, min=2, help="cross-validation folds"),
+    seed: int = typer.Option(0, help="seed of the fold assignment and the bootstrap"),
+    boot: int = typer.Option(1000, min=0, help="bootstrap resamples for the confidence intervals"),
+    models: str = typer.Option(",".join(("majority", "global_mean", "rater_mean", "generic", "personalized")),
+                               help="comma-separated subset of the models (quicker iterations)"),
+    jobs: int = typer.Option(1, min=1, help="fit folds in parallel processes (same results)"),
+    json_path: Path = typer.Option(None, "--json", help="write the full result as JSON"),
+    report: Path = typer.Option(None, help="write a self-contained HTML report"),
+) -> None:
+    """Cross-validate the rater models and the trivial baselines; print metrics with 95% CIs.
+
+    Known raters: folds grouped by conversation. Cold start: folds grouped by rater. Every model is refitted
+    on each training fold."""
+    from sense7.evaluation import MODEL_ORDER, SPLITS, default_models, evaluate
+
+    chosen = [s.strip() for s in splits.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in SPLITS]
+    if unknown or not chosen:
+        raise fail(f"--splits: unknown split(s) {', '.join(unknown) or '(none given)'}; "
+                   f"choose from {', '.join(SPLITS)}", 2)
+    try:
+        estimators = default_models([m.strip() for m in models.split(",") if m.strip()])
+    except ValueError as exc:
+        raise fail(f"--models: {escape(str(exc))}", 2)
+    data, name = _load(conversations, ratings, raters, wassa2024)
+    with progress() as bar:
+        job = bar.add_task("Cross-validating", total=len(chosen) * len(estimators) * folds)
+        try:
+            result = evaluate(data, splits=chosen, n_folds=folds, seed=seed, n_boot=boot, models=estimators,
+                              n_jobs=jobs,
+                              dataset=name, progress=lambda label: bar.update(job, advance=1, description=label))
+        except ValueError as exc:
+            raise fail(escape(str(exc)), 2)
+    console.print(f"{result['dataset']}: {result['n_ratings']} ratings, {result['n_items']} items, "
+                  f"{result['n_raters']} raters, {result['n_conversations']} conversations; "
+                  f"controls {', '.join(result['controls'])}; scale {result['levels'][0]}-{result['levels'][-1]}")
+    for split_name, split in result["splits"].items():
+        table = Table(title=f"{split_name} ({split['n_folds']} folds by {split['cluster']}), "
+                            "overall = mean over controls",
+                      caption="acc. = accuracy; fit s = seconds to fit and predict all folds")
+        for column in ("model", "Spearman", "95% CI", "acc.", "QWK", "MAE", "fit s"):
+            table.add_column(column, justify="left" if column == "model" else "right")
+        for model in [m for m in MODEL_ORDER if m in split["models"]]:
+            o = split["models"][model]["overall"]
+            table.add_row(model, _num(o["spearman"]), _ci(o["spearman_ci"]), _num(o["accuracy"]), _num(o["qwk"]),
+                          _num(o["mae"]), f"{split['fit_predict_seconds'][model]:.1f}")
+        console.print(table)
+        paired = split["paired"].get("personalized_minus_generic")
+        if paired and paired["spearman"] is not None:
+            console.print(f"personalized - generic Spearman: {paired['spearman']:+.3f} {_ci(paired['ci'])} "
+                          "(paired bootstrap)")
+    if json_path:
+        _write_json(json_path, result)
+        console.print(f"JSON: {json_path}")
+    if report:
+        from sense7.report import write_report
+
+        write_report(result, report)
+        console.print(f"Report: {report}")
+
+
+def analyze_command(
+    conversations: Path = typer.Option(None, help=CONVERSATIONS_HELP + " (optional here)"),
+    ratings: Path = typer.Option(None, help=RATINGS_HELP),
+    raters: Path = typer.Option(None, help=RATERS_HELP + " (not used)"),
+    wassa2024: Path = typer.Option(None, "--wassa2024", help=WASSA_HELP),
+    seed: int = typer.Option(0, help="bootstrap seed"),
+    boot: int = typer.Option(1000, min=10, help="bootstrap resamples for the confidence intervals"),
+    json_path: Path = typer.Option(None, "--json", help="write the full result as JSON"),
+) -> None:
+    """Variance shares (rater / conversation / turn) and rating changes after failures.
+
+    Per control: method-of-moments shares of rating variance due to the rater, the conversation and the
+    rest; and how ratings move on and after a continuity failure (continuity <= 2) or an unmet
+    expectation, against the rater's baseline and against the same conversation's earlier turns."""
+    from sense7.analysis import analyze
+
+    loaded, name = _load(conversations, ratings, raters, wassa2024, need_conversations=False)
+    frame = getattr(loaded, "ratings", loaded)
+    result = analyze(frame, n_boot=boot, seed=seed, dataset=name)
+    console.print(f"{name}: {result['n_ratings']} ratings by {result['n_raters']} raters")
+    components = result["variance_components"]
+    levels = sorted({vc["level"] for vc in components.values()})
+    sizes = sorted({vc["n"] for vc in components.values()})
+    table = Table(title="Variance shares (method of moments; residual = what rater and conversation do not "
+                        "explain: turn-to-turn differences, rater x conversation, noise)",
+                  caption=f"[95% CI, raters resampled]; ratings of "
+                          f"{' / '.join('single turns' if v == 'turn' else 'whole conversations' for v in levels)}, "
+                          f"n = {', '.join(map(str, sizes[:3]))}{'...' if len(sizes) > 3 else ''} per control")
+    table.add_column("control", min_width=15)
+    for column in ("rater", "conversation", "residual"):
+        table.add_column(column, justify="right")
+    for control, vc in components.items():
+        table.add_row(control, *(_share(vc["share"][k], vc["share_ci"][k])
+                                 for k in ("rater", "conversation", "residual")))
+    console.print(table)
+    for event, info in result["after_events"].items():
+        what = f"{event.replace('_', ' ')} ({info['n_events']} events, {info['n_raters']} raters)"
+        for title, pick in ((f"Change after {what}, vs the rater's baseline", lambda r: r),
+                            (f"Change after {what}, vs the same conversation's earlier turns",
+                             lambda r: r["vs_earlier"])):
+            table = Table(title=title,
+                          caption="± = half the width of the 95% CI (raters resampled); exact bounds in --json")
+            table.add_column("control", min_width=15)
+            offsets = [row["offset"] for row in next(iter(info["controls"].values()), [])]
+            for k in offsets:
+                table.add_column("that turn" if k == 0 else f"+{k} turn{'s' if k > 1 else ''}", justify="right")
+            for control, rows in info["controls"].items():
+                table.add_row(control, *(_change(pick(r)) for r in rows))
+            console.print(table)
+    if not result["after_events"]:
+        console.print("No per-turn continuity or expectation ratings: nothing to say about failures.")
+    if json_path:
+        _write_json(json_path, result)
+        console.print(f"JSON: {json_path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("evaluate")(evaluate_command)
+    app.command("analyze")(analyze_command)

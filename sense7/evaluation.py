@@ -1,0 +1,341 @@
+"""Cross-validated evaluation of rater models, with the guarantees a researcher needs to trust it.
+
+- Known raters: folds grouped by conversation, so no conversation text is both trained on and tested.
+- Cold start: folds grouped by rater, so a test rater has no rating in training. (When several raters
+  rate the same conversation, other raters' ratings of it may be in training: a new rater joining a
+  project meets material others have rated.)
+- Every model is cloned and fitted per training fold: whatever it learns (vectorizers, scalers, rater
+  effects) comes from training rows only.
+- Controls and the rating scale come from the data (SENSE-7 style 1-5 with eight controls, WASSA 1-7 with
+  one), never from constants.
+- Metrics are computed within each test fold and averaged over folds (weighted by the fold's ratings).
+  Pooling out-of-fold predictions instead would credit or punish a model for differences *between*
+  folds: a training-set mean is anti-correlated with the held-out fold's mean, so a constant predictor
+  would show a negative Spearman on pooled folds.
+- Confidence intervals resample clusters (conversations for known raters, raters for cold start), and
+  personalized minus generic is a paired bootstrap on the same resamples.
+
+`evaluate` returns plain JSON-able data; `sense7.report` draws it and `sense7 evaluate` prints it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+from joblib import Parallel, delayed
+from sklearn.base import clone
+from sklearn.model_selection import GroupKFold
+
+from sense7.metrics import (
+    METRIC_NAMES,
+    RankStructure,
+    cluster_draws,
+    json_metrics,
+    percentile_ci,
+    point_metrics,
+)
+
+SPLITS = {"known_rater": "conversation_id", "cold_start": "rater_id"}
+MODEL_ORDER = ("majority", "global_mean", "rater_mean", "generic", "personalized")
+# Bins of "how many training ratings did this rater have in this fold" for the personalization-gain curve.
+TRAIN_COUNT_EDGES = (0, 1, 5, 10, 20, 50, 100, 200, 500)
+
+Progress = Callable[[str], None]
+
+
+def default_models(names=MODEL_ORDER) -> dict:
+    """The models every evaluation reports (or the chosen subset), in report order (baselines first)."""
+    from sense7.model import GenericRater, PersonalizedRater
+    from sense7.model.baselines import GlobalMean, MajorityClass, RaterMean
+
+    unknown = [n for n in names if n not in MODEL_ORDER]
+    if unknown:
+        raise ValueError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODEL_ORDER)}")
+    makers = {"majority": MajorityClass, "global_mean": GlobalMean, "rater_mean": RaterMean,
+              "generic": GenericRater, "personalized": PersonalizedRater}
+    return {name: makers[name]() for name in MODEL_ORDER if name in names}
+
+
+def make_folds(X: pd.DataFrame, split: str, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train_rows, test_rows) positional indices; groups never straddle train and test."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    groups = X[SPLITS[split]].astype(str).to_numpy()
+    n_groups = len(np.unique(groups))
+    if n_groups < 2:
+        raise ValueError(f"split {split!r} needs at least two distinct {SPLITS[split]} values, got {n_groups}")
+    folds = GroupKFold(n_splits=min(n_folds, n_groups), shuffle=True, random_state=seed)
+    return [(train, test) for train, test in folds.split(X, groups=groups)]
+
+
+def _model_levels(model, n_columns: int, data_levels, control: str):
+    """The rating value of each predict_proba column: the model's fitted levels_ when it exposes them,
+    else the data's scale (None when neither fits, so the caller can fall back)."""
+    levels = getattr(model, "levels_", None)
+    if isinstance(levels, dict):
+        levels = levels.get(control)
+    if levels is not None and len(levels) == n_columns:
+        return np.asarray(levels, float)
+    if data_levels is None:
+        return None
+    if len(data_levels) == n_columns:
+        return np.asarray(data_levels, float)
+    who = type(model).__name__ if model is not None else "the model"
+    raise ValueError(f"{who}.predict_proba gives {n_columns} columns for {control!r}, "
+                     f"but the data's scale has {len(data_levels)} levels and the model exposes no levels_")
+
+
+def _fit_predict(model, X, Y, train, test):
+    """One fold: a fresh clone fitted on the training rows, its levels and probabilities on the test rows."""
+    fitted = clone(model).fit(X.iloc[train].reset_index(drop=True), Y.iloc[train].reset_index(drop=True))
+    X_test = X.iloc[test].reset_index(drop=True)
+    proba = fitted.predict_proba(X_test)
+    values = {c: _model_levels(fitted, np.asarray(proba[c]).shape[1], None, c) for c in Y.columns}
+    return fitted.predict(X_test), proba, values
+
+
+def cross_val_predictions(model, X, Y, folds, data_levels, progress: Progress | None = None, label: str = "",
+                          n_jobs: int = 1):
+    """Out-of-fold predicted levels and scores (expected rating under predict_proba) for every row.
+
+    Also returns, per row, how many training rows its rater had in the fold that predicted it.
+    n_jobs > 1 fits folds in parallel processes (joblib); results are identical to n_jobs=1.
+    """
+    levels = pd.DataFrame(np.nan, index=Y.index, columns=Y.columns)
+    scores = levels.copy()
+    train_counts = np.zeros(len(X), int)
+    raters = X["rater_id"].astype(str).to_numpy()
+    jobs = (delayed(_fit_predict)(model, X, Y, train, test) for train, test in folds)
+    outputs = Parallel(n_jobs=n_jobs, return_as="generator")(jobs) if n_jobs != 1 else (
+        _fit_predict(model, X, Y, train, test) for train, test in folds)
+    for k, ((train, test), (predicted, proba, values)) in enumerate(zip(folds, outputs)):
+        for control in Y.columns:
+            levels.iloc[test, levels.columns.get_loc(control)] = np.asarray(predicted[control], float)
+            p = np.asarray(proba[control], float)
+            column_levels = values[control] if values[control] is not None else _model_levels(
+                None, p.shape[1], data_levels, control)
+            scores.iloc[test, scores.columns.get_loc(control)] = p @ column_levels
+        per_rater = pd.Series(raters[train]).value_counts()
+        train_counts[test] = pd.Series(raters[test]).map(per_rater).fillna(0).to_numpy(int)
+        if progress:
+            progress(f"{label} fold {k + 1}/{len(folds)}")
+    return levels, scores, train_counts
+
+
+def _macro(per_control: dict[str, dict]) -> dict:
+    """The "overall" block: each metric averaged over controls (undefined controls skipped)."""
+    out = {}
+    for name in METRIC_NAMES:
+        values = [m[name] for m in per_control.values() if m[name] is not None and np.isfinite(m[name])]
+        out[name] = float(np.mean(values)) if values else float("nan")
+    return out
+
+
+def fold_metrics(y_true, y_level, score, fold_ids, levels) -> dict:
+    """Each metric computed within every fold, averaged with the fold's number of ratings as weight.
+    Folds where a metric is undefined (e.g. Spearman of a constant prediction) are left out."""
+    sums = {name: 0.0 for name in METRIC_NAMES}
+    weights = {name: 0.0 for name in METRIC_NAMES}
+    for fold in np.unique(fold_ids):
+        rows = fold_ids == fold
+        values = point_metrics(y_true[rows], y_level[rows], score[rows], levels)
+        for name, value in values.items():
+            if np.isfinite(value):
+                sums[name] += value * rows.sum()
+                weights[name] += rows.sum()
+    return {name: sums[name] / weights[name] if weights[name] else float("nan") for name in METRIC_NAMES}
+
+
+def _bootstrap_spearman(y: pd.DataFrame, scores: dict[str, pd.DataFrame], clusters: np.ndarray,
+                        fold_ids: np.ndarray, n_boot: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
+    """Resampled fold-averaged Spearman per model and control (control average under "__overall__").
+
+    All models and controls share the same resamples, which makes differences between models paired.
+    The rating ranks of a resample are computed once and shared by every model."""
+    controls = list(y.columns)
+    n_clusters = int(clusters.max()) + 1 if len(clusters) else 0
+    blocks = []  # (control, rows of one fold, rating ranks, {model: score ranks})
+    for c in controls:
+        t = y[c].to_numpy(float)
+        for fold in np.unique(fold_ids):
+            rows = np.flatnonzero((fold_ids == fold) & np.isfinite(t))
+            ranked = {}
+            for name, frame in scores.items():
+                s = frame[c].to_numpy(float)[rows]
+                if len(s) and np.ptp(s) > 0:  # constant scores rank nothing: no CI
+                    ranked[name] = RankStructure(s)
+            if ranked:
+                blocks.append((c, rows, RankStructure(t[rows]), ranked))
+    acc = {name: {c: np.zeros(n_boot) for c in controls} for name in scores}
+    weight = {name: {c: np.zeros(n_boot) for c in controls} for name in scores}
+    for b, draw in enumerate(cluster_draws(n_clusters, n_boot, seed)):
+        for c, rows, y_rank, ranked in blocks:
+            w = draw[clusters[rows]]
+            total = w.sum()
+            if total < 2:
+                continue
+            ry = y_rank.midranks(w)
+            dy = ry - (w * ry).sum() / total
+            wdy = w * dy
+            vy = (wdy * dy).sum()
+            if vy <= 0:
+                continue
+            for name, s_rank in ranked.items():
+                rx = s_rank.midranks(w)
+                dx = rx - (w * rx).sum() / total
+                vx = (w * dx * dx).sum()
+                if vx > 0:
+                    acc[name][c][b] += total * (wdy * dx).sum() / np.sqrt(vx * vy)
+                    weight[name][c][b] += total
+    out = {}
+    for name in scores:
+        with np.errstate(all="ignore"):
+            out[name] = {c: np.where(weight[name][c] > 0, acc[name][c] / weight[name][c], np.nan) for c in controls}
+        stacked = np.vstack([out[name][c] for c in controls])
+        finite = np.isfinite(stacked)
+        with np.errstate(all="ignore"):
+            mean = np.where(finite, stacked, 0).sum(axis=0) / finite.sum(axis=0)
+        out[name]["__overall__"] = np.where(finite.any(axis=0), mean, np.nan)
+    return out
+
+
+def _train_count_bins(y, scores, train_counts, raters, fold_ids) -> list[dict]:
+    """Metrics by how many training ratings the rater had: the personalization-gain curve."""
+    edges = list(TRAIN_COUNT_EDGES) + [np.inf]
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        rows = (train_counts >= lo) & (train_counts < hi)
+        if rows.sum() < 3:
+            continue
+        label = str(lo) if hi == lo + 1 else (f"{lo}+" if not np.isfinite(hi) else f"{lo}-{int(hi) - 1}")
+        entry = {"bin": label, "lo": int(lo), "n_items": int(rows.sum()),
+                 "n_raters": int(len(np.unique(raters[rows]))), "models": {}}
+        for name, frame in scores.items():
+            rhos, maes = [], []
+            for c in y.columns:
+                t = y[c].to_numpy(float)[rows]
+                s = frame[c].to_numpy(float)[rows]
+                ok = np.isfinite(t) & np.isfinite(s)
+                if ok.sum() >= 3:
+                    m = fold_metrics(t[ok], s[ok], s[ok], fold_ids[rows][ok], None)
+                    rhos.append(m["spearman"])
+                    maes.append(m["mae"])
+            rhos = [r for r in rhos if np.isfinite(r)]
+            entry["models"][name] = {"spearman": float(np.mean(rhos)) if rhos else None,
+                                     "mae_expected": float(np.mean(maes)) if maes else None}
+        p, g = entry["models"].get("personalized", {}), entry["models"].get("generic", {})
+        entry["gain_spearman"] = (p["spearman"] - g["spearman"]
+                                  if p.get("spearman") is not None and g.get("spearman") is not None else None)
+        out.append(entry)
+    return out
+
+
+def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(SPLITS), n_folds: int = 5,
+                   seed: int = 0, n_boot: int = 1000, dataset: str = "", progress: Progress | None = None,
+                   n_jobs: int = 1) -> dict:
+    """`evaluate` on an item frame (X, Y) already built by `sense7.dataset.build_items`.
+
+    Returns {"dataset", "n_ratings", "n_items", "n_raters", "n_conversations", "controls", "levels", ...,
+    "splits": {split: {
+        "models": {name: {"overall": M, "per_control": {control: M}}},   M = {spearman, accuracy, qwk, mae,
+                                                                              spearman_ci: [lo, hi]}
+        "paired": {"personalized_minus_generic": {"spearman", "ci", "per_control"}},
+        "confusion": {name: {control: counts[true level][predicted level]}},
+        "by_train_ratings": [{bin, n_items, n_raters, models: {name: {spearman, mae_expected}},
+                              gain_spearman}],   # by the rater's number of ratings in the training fold
+        "rater_train_ratings": [mean training ratings per rater, sorted],
+        "fit_predict_seconds": {name: seconds}, "n_folds", "cluster"}}}
+    Undefined values (e.g. Spearman of a constant prediction) are None, so the result is strict JSON.
+    """
+    X, Y = X.reset_index(drop=True), Y.reset_index(drop=True).astype(float)
+    observed = Y.to_numpy(float)[np.isfinite(Y.to_numpy(float))]
+    if len(observed) == 0:
+        raise ValueError("no ratings to evaluate")
+    data_levels = np.arange(int(observed.min()), int(observed.max()) + 1)
+    result = {
+        "dataset": dataset,
+        "n_ratings": int(np.isfinite(Y.to_numpy(float)).sum()),
+        "n_items": int(len(X)),
+        "n_raters": int(X["rater_id"].nunique()),
+        "n_conversations": int(X["conversation_id"].nunique()),
+        "controls": list(Y.columns),
+        "levels": [int(v) for v in data_levels],
+        "n_folds": n_folds,
+        "seed": seed,
+        "n_boot": n_boot,
+        "splits": {},
+    }
+    raters = X["rater_id"].astype(str).to_numpy()
+    for split in splits:
+        folds = make_folds(X, split, n_folds, seed)
+        levels, scores, counts = {}, {}, None
+        seconds = {}
+        for name, model in models.items():
+            started = time.perf_counter()
+            levels[name], scores[name], counts = cross_val_predictions(
+                model, X, Y, folds, data_levels, progress, label=f"{split} {name}", n_jobs=n_jobs)
+            seconds[name] = round(time.perf_counter() - started, 3)
+        clusters = pd.factorize(X[SPLITS[split]].astype(str))[0]
+        fold_ids = np.empty(len(X), int)
+        for k, (_, test) in enumerate(folds):
+            fold_ids[test] = k
+        boot = _bootstrap_spearman(Y, scores, clusters, fold_ids, n_boot, seed)
+        split_out = {"models": {}, "paired": {}, "confusion": {}, "n_folds": len(folds),
+                     "cluster": SPLITS[split], "fit_predict_seconds": seconds}
+        for name in models:
+            per_control = {}
+            split_out["confusion"][name] = {}
+            for c in Y.columns:
+                t = Y[c].to_numpy(float)
+                ok = np.isfinite(t) & np.isfinite(levels[name][c].to_numpy(float))
+                values = fold_metrics(t[ok], levels[name][c].to_numpy(float)[ok],
+                                      scores[name][c].to_numpy(float)[ok], fold_ids[ok], data_levels)
+                per_control[c] = json_metrics(values, percentile_ci(boot[name][c]))
+                split_out["confusion"][name][c] = _confusion(t[ok], levels[name][c].to_numpy(float)[ok], data_levels)
+            overall = json_metrics(_macro(per_control), percentile_ci(boot[name]["__overall__"]))
+            split_out["models"][name] = {"overall": overall, "per_control": per_control}
+        if "personalized" in models and "generic" in models:
+            split_out["paired"]["personalized_minus_generic"] = _paired(split_out["models"], boot, list(Y.columns))
+        split_out["by_train_ratings"] = _train_count_bins(Y, scores, counts, raters, fold_ids)
+        per_rater = pd.Series(counts).groupby(raters).mean()
+        split_out["rater_train_ratings"] = sorted(float(v) for v in per_rater)
+        result["splits"][split] = split_out
+    return result
+
+
+def _paired(model_results: dict, boot: dict, controls: list[str]) -> dict:
+    def diff(block_p, block_g):
+        p, g = block_p["spearman"], block_g["spearman"]
+        return None if p is None or g is None else p - g
+
+    pers, gen = model_results["personalized"], model_results["generic"]
+    out = {"spearman": diff(pers["overall"], gen["overall"]),
+           "ci": percentile_ci(boot["personalized"]["__overall__"] - boot["generic"]["__overall__"]),
+           "per_control": {}}
+    for c in controls:
+        out["per_control"][c] = {"spearman": diff(pers["per_control"][c], gen["per_control"][c]),
+                                 "ci": percentile_ci(boot["personalized"][c] - boot["generic"][c])}
+    return out
+
+
+def _confusion(y_true, y_level, levels) -> list[list[int]]:
+    """Counts: row = true level, column = predicted level, both over the data's scale."""
+    idx_t = np.clip(np.asarray(y_true, int) - int(levels[0]), 0, len(levels) - 1)
+    idx_p = np.clip(np.asarray(y_level, int) - int(levels[0]), 0, len(levels) - 1)
+    counts = np.bincount(idx_t * len(levels) + idx_p, minlength=len(levels) ** 2)
+    return counts.reshape(len(levels), len(levels)).tolist()
+
+
+def evaluate(data, splits=("known_rater", "cold_start"), n_folds: int = 5, seed: int = 0, n_boot: int = 1000,
+             models: dict | None = None, dataset: str | None = None, progress: Progress | None = None,
+             n_jobs: int = 1) -> dict:
+    """Cross-validate `models` (default: the five of MODEL_ORDER) on a `sense7.dataset.RatingData`."""
+    from sense7.dataset import build_items
+
+    X, Y = build_items(data)
+    name = dataset if dataset is not None else getattr(data, "name", "") or ""
+    return evaluate_items(X, Y, models if models is not None else default_models(), splits, n_folds, seed,
+                          n_boot, dataset=name, progress=progress, n_jobs=n_jobs)

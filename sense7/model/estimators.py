@@ -1,0 +1,341 @@
+"""Rater models with a scikit-learn interface.
+
+`GenericRater`: what an average rater would say about a turn, from the text, the context and the position.
+`PersonalizedRater`: the same text model plus per-rater, per-control effects (leniency and sensitivity)
+shrunk toward what the rater's traits predict (see `sense7.model.raters`).
+
+Both regress a continuous score per control (ridge on sparse features), then turn it into calibrated
+probabilities over the ordered levels with a cumulative-logit link fitted on out-of-fold scores. Levels
+and controls come from Y, so a 1-7 scale works as well as the taxonomy's 1-5.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+from sklearn.base import BaseEstimator
+from sklearn.model_selection import GroupKFold
+
+from sense7.model.features import ItemFeatures
+from sense7.model.ordinal import OrdinalLink
+from sense7.model.raters import RaterEffects
+from sense7.model.ridge import multi_ridge
+
+
+class ControlPrediction(NamedTuple):
+    """A NamedTuple, not a dataclass: the backend builds 8 per predicted turn and tuples are cheapest."""
+
+    probs: np.ndarray  # one probability per level, sums to 1
+    expected: float  # expected rating under probs
+    level: int  # most likely level
+    confidence: float  # probability of `level`, in [0, 1]
+
+
+def _levels_of(Y: pd.DataFrame) -> np.ndarray:
+    values = Y.to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        raise ValueError("Y has no ratings")
+    if not np.allclose(values, np.round(values)):
+        raise ValueError("ratings must be whole levels")
+    return np.arange(int(values.min()), int(values.max()) + 1)
+
+
+class _RaterModel(BaseEstimator):
+    """Shared machinery: text scores per control, the ordinal link, the prediction formats."""
+
+    def _check_fit_input(self, X: pd.DataFrame, Y: pd.DataFrame):
+        if len(X) != len(Y):
+            raise ValueError(f"X has {len(X)} rows but Y has {len(Y)}")
+        self.controls_ = [str(c) for c in Y.columns]
+        self.levels_ = np.asarray(self.levels) if self.levels is not None else _levels_of(Y)
+        values = Y.to_numpy(dtype=float)
+        outside = np.isfinite(values) & ~np.isin(values, self.levels_)
+        if outside.any():
+            raise ValueError(f"Y holds {values[outside][0]:g}, which is not one of the levels {list(self.levels_)}")
+        return values
+
+    def _fit_target_scale(self, Yv: np.ndarray) -> np.ndarray:
+        """The regression target: the rating itself, or (target_scale="normal") each level's normal score
+        under the control's training distribution, which evens out a scale crowded at one end (WASSA:
+        57% of ratings are 7). The ordinal link maps scores back to levels either way."""
+        if self.target_scale == "rating":
+            return Yv
+        if self.target_scale != "normal":
+            raise ValueError(f"target_scale must be rating or normal, got {self.target_scale!r}")
+        out = np.full(Yv.shape, np.nan)
+        for c in range(Yv.shape[1]):
+            rated = np.isfinite(Yv[:, c])
+            counts = np.array([(Yv[rated, c] == level).sum() for level in self.levels_], dtype=float) + 0.5
+            cdf = np.cumsum(counts) / counts.sum()
+            mid = norm.ppf(cdf - counts / counts.sum() / 2)  # mid-rank of each level
+            out[rated, c] = mid[np.searchsorted(self.levels_, Yv[rated, c])]
+        return out
+
+    def _fit_text(self, X: pd.DataFrame, Yv: np.ndarray) -> np.ndarray:
+        """Fit the text ridge per control; return out-of-fold scores (NaN where unrated).
+
+        Folds group by conversation, so a turn's score never comes from a model that saw its conversation.
+        All controls and folds are solved together (sense7.model.ridge).
+        """
+        self.features_ = ItemFeatures(self.text_features, max_features=self.max_features,
+                                      history_chars=self.history_chars,
+                                      text_weighting=self.text_weighting, context_weight=self.context_weight,
+                                      context_interactions=self.context_interactions)
+        F = self.features_.fit_transform(X)
+        groups = X["conversation_id"].astype(str).to_numpy()
+        rated = np.isfinite(Yv)
+        n, C = Yv.shape
+        n_splits = min(self.cv, len(np.unique(groups)))
+        folds = list(GroupKFold(n_splits=n_splits).split(F, groups=groups)) if n_splits >= 2 else []
+        weights = [rated.astype(float)]
+        for train, _ in folds:
+            in_train = np.zeros(n, dtype=bool)
+            in_train[train] = True
+            weights.append((rated & in_train[:, None]).astype(float))
+        targets = np.tile(Yv, (1, len(weights)))
+        coef, intercept = multi_ridge(F, targets, np.hstack(weights), self.alpha)
+        self.text_coef_, self.text_intercept_ = coef[:, :C].astype(np.float32), intercept[:C]
+        if not folds:  # too few conversations to hold any out: in-sample scores (links become overconfident)
+            oof = np.asarray(F @ coef[:, :C]) + intercept[:C]
+        else:
+            oof = np.full(Yv.shape, np.nan)
+            for f, (_, test) in enumerate(folds, start=1):
+                block = slice(f * C, (f + 1) * C)
+                oof[test] = np.asarray(F[test] @ coef[:, block]) + intercept[block]
+        return np.where(rated, oof, np.nan)
+
+    def _text_scores(self, X: pd.DataFrame) -> np.ndarray:
+        F = self.features_.transform(X)
+        return np.asarray(F @ self.text_coef_, dtype=np.float64) + self.text_intercept_
+
+    def _fit_link(self, scores, y) -> OrdinalLink:
+        return OrdinalLink(self.levels_).fit(scores, y)
+
+    # -- prediction formats -------------------------------------------------------------------------
+
+    def predict_proba(self, X: pd.DataFrame) -> dict:
+        """{control: ndarray (n, n_levels)}; each row sums to 1."""
+        return self._proba(X)
+
+    def predict_expected(self, X: pd.DataFrame) -> pd.DataFrame:
+        """Expected rating per control (the best score for rank correlations)."""
+        probs = self._proba(X)
+        return pd.DataFrame({c: p @ self.levels_ for c, p in probs.items()}, index=X.index)
+
+    def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        """Most likely level per control."""
+        probs = self._proba(X)
+        return pd.DataFrame({c: self.levels_[p.argmax(axis=1)] for c, p in probs.items()}, index=X.index)
+
+    def predict_controls(self, X: pd.DataFrame) -> list[dict]:
+        return controls_from_proba(self._proba(X), self.levels_)
+
+
+def controls_from_proba(probs: dict, levels: np.ndarray) -> list[dict]:
+    """Per row {control: ControlPrediction}. The arithmetic is vectorised; the objects are built by
+    C-level map/zip calls (tuple.__new__ skips the NamedTuple's Python __new__), which is most of what
+    predicting a batch costs once the text is tokenized."""
+    make = partial(tuple.__new__, ControlPrediction)
+    per_control = []
+    for p in probs.values():
+        best = p.argmax(axis=1)
+        fields = zip(list(p), (p @ levels).tolist(), levels[best].tolist(), p[np.arange(len(p)), best].tolist())
+        per_control.append(list(map(make, fields)))
+    controls = list(probs)
+    return [dict(zip(controls, row)) for row in zip(*per_control)]
+
+
+class GenericRater(_RaterModel):
+    """Text + context + position only: the same prediction for every rater."""
+
+    def __init__(self, text_features: str = "tfidf", alpha: float = 10.0, max_features: int = 30000,
+                 history_chars: int = 300, text_weighting: str = "presence",
+                 context_weight: float = 0.1, target_scale: str = "normal",
+                 context_interactions: bool = False, cv: int = 3, levels=None):
+        self.text_features = text_features
+        self.alpha = alpha
+        self.max_features = max_features
+        self.history_chars = history_chars
+        self.text_weighting = text_weighting
+        self.context_weight = context_weight
+        self.target_scale = target_scale
+        self.context_interactions = context_interactions
+        self.cv = cv
+        self.levels = levels
+
+    def fit(self, X: pd.DataFrame, Y: pd.DataFrame):
+        Yv = self._check_fit_input(X, Y)
+        oof = self._fit_text(X, self._fit_target_scale(Yv))
+        self.links_ = []
+        for c in range(Yv.shape[1]):
+            rated = np.isfinite(Yv[:, c])
+            self.links_.append(self._fit_link(oof[rated, c], Yv[rated, c]))
+        return self
+
+    def _proba(self, X):
+        scores = self._text_scores(X)
+        return {c: self.links_[j].predict_proba(scores[:, j]) for j, c in enumerate(self.controls_)}
+
+
+class PersonalizedRater(_RaterModel):
+    """Generic text model + per-rater effects shrunk toward the trait prediction.
+
+    slopes: also learn a rater-specific sensitivity (how much the rater's ratings move with the text
+    score), shrunk the same way. backfit: rounds of refitting the text model on ratings with each rater's
+    leniency removed. pool_controls: estimate a general leniency over all controls first. noise_prior:
+    give each rater their own noise variance, shrunk toward the pooled one with this many pseudo-ratings
+    (None = one shared variance). Raters with ratings in `fit` are "known"; any other rater is predicted
+    from the trait columns of X (missing traits count as average).
+
+    Shared with GenericRater: text_features / text_weighting / max_features / history_chars /
+    context_weight / context_interactions (sense7.model.features.ItemFeatures), alpha (ridge penalty),
+    cv (folds, grouped by conversation, for the out-of-fold scores the links and rater effects are fitted
+    on), target_scale ("normal": regress each level's normal score, see _fit_target_scale), levels
+    (default: read from Y).
+    """
+
+    def __init__(self, text_features: str = "tfidf", alpha: float = 10.0, max_features: int = 30000,
+                 history_chars: int = 300, text_weighting: str = "presence",
+                 context_weight: float = 0.1, target_scale: str = "normal",
+                 context_interactions: bool = False, cv: int = 3, slopes: bool = True, pool_controls: bool = False,
+                 backfit: int = 1, noise_prior: float | None = None, levels=None):
+        self.text_features = text_features
+        self.alpha = alpha
+        self.max_features = max_features
+        self.history_chars = history_chars
+        self.text_weighting = text_weighting
+        self.context_weight = context_weight
+        self.target_scale = target_scale
+        self.context_interactions = context_interactions
+        self.cv = cv
+        self.slopes = slopes
+        self.pool_controls = pool_controls
+        self.backfit = backfit
+        self.noise_prior = noise_prior
+        self.levels = levels
+
+    # -- traits as a standardized matrix with an intercept column ------------------------------------
+
+    def _fit_traits(self, X: pd.DataFrame):
+        traits = X[[c for c in X.columns if c.startswith("trait_")]]
+        per_rater = traits.groupby(X["rater_id"].astype(str).to_numpy(), sort=True).first()
+        usable = [c for c in per_rater.columns if per_rater[c].notna().sum() >= 2 and per_rater[c].std() > 0]
+        self.trait_columns_ = usable
+        self.trait_mean_ = per_rater[usable].mean().to_numpy(dtype=float)
+        self.trait_scale_ = per_rater[usable].std().to_numpy(dtype=float)
+        return per_rater
+
+    def _trait_matrix(self, traits: pd.DataFrame) -> np.ndarray:
+        values = traits.reindex(columns=self.trait_columns_).to_numpy(dtype=float)
+        z = (values - self.trait_mean_) / self.trait_scale_
+        return np.column_stack([np.ones(len(values)), np.nan_to_num(z, nan=0.0)])
+
+    def fit(self, X: pd.DataFrame, Y: pd.DataFrame):
+        Yv = self._check_fit_input(X, Y)
+        Tv = self._fit_target_scale(Yv)
+        per_rater = self._fit_traits(X)
+        self.known_raters_ = per_rater.index.to_numpy(dtype=object)
+        Z = self.known_trait_matrix_ = self._trait_matrix(per_rater)
+        rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
+        oof = self._fit_text(X, Tv)
+        # Rater effects per control (optionally after a general leniency pooled over controls).
+        self._fit_raters(Tv, Yv, oof, rows_all, Z, links=self.backfit == 0)
+        for round_ in range(self.backfit):
+            # Backfitting: refit the text model on ratings with each rater's leniency taken out, so words
+            # are not credited with who happened to rate them; then the rater effects on the new scores.
+            offsets = self.common_known_[rows_all][:, None] + self.rater_coef_[rows_all, :, 0]
+            oof = self._fit_text(X, Tv - offsets)
+            self._fit_raters(Tv, Yv, oof, rows_all, Z, links=round_ == self.backfit - 1)
+        # What GenericRater would learn from the same data (same text model, links on the same out-of-fold
+        # scores): kept so a bundle gets both models from one text fit.
+        self.generic_links_ = [self._fit_link(oof[np.isfinite(Yv[:, c]), c], Yv[np.isfinite(Yv[:, c]), c])
+                               for c in range(Yv.shape[1])]
+        return self
+
+    def _fit_raters(self, Tv, Yv, oof, rows_all, Z, links: bool = True):
+        self.common_ = None
+        self.common_known_ = np.zeros(len(Z))
+        if self.pool_controls:
+            item_resid = np.nanmean(Tv - oof, axis=1)
+            has = np.isfinite(item_resid)
+            self.common_ = RaterEffects(slopes=False).fit(rows_all[has], Z, np.zeros(has.sum()), item_resid[has])
+            self.common_known_ = self.common_.posterior_[:, 0]
+        common_cold = self._common_prior(Z)
+        self.effects_, self.links_known_, self.links_cold_, coefs = [], [], [], []
+        for c in range(Yv.shape[1]):
+            rated = np.isfinite(Yv[:, c])
+            g, y, t, rows = oof[rated, c], Yv[rated, c], Tv[rated, c], rows_all[rated]
+            effects = RaterEffects(slopes=self.slopes, noise_prior=self.noise_prior).fit(
+                rows, Z, g, t - g - self.common_known_[rows])
+            known = g + self.common_known_[rows] + effects.adjust(g, effects.posterior_[rows])
+            cold = g + common_cold[rows] + effects.adjust(g, effects.prior(Z)[rows])
+            self.effects_.append(effects)
+            # Two links: scores of known raters are sharper than trait-only scores of new raters.
+            if links:  # only the final round's links are ever used
+                self.links_known_.append(self._fit_link(known, y))
+                self.links_cold_.append(self._fit_link(cold, y))
+            coefs.append(effects.posterior_)
+        self.rater_coef_ = np.stack(coefs, axis=1)  # (raters, controls, k)
+
+    def to_generic(self) -> "GenericRater":
+        """The fitted GenericRater this model contains (text, context, position only). With backfit=0 it
+        equals GenericRater(same params).fit(X, Y); with backfitting its text model was trained on ratings
+        with each rater's leniency removed, i.e. it predicts a typical rater."""
+        generic = GenericRater(**{k: v for k, v in self.get_params().items()
+                                  if k in GenericRater._get_param_names()})
+        for name in ("controls_", "levels_", "features_", "text_coef_", "text_intercept_"):
+            setattr(generic, name, getattr(self, name))
+        generic.links_ = self.generic_links_
+        return generic
+
+    def _common_prior(self, Z: np.ndarray) -> np.ndarray:
+        return self.common_.prior(Z)[:, 0] if self.pool_controls else np.zeros(len(Z))
+
+    def rater_effects(self, control: str) -> pd.DataFrame:
+        """Fitted effects of the known raters for one control: offset (leniency) and slope (sensitivity),
+        next to what the traits alone predict."""
+        j = self.controls_.index(control)
+        effects = self.effects_[j]
+        Z = self.known_trait_matrix_
+        out = pd.DataFrame({"offset": self.common_known_ + effects.posterior_[:, 0],
+                            "trait_offset": self._common_prior(Z) + effects.prior(Z)[:, 0]},
+                           index=pd.Index(self.known_raters_, name="rater_id"))
+        if self.slopes:
+            out["slope"] = effects.posterior_[:, 1]
+        return out
+
+    def trait_effects(self, X: pd.DataFrame, control: str) -> np.ndarray:
+        """The trait-predicted offset for each row of X (what a new rater with these traits gets)."""
+        j = self.controls_.index(control)
+        Z = self._trait_matrix(X[[c for c in X.columns if c.startswith("trait_")]])
+        return self._common_prior(Z) + self.effects_[j].prior(Z)[:, 0]
+
+    def is_known(self, X: pd.DataFrame) -> np.ndarray:
+        return pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str)) >= 0
+
+    def _proba(self, X):
+        g_all = self._text_scores(X)
+        rows = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
+        known = rows >= 0
+        Z = self._trait_matrix(X[[c for c in X.columns if c.startswith("trait_")]])
+        common = self._common_prior(Z)
+        common[known] = self.common_known_[rows[known]]
+        out = {}
+        for j, control in enumerate(self.controls_):
+            effects, g = self.effects_[j], g_all[:, j]
+            coef = effects.prior(Z)
+            coef[known] = self.rater_coef_[rows[known], j]
+            scores = g + common + effects.adjust(g, coef)
+            if known.all():
+                out[control] = self.links_known_[j].predict_proba(scores)
+                continue
+            probs = self.links_cold_[j].predict_proba(scores)
+            if known.any():
+                probs[known] = self.links_known_[j].predict_proba(scores[known])
+            out[control] = probs
+        return out

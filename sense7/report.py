@@ -1,0 +1,198 @@
+"""A self-contained HTML report of an `evaluate` result: one file, plots inline, no network assets.
+
+Figures are drawn with matplotlib's Agg backend and embedded as base64 PNG, so the report opens offline
+and can be mailed around. The SENSE-7 paper's figures are drawn as reference lines and always labelled as
+coming from another data set: they are context, not a target the numbers here are comparable to.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import jinja2
+import matplotlib
+
+matplotlib.use("Agg")  # no display, no GUI toolkit: the report must build on a headless server
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from sense7.evaluation import MODEL_ORDER  # noqa: E402
+
+PAPER_LABEL = "SENSE-7 paper, another data set (LLM classifier)"
+PAPER_SPEARMAN = 0.369
+PAPER_ACCURACY = 0.487  # on 5 levels
+MODEL_LABELS = {"majority": "Majority class", "global_mean": "Global mean", "rater_mean": "Rater mean",
+                "generic": "Generic", "personalized": "Personalized"}
+SPLIT_LABELS = {"known_rater": "Known raters (folds by conversation)",
+                "cold_start": "Cold start (folds by rater)"}
+COLORS = {"majority": "#bbbbbb", "global_mean": "#999999", "rater_mean": "#6f6f6f",
+          "generic": "#4a7bd0", "personalized": "#d0734a"}
+
+
+def _png(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _models(split: dict) -> list[str]:
+    return [m for m in MODEL_ORDER if m in split["models"]] + [m for m in split["models"] if m not in MODEL_ORDER]
+
+
+def _bars(split: dict, metric: str, reference: float | None, reference_note: str = "") -> str:
+    """Per-control bars for each model, with the bootstrap CI on Spearman, and the paper's line."""
+    models = _models(split)
+    controls = list(next(iter(split["models"].values()))["per_control"])
+    groups = controls + (["(average)"] if len(controls) > 1 else [])
+    width = 0.8 / len(models)
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(groups) + 2), 3.6))
+    x = np.arange(len(groups))
+    for i, name in enumerate(models):
+        blocks = [split["models"][name]["per_control"][c] for c in controls]
+        if len(controls) > 1:
+            blocks.append(split["models"][name]["overall"])
+        values = np.array([b[metric] if b[metric] is not None else np.nan for b in blocks], float)
+        errors = None
+        if metric == "spearman":
+            lo = np.array([b["spearman_ci"][0] if b["spearman_ci"][0] is not None else np.nan for b in blocks])
+            hi = np.array([b["spearman_ci"][1] if b["spearman_ci"][1] is not None else np.nan for b in blocks])
+            errors = np.nan_to_num(np.vstack([values - lo, hi - values]), nan=0.0).clip(0)
+        positions = x + (i - (len(models) - 1) / 2) * width
+        ax.bar(positions, np.nan_to_num(values), width, yerr=errors, capsize=2,
+               label=MODEL_LABELS.get(name, name), color=COLORS.get(name))
+        for position, value in zip(positions, values):
+            if not np.isfinite(value):  # e.g. Spearman of a constant prediction: undefined, not zero
+                ax.text(position, 0.01, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
+    if reference is not None:
+        ax.axhline(reference, color="black", linestyle="--", linewidth=1,
+                   label=f"{PAPER_LABEL}{reference_note}: {reference}")
+    ax.set_xticks(x, groups, rotation=20)
+    ax.set_ylabel(metric)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.22))
+    return _png(fig)
+
+
+def _confusions(split: dict, levels: list[int], control: str) -> str | None:
+    models = [m for m in ("generic", "personalized") if m in split.get("confusion", {})]
+    if not models:
+        return None
+    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.3), squeeze=False)
+    for ax, name in zip(axes[0], models):
+        counts = np.asarray(split["confusion"][name][control], float)
+        rows = counts / np.clip(counts.sum(axis=1, keepdims=True), 1, None)  # share of each true level
+        ax.imshow(rows, cmap="Blues", vmin=0, vmax=1)
+        for (i, j), n in np.ndenumerate(counts):
+            ax.text(j, i, int(n), ha="center", va="center", fontsize=7,
+                    color="white" if rows[i, j] > 0.5 else "black")
+        ax.set_xticks(range(len(levels)), levels)
+        ax.set_yticks(range(len(levels)), levels)
+        ax.set_xlabel("predicted level")
+        ax.set_ylabel("rated level")
+        ax.set_title(f"{MODEL_LABELS.get(name, name)}: {control}", fontsize=9)
+    return _png(fig)
+
+
+def _gain(split: dict) -> str | None:
+    bins = [b for b in split.get("by_train_ratings", []) if b.get("gain_spearman") is not None]
+    if len(bins) < 2:  # e.g. cold start: every rater has 0 training ratings, there is no curve
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    x = np.arange(len(bins))
+    for name in ("generic", "personalized", "rater_mean"):
+        values = [b["models"].get(name, {}).get("spearman") for b in bins]
+        if any(v is not None for v in values):
+            ax.plot(x, [np.nan if v is None else v for v in values], marker="o", label=MODEL_LABELS[name],
+                    color=COLORS[name])
+    ax.bar(x, [b["gain_spearman"] for b in bins], color="#d0734a", alpha=0.25, label="gain (personalized - generic)")
+    ax.set_xticks(x, [f"{b['bin']}\n({b['n_raters']} raters)" for b in bins], fontsize=7)
+    ax.set_xlabel("the rater's ratings in the training folds")
+    ax.set_ylabel("Spearman")
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string("""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>sense7 evaluation: {{ r.dataset }}</title>
+<style>
+body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em 0; }
+td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
+.note { color: #555; font-size: 90%; } img { max-width: 100%; }
+</style></head><body>
+<h1>Rater model evaluation: {{ r.dataset or "unnamed data set" }}</h1>
+<p>{{ r.n_ratings }} ratings ({{ r.n_items }} rated items) by {{ r.n_raters }} raters on {{ r.n_conversations }}
+conversations; controls: {{ r.controls | join(", ") }}; scale {{ r.levels[0] }}-{{ r.levels[-1] }}.
+{{ r.n_folds }}-fold cross-validation (seed {{ r.seed }}), {{ r.n_boot }} bootstrap resamples.</p>
+<p class="note">Metrics are computed within each test fold and averaged over folds. Spearman compares the rating
+with the model's expected rating; accuracy, quadratic weighted kappa (QWK) and MAE use the most likely level.
+"Overall" averages the controls. n/a: undefined (a constant prediction ranks nothing).
+95% intervals resample whole conversations (known raters) or raters (cold start).
+Reference figures: {{ paper_label }}: Spearman {{ paper_spearman }}, accuracy {{ paper_accuracy }} on 5 levels
+{%- if r.levels | length != 5 %} (this data set has {{ r.levels | length }} levels, so accuracy is not
+comparable){% endif %}.</p>
+{% for split_name, split in splits %}
+<h2>{{ split_labels.get(split_name, split_name) }}</h2>
+<table><tr><th>model</th><th>Spearman</th><th>95% CI</th><th>accuracy</th><th>QWK</th><th>MAE</th></tr>
+{% for row in split.rows %}<tr><td>{{ row.label }}</td><td>{{ row.spearman }}</td><td>{{ row.ci }}</td>
+<td>{{ row.accuracy }}</td><td>{{ row.qwk }}</td><td>{{ row.mae }}</td></tr>
+{% endfor %}</table>
+{% if split.paired %}<p>Personalized minus generic (Spearman, paired bootstrap): <b>{{ split.paired }}</b></p>
+{% endif %}
+<h3>Spearman per control</h3><img alt="Spearman per control, {{ split_name }}" src="{{ split.spearman_png }}">
+<h3>Accuracy per control</h3><img alt="Accuracy per control, {{ split_name }}" src="{{ split.accuracy_png }}">
+{% if split.confusion_png %}<h3>Confusion matrices ({{ split.confusion_control }})</h3>
+<img alt="Confusion matrices, {{ split_name }}" src="{{ split.confusion_png }}">{% endif %}
+{% if split.gain_png %}<h3>Personalization gain by the rater's number of training ratings</h3>
+<img alt="Gain by training ratings, {{ split_name }}" src="{{ split.gain_png }}">{% endif %}
+{% endfor %}
+</body></html>
+""")
+
+
+def render_report(result: dict) -> str:
+    """The HTML text for an `evaluate` result."""
+    levels = result["levels"]
+    five_levels = len(levels) == 5
+    splits = []
+    for split_name, split in result["splits"].items():
+        rows = []
+        for name in _models(split):
+            o = split["models"][name]["overall"]
+            ci = o["spearman_ci"]
+            rows.append({"label": MODEL_LABELS.get(name, name), "spearman": _fmt(o["spearman"]),
+                         "ci": "n/a" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]",
+                         "accuracy": _fmt(o["accuracy"]), "qwk": _fmt(o["qwk"]), "mae": _fmt(o["mae"])})
+        paired = split.get("paired", {}).get("personalized_minus_generic")
+        paired_text = None
+        if paired and paired["spearman"] is not None:
+            ci = paired["ci"]
+            paired_text = f"{paired['spearman']:+.3f}" + ("" if ci[0] is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
+        control = "overall" if "overall" in result["controls"] else result["controls"][0]
+        splits.append((split_name, {
+            "rows": rows,
+            "paired": paired_text,
+            "spearman_png": _bars(split, "spearman", PAPER_SPEARMAN),
+            # The paper's accuracy is on 5 levels: only meaningful as a line on a 5-level scale.
+            "accuracy_png": _bars(split, "accuracy", PAPER_ACCURACY if five_levels else None, " (5 levels)"),
+            "confusion_png": _confusions(split, levels, control),
+            "confusion_control": control,
+            "gain_png": _gain(split),
+        }))
+    return TEMPLATE.render(r=result, splits=splits, split_labels=SPLIT_LABELS, paper_label=PAPER_LABEL,
+                           paper_spearman=PAPER_SPEARMAN, paper_accuracy=PAPER_ACCURACY)
+
+
+def write_report(result: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report(result), encoding="utf-8")
+    return path

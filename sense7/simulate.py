@@ -1,0 +1,62 @@
+"""Simulated annotators for the demo: distinct Label Studio users who label tasks through the API with
+the ratings a synthetic rater actually gave (ratings.csv), exactly as a person's annotation arrives."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+
+import pandas as pd
+from label_studio_sdk import LabelStudio
+
+from sense7.taxonomy import TURN_TAG, Taxonomy
+
+
+def ensure_users(client: LabelStudio, emails: dict[str, str]) -> dict[str, int]:
+    """rater_id -> Label Studio user id, creating a user per email that does not exist yet."""
+    existing = {(u.email or "").lower(): u.id for u in client.users.list()}
+    ids = {}
+    for rater_id, email in emails.items():
+        email = email.lower()
+        if email not in existing:
+            user = client.users.create(username=email.split("@")[0][:30] + "-" + secrets.token_hex(3), email=email,
+                                       password=secrets.token_urlsafe(16))
+            existing[email] = user.id
+        ids[rater_id] = existing[email]
+    return ids
+
+
+def annotation_result(ratings: dict[str, int], taxonomy: Taxonomy) -> list[dict]:
+    """A Label Studio result as the rating interface produces it."""
+    result = [{"from_name": control, "to_name": TURN_TAG, "type": "rating", "value": {"rating": int(level)}}
+              for control, level in ratings.items() if control in taxonomy.controls]
+    expectation = ratings.get(taxonomy.expectation_key)
+    if expectation:
+        result.append({"from_name": taxonomy.expectation_key, "to_name": TURN_TAG, "type": "choices",
+                       "value": {"choices": [taxonomy.expectation_values[int(expectation) - 1]]}})
+    return result
+
+
+def label_tasks(client: LabelStudio, tasks: list, ratings: pd.DataFrame, users: dict[str, int],
+                taxonomy: Taxonomy, fraction: float, on_done: Callable[[], None] | None = None) -> int:
+    """Label `fraction` of each rater's unlabeled tasks, earliest turns first, as that rater's user.
+
+    `tasks`: Label Studio tasks with id and data; `ratings`: long ratings frame (ratings.csv)."""
+    by_turn = {key: dict(zip(group["dimension"], group["rating"])) for key, group in
+               ratings.dropna(subset=["turn_index"]).groupby(["conversation_id", "turn_index", "rater_id"])}
+    per_rater: dict[str, list] = {}
+    for task in tasks:
+        data = task.data or {}
+        key = (data.get("conversation_id"), data.get("turn_index"), data.get("rater_id"))
+        if key in by_turn and data.get("rater_id") in users and not getattr(task, "total_annotations", 0):
+            per_rater.setdefault(data["rater_id"], []).append((key, task.id))
+    done = 0
+    for rater_id, items in per_rater.items():
+        items.sort(key=lambda item: (item[0][0], item[0][1]))
+        for key, task_id in items[:max(1, round(len(items) * fraction))]:
+            client.annotations.create(task_id, result=annotation_result(by_turn[key], taxonomy),
+                                      completed_by=users[rater_id])
+            done += 1
+            if on_done:
+                on_done()
+    return done

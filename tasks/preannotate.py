@@ -1,0 +1,116 @@
+"""Push pre-annotations: predict every rating task lacking a prediction of the served version, in bulk.
+
+Predictions are built by the ML backend's own `Sense7Model.predict` (the code that answers Label Studio's
+/predict), so a task gets the same pre-annotation whichever way it arrives. Pushing them ourselves in
+chunks through `projects.import_predictions` avoids Label Studio's one-request-per-batch /predict calls
+with their 100 s timeout. Idempotent: tasks that already carry the served version are skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from tasks.celery_app import app
+from tasks.runtime import LabelStudioUnavailable, as_retryable, current_runtime
+
+
+@dataclass
+class PreannotateResult:
+    version: str | None
+    pending: int = 0     # tasks without a prediction of `version` when the run started
+    pushed: int = 0      # predictions imported into Label Studio
+    failed: list[str] = field(default_factory=list)  # "task <id>: reason" (no task content)
+    seconds: float = 0.0
+    phases: dict = field(default_factory=dict)  # seconds spent listing tasks, predicting, importing
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def build_serving_model(settings):
+    """The ML backend's model object for this process (loads the registry's current version)."""
+    from ml_backend.app import build_model
+
+    return build_model(settings)
+
+
+class Preannotator:
+    def __init__(self, client, model, project_id: int, chunk: int = 500):
+        self.client = client
+        self.model = model
+        self.project_id = project_id
+        self.chunk = chunk
+
+    def pending_tasks(self, version: str) -> list[dict]:
+        """Unlabeled tasks of the project without a prediction of `version` (id and data only). Labeled
+        tasks are left alone: a pre-annotation helps only before someone rates the turn."""
+        pending = []
+        for task in self.client.tasks.list(project=self.project_id,
+                                           include="id,data,predictions_model_versions,total_annotations",
+                                           page_size=1000):
+            if task.total_annotations:
+                continue
+            versions = {v.strip() for v in str(task.predictions_model_versions or "").split(",") if v.strip()}
+            if version not in versions:
+                pending.append({"id": task.id, "data": dict(task.data or {})})
+        return pending
+
+    def run(self, on_total: Callable[[int], None] | None = None,
+            on_chunk: Callable[[int], None] | None = None) -> PreannotateResult:
+        from ml_backend.model import ModelUnavailable
+
+        started = time.perf_counter()
+        loaded = self.model.hot_model.get()
+        if loaded is None:
+            raise ModelUnavailable("no model version has been promoted yet: run `sense7 retrain` first")
+        version = loaded.version
+        result = PreannotateResult(version)
+        clock = time.perf_counter()
+        tasks = self.pending_tasks(version)
+        result.phases["list"] = time.perf_counter() - clock
+        result.pending = len(tasks)
+        if on_total:
+            on_total(len(tasks))
+        label_config = self.client.projects.get(self.project_id).label_config
+        for start in range(0, len(tasks), self.chunk):
+            part = tasks[start:start + self.chunk]
+            clock = time.perf_counter()
+            answers = self.model.predict(part, label_config=label_config)
+            result.phases["predict"] = result.phases.get("predict", 0.0) + time.perf_counter() - clock
+            predictions = []
+            for task, answer in zip(part, answers):
+                if answer.get("error") or not answer.get("result"):
+                    result.failed.append(answer.get("error") or f"task {task['id']}: empty prediction")
+                    continue
+                predictions.append({"task": task["id"], "result": answer["result"], "score": answer["score"],
+                                    "model_version": answer["model_version"]})
+            if predictions:
+                clock = time.perf_counter()
+                self.client.projects.import_predictions(self.project_id, request=predictions)
+                result.phases["import"] = result.phases.get("import", 0.0) + time.perf_counter() - clock
+                result.pushed += len(predictions)
+            if on_chunk:
+                on_chunk(len(part))
+        result.seconds = round(time.perf_counter() - started, 3)
+        result.phases = {k: round(v, 3) for k, v in result.phases.items()}
+        return result
+
+
+_jobs = app.conf.sense7_jobs
+
+
+@app.task(name="sense7.preannotate", autoretry_for=(LabelStudioUnavailable,), retry_backoff=_jobs.retry_backoff,
+          retry_backoff_max=_jobs.retry_backoff_max, retry_jitter=False, max_retries=_jobs.max_retries,
+          soft_time_limit=_jobs.sync_soft_limit, time_limit=_jobs.sync_soft_limit + 60)
+def preannotate_task() -> dict:
+    rt = current_runtime()
+    try:
+        model = rt.serving_model
+        return Preannotator(rt.client, model, rt.rating_project, rt.jobs.preannotate_chunk).run().as_dict()
+    except Exception as exc:
+        retryable = as_retryable(exc)
+        if retryable is exc:
+            raise
+        raise retryable from None  # the SDK error's text (headers, cookies) stays out of logs

@@ -1,0 +1,122 @@
+"""What a job needs to run (settings, Label Studio client, store, project ids), built once per process.
+
+A Celery worker process keeps one `Runtime` for its life; tests and the CLI build their own. Nothing is
+created at import time, so importing `tasks` never touches the network or the disk.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import httpx
+from label_studio_sdk.core.api_error import ApiError
+
+from sense7.settings import Settings
+from sense7.taxonomy import Taxonomy, load_taxonomy
+from tasks.celery_app import JobSettings
+
+
+class LabelStudioUnavailable(RuntimeError):
+    """Label Studio did not answer, or answered 5xx/429: worth retrying later."""
+
+
+TRANSIENT_ERRORS = (LabelStudioUnavailable, httpx.TransportError, ConnectionError)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A loggable one-liner: an SDK ApiError's text carries response headers (session cookies), so
+    only its status is kept."""
+    if isinstance(exc, ApiError):
+        return f"Label Studio answered HTTP {exc.status_code}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class LabelStudioError(RuntimeError):
+    """Label Studio refused a request (4xx): retrying will not help."""
+
+
+def as_retryable(exc: BaseException) -> BaseException:
+    """The exception to raise: transient ones become LabelStudioUnavailable (retried with backoff), other
+    SDK errors LabelStudioError (not retried); both without the SDK's header-laden message."""
+    if transient(exc) and not isinstance(exc, LabelStudioUnavailable):
+        return LabelStudioUnavailable(describe_error(exc))
+    if isinstance(exc, ApiError):
+        return LabelStudioError(describe_error(exc))
+    return exc
+
+
+def transient(exc: BaseException) -> bool:
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return True
+    return isinstance(exc, ApiError) and (exc.status_code or 0) in (429, 502, 503, 504, 500)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    jobs: JobSettings = field(default_factory=JobSettings.from_env)
+    user_emails: dict = field(default_factory=dict)  # Label Studio user id -> email, shared by sync jobs
+
+    @classmethod
+    def from_env(cls) -> "Runtime":
+        return cls(Settings.from_env(), JobSettings.from_env())
+
+    @cached_property
+    def taxonomy(self) -> Taxonomy:
+        return load_taxonomy()
+
+    @cached_property
+    def client(self):
+        from sense7.ls_client import connect
+
+        return connect(self.settings)
+
+    @cached_property
+    def store(self):
+        from sense7.store import Store
+
+        return Store(self.settings.store_url)
+
+    @cached_property
+    def serving_model(self):
+        """The ML backend's model (follows the registry's CURRENT pointer by itself)."""
+        from tasks.preannotate import build_serving_model
+
+        return build_serving_model(self.settings)
+
+    @cached_property
+    def project_ids(self) -> tuple[int, int]:
+        """(rating project id, profile project id), created in Label Studio if missing."""
+        from sense7.ls_client import ensure_projects
+
+        return ensure_projects(self.client, self.settings)
+
+    @property
+    def rating_project(self) -> int:
+        return self.project_ids[0]
+
+    @property
+    def profile_project(self) -> int:
+        return self.project_ids[1]
+
+
+_lock = threading.Lock()
+_current: Runtime | None = None
+
+
+def current_runtime() -> Runtime:
+    """The worker process's Runtime (built from the environment on first use)."""
+    global _current
+    with _lock:
+        if _current is None:
+            _current = Runtime.from_env()
+        return _current
+
+
+def reset_runtime(runtime: Runtime | None = None) -> None:
+    """Replace the process's Runtime (tests; a worker after its environment changed)."""
+    global _current
+    with _lock:
+        _current = runtime

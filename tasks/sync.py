@@ -1,0 +1,377 @@
+"""Sync labels from Label Studio into the store: webhook-driven, plus a periodic reconciliation.
+
+Label Studio's webhooks are fire-and-forget (1 s timeout, no retry), so they only *hint* that something
+changed: the webhook enqueues the annotation id, and the job reads the truth from the API. The periodic
+`reconcile` reads every annotation of both projects (one export request each) and is the source of truth:
+upserts are keyed by annotation id + updated time, and annotations no longer in Label Studio are marked
+deleted in the store.
+
+Who rated: `completed_by` (a Label Studio user id) -> that user's email (users API) -> our rater id
+(`store.rater_id_for_email`). An annotation by a user whose email is not a known rater (for example the
+admin entering a paper form on a rater's behalf) falls back to the task's own `rater_id` field.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+from label_studio_sdk.core.api_error import ApiError
+
+from sense7.ls_tasks import parse_annotation, parse_profile_annotation
+from sense7.taxonomy import Taxonomy
+from tasks.celery_app import app
+from tasks.runtime import LabelStudioUnavailable, Runtime, as_retryable, current_runtime
+
+log = logging.getLogger(__name__)
+
+# START_TRAINING is not a webhook action: Label Studio sends it to the ML backend's /webhook itself.
+WEBHOOK_ACTIONS = ["ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"]
+NEW_RATINGS_KEY = "sense7:new-annotations-since-retrain"
+
+
+def iso_time(value) -> str:
+    """One text form for Label Studio times (the store compares them as text): UTC, microseconds, Z."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class SyncResult:
+    seen: int = 0          # annotations read from Label Studio
+    upserted: int = 0      # new or changed rows written
+    unchanged: int = 0     # already stored at this version
+    deleted: int = 0       # marked deleted in the store (gone from Label Studio, or cancelled)
+    by_task_rater: int = 0  # rater taken from the task's rater_id (completed_by's email is not a rater)
+    invalid: list[str] = field(default_factory=list)  # annotation id + reason, skipped
+    profiles: int = 0      # questionnaire answers written to rater traits
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _get(obj, name, default=None):
+    return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
+
+
+def parse_profile_result(result: list[dict], taxonomy: Taxonomy) -> tuple[dict, list[str]]:
+    """Questionnaire answers -> (valid {field: value}, the profile fields whose answers were invalid)."""
+    answers = parse_profile_annotation(result, taxonomy)
+    fields = {f.key for f in taxonomy.profile_fields}
+    answered = {item.get("from_name") for item in result or [] if item.get("from_name") in fields}
+    return answers, sorted(answered - set(answers))
+
+
+class LabelSync:
+    """Reads annotations from Label Studio and writes them to the store (idempotently)."""
+
+    def __init__(self, client, store, taxonomy: Taxonomy, rating_project: int, profile_project: int | None = None,
+                 user_emails: dict[int, str] | None = None):
+        self.client = client
+        self.store = store
+        self.taxonomy = taxonomy
+        self.rating_project = rating_project
+        self.profile_project = profile_project
+        # Label Studio user id -> email. A worker passes one dict for its life (an email never changes
+        # for a user id; a new user is fetched on first sight), saving a users call per webhook job.
+        self._emails: dict[int, str] = {} if user_emails is None else user_emails
+        # Loaded once per reconciliation so that 10,000 annotations cost no per-row lookups:
+        self._rater_by_email: dict[str, str] | None = None
+        self._stored: dict[int, tuple[str, str | None]] | None = None  # annotation id -> (updated_at, rater)
+
+    @classmethod
+    def from_runtime(cls, rt: Runtime) -> "LabelSync":
+        rating, profile = rt.project_ids
+        return cls(rt.client, rt.store, rt.taxonomy, rating, profile, user_emails=rt.user_emails)
+
+    # -- users ---------------------------------------------------------------------------------------
+    def _load_users(self) -> None:
+        self._emails.clear()
+        self._emails.update({u.id: (u.email or "").strip().lower() for u in self.client.users.list()})
+
+    def email_of(self, user_id) -> str | None:
+        if isinstance(user_id, dict):  # some export formats inline the user
+            return (user_id.get("email") or "").strip().lower() or None
+        if user_id is None:
+            return None
+        if user_id not in self._emails:
+            try:
+                self._emails[user_id] = (self.client.users.get(user_id).email or "").strip().lower()
+            except ApiError as exc:
+                if exc.status_code != 404:
+                    raise
+                return None
+        return self._emails.get(user_id) or None
+
+    def rater_for(self, completed_by, task_data: dict, result: SyncResult) -> str | None:
+        email = self.email_of(completed_by)
+        if not email:
+            rater = None
+        elif self._rater_by_email is not None:
+            rater = self._rater_by_email.get(email)
+        else:
+            rater = self.store.rater_id_for_email(email)
+        if rater is None and task_data.get("rater_id"):
+            result.by_task_rater += 1
+            rater = str(task_data["rater_id"])
+        return rater
+
+    # -- one annotation --------------------------------------------------------------------------------
+    def apply(self, annotation: dict, task_data: dict, project: int, result: SyncResult) -> None:
+        """Write one annotation (as Label Studio returns it) to the store."""
+        ann_id = int(annotation["id"])
+        result.seen += 1
+        if annotation.get("was_cancelled"):  # a skipped task: not a rating
+            if self._stored is None or ann_id in self._stored:
+                result.deleted += int(self.store.delete_annotation(ann_id))
+            return
+        if project == self.profile_project:
+            self._apply_profile(annotation, task_data, result)
+            return
+        try:
+            values, expectation, comment = parse_annotation(annotation.get("result") or [], self.taxonomy)
+            conversation_id = str(task_data["conversation_id"])
+            turn = task_data.get("turn_index")
+            turn_index = None if turn in (None, "") else int(turn)
+        except (ValueError, KeyError, TypeError) as exc:
+            result.invalid.append(f"annotation {ann_id}: {exc}")
+            return
+        rater = self.rater_for(annotation.get("completed_by"), task_data, result)
+        updated_at = iso_time(annotation.get("updated_at"))
+        if self._stored is not None and self._stored.get(ann_id) == (updated_at, rater):
+            result.unchanged += 1  # the same version is stored: skip the write transaction
+            return
+        changed = self.store.upsert_annotation(
+            ann_id, int(annotation["task"]), conversation_id, turn_index, rater,
+            updated_at, values, expectation, comment)
+        if changed:
+            result.upserted += 1
+        else:
+            result.unchanged += 1
+
+    def _apply_profile(self, annotation: dict, task_data: dict, result: SyncResult) -> None:
+        answers, bad = parse_profile_result(annotation.get("result") or [], self.taxonomy)
+        if bad:  # the valid answers are still kept
+            result.invalid.append(f"profile annotation {annotation['id']}: invalid answer for {', '.join(bad)}")
+        rater = self.rater_for(annotation.get("completed_by"), task_data, result)
+        if rater is None:
+            result.invalid.append(f"profile annotation {annotation['id']}: no rater for this user")
+            return
+        self.store.update_traits(rater, answers)
+        result.profiles += 1
+
+    def sync_annotation(self, annotation_id: int) -> SyncResult:
+        """Fetch one annotation from the API (the truth, not the webhook payload) and store it."""
+        result = SyncResult()
+        try:
+            ann = self.client.annotations.get(annotation_id)
+        except ApiError as exc:
+            if exc.status_code == 404:
+                result.deleted += int(self.store.delete_annotation(annotation_id))
+                return result
+            raise
+        project = ann.project
+        if project not in (self.rating_project, self.profile_project):
+            return result  # another project's annotation: not ours
+        task = self.client.tasks.get(ann.task)
+        annotation = ann.model_dump(mode="json") if hasattr(ann, "model_dump") else ann.dict()
+        annotation["updated_at"] = iso_time(ann.updated_at)
+        self.apply(annotation, dict(task.data or {}), project, result)
+        return result
+
+    def delete_annotations(self, annotation_ids: list[int]) -> SyncResult:
+        """A deletion webhook: believe it only after the API confirms the annotation is gone."""
+        result = SyncResult()
+        for ann_id in annotation_ids:
+            one = self.sync_annotation(int(ann_id))
+            result.deleted += one.deleted
+            result.upserted += one.upserted
+            result.unchanged += one.unchanged
+        return result
+
+    # -- reconciliation --------------------------------------------------------------------------------
+    def exported_tasks(self, project: int) -> list[dict]:
+        raw = b"".join(self.client.projects.exports.download_sync(project, export_type="JSON",
+                                                                   download_all_tasks=False))
+        return json.loads(raw or b"[]")
+
+    def reconcile(self) -> SyncResult:
+        """Make the store equal to Label Studio for both projects (the source of truth)."""
+        result = SyncResult()
+        self._load_users()
+        self._rater_by_email = {email: rid for rid, email in self.store.rater_emails().items()}
+        self._stored = self.store.annotation_states()
+        try:
+            return self._reconcile(result)
+        finally:
+            self._rater_by_email = self._stored = None
+
+    def _reconcile(self, result: SyncResult) -> SyncResult:
+        live: set[int] = set()
+        for project in (self.rating_project, self.profile_project):
+            if project is None:
+                continue
+            for task in self.exported_tasks(project):
+                data = task.get("data") or {}
+                for annotation in task.get("annotations") or []:
+                    annotation.setdefault("task", task["id"])
+                    if project == self.rating_project and not annotation.get("was_cancelled"):
+                        live.add(int(annotation["id"]))
+                    self.apply(annotation, data, project, result)
+        for ann_id in set(self._stored) - live:
+            result.deleted += int(self.store.delete_annotation(ann_id))
+        return result
+
+    # -- webhook registration --------------------------------------------------------------------------
+    def ensure_webhooks(self, url: str, headers: dict) -> list[int]:
+        """Register (once per project) the webhook that tells us about annotation changes; returns ids.
+        Running it again changes nothing; a hook with the same URL but other settings is updated, and
+        duplicates (which would deliver every event twice) are removed. `headers`: webhook_headers()."""
+        return [self._ensure_webhook(project, url, headers)
+                for project in (self.rating_project, self.profile_project) if project is not None]
+
+    def _ensure_webhook(self, project: int, url: str, headers: dict) -> int:
+        hooks = [h for h in self.client.webhooks.list(project=str(project))
+                 if h.project == project and (h.url or "").rstrip("/") == url.rstrip("/")]
+        if not hooks:
+            return self.client.webhooks.create(url=url, project=project, actions=WEBHOOK_ACTIONS,
+                                               send_payload=True, headers=headers).id
+        hook = hooks[0]
+        if not (set(hook.actions or []) >= set(WEBHOOK_ACTIONS) and hook.send_payload and hook.is_active
+                and (hook.headers or {}) == headers):
+            self.client.webhooks.update(hook.id, url=url, actions=WEBHOOK_ACTIONS, send_payload=True,
+                                        headers=headers, is_active=True)
+        for extra in hooks[1:]:
+            self.client.webhooks.delete(extra.id)
+        return hook.id
+
+
+def webhook_headers(settings) -> dict:
+    """What our webhooks send: the shared secret, and basic auth when the backend requires it (the same
+    headers ml_backend.registration.connect_backend gives the backend's own webhook, so the two agree)."""
+    headers = {"X-Sense7-Secret": settings.webhook_secret}
+    if settings.backend_user and settings.backend_password:
+        token = base64.b64encode(f"{settings.backend_user}:{settings.backend_password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    return headers
+
+
+# ---------------------------------------------------------------------------------------------------
+# Celery tasks. Transient failures (Label Studio down, 5xx) are retried with exponential backoff.
+
+def _retry_policy() -> dict:
+    jobs = app.conf.sense7_jobs
+    return {"autoretry_for": (LabelStudioUnavailable,), "retry_backoff": jobs.retry_backoff,
+            "retry_backoff_max": jobs.retry_backoff_max, "retry_jitter": False,
+            "max_retries": jobs.max_retries}
+
+
+def _run(fn):
+    """Run fn(); turn transient errors into LabelStudioUnavailable so autoretry picks them up."""
+    try:
+        return fn()
+    except Exception as exc:
+        retryable = as_retryable(exc)
+        if retryable is exc:
+            raise
+        raise retryable from None  # `from None`: the SDK error's text (headers, cookies) stays out of logs
+
+
+def _count_new(rt: Runtime, result: SyncResult) -> None:
+    """After N new annotations (SENSE7_RETRAIN_EVERY), enqueue a retrain."""
+    every = rt.jobs.retrain_every
+    if not every or not result.upserted:
+        return
+    import redis
+
+    conn = redis.Redis.from_url(app.conf.broker_url)
+    total = conn.incrby(NEW_RATINGS_KEY, result.upserted)
+    if total >= every:
+        conn.set(NEW_RATINGS_KEY, 0)
+        app.send_task("sense7.retrain", kwargs={"reason": f"{total} new annotations"})
+
+
+_jobs = app.conf.sense7_jobs
+_limits = {"soft_time_limit": _jobs.sync_soft_limit, "time_limit": _jobs.sync_soft_limit + 60}
+
+
+@app.task(name="sense7.sync_annotation", **_retry_policy(), **_limits)
+def sync_annotation_task(annotation_id: int) -> dict:
+    rt = current_runtime()
+    result = _run(lambda: LabelSync.from_runtime(rt).sync_annotation(int(annotation_id)))
+    _count_new(rt, result)
+    return result.as_dict()
+
+
+@app.task(name="sense7.delete_annotations", **_retry_policy(), **_limits)
+def delete_annotations_task(annotation_ids: list[int]) -> dict:
+    rt = current_runtime()
+    return _run(lambda: LabelSync.from_runtime(rt).delete_annotations(annotation_ids)).as_dict()
+
+
+@app.task(name="sense7.reconcile", bind=True, **_retry_policy(), **_limits)
+def reconcile_task(self) -> dict:
+    rt = current_runtime()
+
+    def work():
+        syncer = LabelSync.from_runtime(rt)
+        # Re-registering is one list call per project and heals a webhook someone deleted.
+        syncer.ensure_webhooks(f"{rt.settings.backend_url}/webhook", webhook_headers(rt.settings))
+        return syncer.reconcile()
+
+    result = _run(work)
+    _count_new(rt, result)
+    if result.invalid:
+        log.warning("reconcile skipped %d invalid annotations, first: %s", len(result.invalid), result.invalid[0])
+    return {**result.as_dict(), "retries": self.request.retries}
+
+
+def _enqueue(name: str, args: tuple = (), kwargs: dict | None = None) -> None:
+    if not app.conf.broker_url:
+        # Imported before this home's private Redis was started: look again (never start one here).
+        from sense7.settings import Settings
+        from tasks.redis_local import RedisUnavailable, redis_url
+
+        url = redis_url(Settings.from_env())
+        if not url:
+            raise RedisUnavailable("no Redis: set SENSE7_REDIS_URL or start the jobs with `sense7 worker`")
+        app.conf.update(broker_url=url, result_backend=url)
+    # retry=False: fail at once when Redis is down (the reconciliation catches up later); ignore_result:
+    # nobody waits for a webhook's job, and subscribing to its result would tie this process to the
+    # result backend's connection state.
+    app.send_task(name, args=args, kwargs=kwargs, retry=False, ignore_result=True)
+
+
+def on_event(action: str, payload: dict) -> dict:
+    """The ML backend's /webhook calls this: it only enqueues (never touches Label Studio or the store),
+    so the webhook answers well within Label Studio's 1 s timeout. Returns what was enqueued; raises
+    (so the webhook answers 503) when the broker is unreachable."""
+    payload = payload if isinstance(payload, dict) else {}
+    if action in ("ANNOTATION_CREATED", "ANNOTATION_UPDATED"):
+        ann_id = (payload.get("annotation") or {}).get("id")
+        if ann_id is None:
+            return {"enqueued": []}
+        _enqueue("sense7.sync_annotation", (int(ann_id),))
+        return {"enqueued": ["sense7.sync_annotation"], "annotations": [int(ann_id)]}
+    if action in ("ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"):
+        ids = [int(a["id"]) for a in payload.get("annotations") or [] if isinstance(a, dict) and "id" in a]
+        if not ids:
+            return {"enqueued": []}
+        if action == "ANNOTATIONS_DELETED":
+            _enqueue("sense7.delete_annotations", (ids,))
+            return {"enqueued": ["sense7.delete_annotations"], "annotations": ids}
+        for ann_id in ids:
+            _enqueue("sense7.sync_annotation", (ann_id,))
+        return {"enqueued": ["sense7.sync_annotation"] * len(ids), "annotations": ids}
+    if action == "START_TRAINING":
+        _enqueue("sense7.retrain", kwargs={"reason": "START_TRAINING"})
+        return {"enqueued": ["sense7.retrain"]}
+    return {"enqueued": []}

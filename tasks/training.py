@@ -1,0 +1,270 @@
+"""Retrain the rater models and promote a new version only when it is not worse than the served one.
+
+The held-out slice is chosen by a stable hash of the conversation id (about `holdout_fraction` of the
+conversations), so it is the same slice at every retrain: no version, served or candidate, was ever
+trained on it, which makes "not worse on that slice" a fair comparison. The promoted model is the one
+trained on the other conversations; its metrics (and those of the served version and of a majority-class
+baseline on the same slice) are recorded with the version.
+
+Artifacts go through sense7.model_registry (staging directory + rename, manifest written last, atomic
+CURRENT pointer), so a worker killed mid-retrain leaves the served version untouched. A Redis lock keeps
+two retrains from running at once; its short TTL is renewed while training, so a killed worker's lock
+expires within a minute or two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import shutil
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from sense7.metrics import point_metrics
+from sense7.model_registry import STAGING_PREFIX, ModelRegistry, RegistryError
+from sense7.taxonomy import Taxonomy
+from tasks.celery_app import app
+from tasks.runtime import current_runtime
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "sense7:retrain-lock"
+
+
+class RetrainBusy(RuntimeError):
+    """Another retrain holds the lock."""
+
+
+def holdout_conversations(conversation_ids, fraction: float = 0.2) -> set[str]:
+    """Conversations whose stable hash falls under `fraction` (at least one when there are two or more)."""
+    ids = sorted(set(map(str, conversation_ids)))
+
+    def bucket(cid: str) -> float:
+        return int(hashlib.sha256(cid.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+
+    held = {cid for cid in ids if bucket(cid) < fraction}
+    if not held and len(ids) >= 2:
+        held = {min(ids, key=bucket)}
+    if len(held) == len(ids) and ids:
+        held.discard(max(held, key=bucket))
+    return held
+
+
+def subset(data, conversation_ids: set[str], keep: bool):
+    """The RatingData restricted to (keep=True) or without (keep=False) the given conversations."""
+    from sense7.dataset import RatingData
+
+    mask = data.ratings["conversation_id"].isin(conversation_ids)
+    ratings = data.ratings[mask if keep else ~mask].reset_index(drop=True)
+    convs = {k: v for k, v in data.conversations.items() if (k[0] in conversation_ids) == keep}
+    return RatingData(conversations=convs, ratings=ratings, raters=data.raters)
+
+
+def _macro(per_control: dict) -> dict:
+    out = {}
+    for name in ("spearman", "accuracy", "qwk", "mae"):
+        values = [m[name] for m in per_control.values() if m.get(name) is not None and not math.isnan(m[name])]
+        out[name] = float(np.mean(values)) if values else None
+    return out
+
+
+def score_bundle(bundle, X: pd.DataFrame, Y: pd.DataFrame, levels) -> dict:
+    """Per-control and macro metrics of a bundle's served predictions on (X, Y)."""
+    preds = bundle.predict_items(X)
+    per_control = {}
+    for control in Y.columns:
+        rated = Y[control].notna().to_numpy()
+        if not rated.any():
+            continue
+        chosen = [p.controls.get(control) for p, r in zip(preds, rated) if r]
+        if any(c is None for c in chosen):
+            continue  # the bundle does not predict this control
+        metrics = point_metrics(Y[control].to_numpy()[rated], [c.level for c in chosen],
+                                [c.expected for c in chosen], levels)
+        per_control[control] = {k: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
+                                for k, v in metrics.items()}
+    return {"macro": _macro(per_control), "per_control": per_control, "n_items": int(len(X))}
+
+
+def score_baseline(X_train, Y_train, X, Y, levels) -> dict:
+    """The trivial baseline every report must show: the majority level of the training slice."""
+    from sense7.model.baselines import MajorityClass
+
+    model = MajorityClass().fit(X_train, Y_train)
+    pred = model.predict(X)
+    expected = model.predict_expected(X)
+    per_control = {}
+    for control in Y.columns:
+        rated = Y[control].notna().to_numpy()
+        if not rated.any() or control not in pred:
+            continue
+        metrics = point_metrics(Y[control].to_numpy()[rated], pred[control].to_numpy()[rated],
+                                expected[control].to_numpy()[rated], levels)
+        per_control[control] = {k: (None if isinstance(v, float) and math.isnan(v) else float(v))
+                                for k, v in metrics.items()}
+    return {"macro": _macro(per_control), "per_control": per_control}
+
+
+def _primary(metrics: dict | None) -> float:
+    """The number versions are compared by: macro Spearman (undefined counts as 0, i.e. no ranking)."""
+    if not metrics:
+        return float("-inf")
+    value = metrics["macro"].get("spearman")
+    return 0.0 if value is None else float(value)
+
+
+@dataclass
+class RetrainResult:
+    status: str           # "promoted" | "kept" (candidate worse) | "skipped"
+    version: str | None
+    serving: str | None   # the version serving after this run
+    reason: str
+    metrics: dict | None = None
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "version": self.version, "serving": self.serving,
+                "reason": self.reason, "metrics": self.metrics}
+
+
+class Retrainer:
+    """Train on the store's ratings, compare with the served version on the held-out slice, promote."""
+
+    def __init__(self, store, registry: ModelRegistry, taxonomy: Taxonomy, holdout_fraction: float = 0.2,
+                 keep_versions: int = 5, tolerance: float = 0.0, min_items: int = 10):
+        self.store = store
+        self.registry = registry
+        self.taxonomy = taxonomy
+        self.holdout_fraction = holdout_fraction
+        self.keep_versions = keep_versions
+        self.tolerance = tolerance
+        self.min_items = min_items
+
+    def clean_staging(self) -> list[str]:
+        """Remove staging directories: while we hold the retrain lock, any staging directory is debris
+        of a killed run (the registry only ever renames complete ones into place)."""
+        removed = []
+        if self.registry.model_dir.is_dir():
+            for path in self.registry.model_dir.iterdir():
+                if path.is_dir() and path.name.startswith(STAGING_PREFIX):
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(path.name)
+        return removed
+
+    def run(self, reason: str = "manual") -> RetrainResult:
+        from sense7.dataset import build_items
+        from sense7.model.bundle import train_bundle
+
+        self.clean_staging()
+        serving = self.registry.current()
+        data = self.store.rating_data(self.taxonomy)
+        if data.ratings.empty:
+            return RetrainResult("skipped", None, serving, "no ratings in the store yet")
+        held = holdout_conversations(data.ratings["conversation_id"], self.holdout_fraction)
+        train, test = subset(data, held, keep=False), subset(data, held, keep=True)
+        X_train, Y_train = build_items(train, self.taxonomy)
+        if len(X_train) < self.min_items or not held:
+            return RetrainResult("skipped", None, serving,
+                                 f"too few rated items to train and hold out ({len(X_train)} training items)")
+        X_test, Y_test = build_items(test, self.taxonomy)
+        Y_test = Y_test.reindex(columns=[c for c in Y_train.columns if c in Y_test.columns])
+        version = self.registry.next_version()
+        started = time.perf_counter()
+        bundle = train_bundle(train, version)
+        train_seconds = time.perf_counter() - started
+        levels = list(range(1, self.taxonomy.levels + 1))
+        candidate = score_bundle(bundle, X_test, Y_test, levels)
+        served = None
+        if serving:
+            try:
+                served = score_bundle(self.registry.load(serving), X_test, Y_test, levels)
+            except RegistryError as exc:
+                log.warning("served version %s cannot be scored (%s): the candidate replaces it", serving, exc)
+        baseline = score_baseline(X_train, Y_train, X_test, Y_test, levels)
+        promote = served is None or _primary(candidate) >= _primary(served) - self.tolerance
+        metrics = {
+            "reason": reason, "trained_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "train_seconds": round(train_seconds, 3), "n_train_items": int(len(X_train)),
+            "n_train_ratings": int(len(train.ratings)), "n_holdout_conversations": len(held),
+            "holdout": candidate, "served_on_holdout": served and {"version": serving, **served},
+            "baseline_majority": baseline, "promoted": promote, "bundle": dict(bundle.metrics or {}),
+        }
+        bundle.metrics = metrics
+        self.registry.add(bundle, version, metrics)
+        if promote:
+            self.registry.promote(version)
+        self.registry.prune(self.keep_versions)
+        now_serving = self.registry.current()
+        why = (f"held-out macro Spearman {_primary(candidate):.3f} vs served "
+               f"{'none' if served is None else f'{_primary(served):.3f}'}")
+        return RetrainResult("promoted" if promote else "kept", version, now_serving, why, metrics)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The lock and the Celery task.
+
+@contextmanager
+def retrain_lock(redis_url: str, ttl: float = 120.0):
+    """Hold the Redis lock for the duration, renewing its TTL every ttl/3 s; raise RetrainBusy if taken."""
+    import redis
+
+    conn = redis.Redis.from_url(redis_url)
+    lock = conn.lock(LOCK_NAME, timeout=ttl, blocking=False)
+    if not lock.acquire():
+        raise RetrainBusy("another retrain is running")
+    stop = threading.Event()
+
+    def renew():
+        while not stop.wait(ttl / 3):
+            try:
+                lock.reacquire()
+            except Exception:  # lost the lock or Redis is gone: nothing useful to do here
+                log.warning("could not renew the retrain lock")
+
+    keeper = threading.Thread(target=renew, daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join(timeout=5)
+        try:
+            lock.release()
+        except Exception:
+            pass
+
+
+def run_retrain(runtime, redis_url: str, reason: str) -> dict:
+    """Retrain under the lock (CLI and worker share this)."""
+    jobs = runtime.jobs
+    try:
+        with retrain_lock(redis_url, ttl=jobs.retrain_lock_ttl):
+            registry = ModelRegistry(runtime.settings.model_dir)
+            retrainer = Retrainer(runtime.store, registry, runtime.taxonomy, keep_versions=jobs.keep_versions)
+            result = retrainer.run(reason)
+    except RetrainBusy as exc:
+        return RetrainResult("skipped", None, ModelRegistry(runtime.settings.model_dir).current(), str(exc)).as_dict()
+    if result.status != "skipped":
+        import redis
+
+        from tasks.sync import NEW_RATINGS_KEY
+
+        redis.Redis.from_url(redis_url).set(NEW_RATINGS_KEY, 0)
+    return result.as_dict()
+
+
+_jobs = app.conf.sense7_jobs
+
+
+@app.task(name="sense7.retrain", soft_time_limit=_jobs.retrain_soft_limit, time_limit=_jobs.retrain_soft_limit + 120)
+def retrain_task(reason: str = "manual") -> dict:
+    runtime = current_runtime()
+    result = run_retrain(runtime, app.conf.broker_url, reason)
+    if result["status"] == "promoted" and runtime.jobs.preannotate_after_promote:
+        app.send_task("sense7.preannotate")
+    return result

@@ -1,0 +1,99 @@
+"""Fixtures of the ML backend tests: a registry of fake bundles, a real SQLite store, the Flask app."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from ml_backend.app import create_app
+from ml_backend.hot_model import HotModel
+from ml_backend.model import Sense7Model
+from ml_backend.rater_info import RaterInfoCache
+from sense7.model_registry import ModelRegistry
+from sense7.settings import Settings
+from sense7.store import Store
+from sense7.taxonomy import load_taxonomy, render_rating_config
+from tests.backend.fakes import FakeBundle, load_fake, save_fake
+
+USER, PASSWORD, SECRET = "ls-backend", "pw-not-in-logs-7f3a", "hook-secret-91c2"
+
+
+def task(task_id, rater_id="r1", conversation_id="c1", turn_index=1, **overrides):
+    data = {
+        "task_key": f"{conversation_id}::{turn_index}::{rater_id}", "conversation_id": conversation_id,
+        "turn_index": turn_index, "rater_id": rater_id, "position": "Response 1 of 2",
+        "history": [{"role": "user", "content": "I failed my exam and feel awful."}],
+        "turn": [{"role": "assistant", "content": "I'm sorry, that sounds really hard. What happened?"}],
+    }
+    data.update(overrides)
+    data = {k: v for k, v in data.items() if v is not None}
+    return {"id": task_id, "project": 1, "data": data, "annotations": [], "predictions": []}
+
+
+@pytest.fixture
+def label_config() -> str:
+    return render_rating_config(load_taxonomy())
+
+
+@pytest.fixture
+def registry(tmp_path) -> ModelRegistry:
+    return ModelRegistry(tmp_path / "models", loader=load_fake, saver=save_fake)
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    store.upsert_raters([
+        {"rater_id": "r1", "traits": {"age_band": "25-34", "tipi_1": 5, "ai_trust": 4}},
+        {"rater_id": "r2", "traits": {"ai_trust": 2}},
+    ])
+    return store
+
+
+@pytest.fixture
+def settings(tmp_path) -> Settings:
+    return Settings.from_env({
+        "SENSE7_HOME": str(tmp_path / "home"), "SENSE7_MODEL_DIR": str(tmp_path / "models"),
+        "SENSE7_BACKEND_USER": USER, "SENSE7_BACKEND_PASSWORD": PASSWORD, "SENSE7_WEBHOOK_SECRET": SECRET,
+        "SENSE7_STORE_URL": f"sqlite:///{tmp_path / 'store.sqlite'}",
+    })
+
+
+@pytest.fixture
+def events() -> list:
+    return []
+
+
+@pytest.fixture
+def make_app(registry, store, settings, events):
+    def factory(check_interval=0.0, **kwargs):
+        hot = HotModel(registry, check_interval=check_interval)
+        hot.reload()
+        model = Sense7Model(hot, RaterInfoCache(store, refresh_seconds=0.0))
+        app = create_app(settings, model=model, on_event=lambda action, payload: events.append((action, payload)),
+                         **kwargs)
+        app.testing = True
+        return app
+    return factory
+
+
+@pytest.fixture
+def served(registry):
+    """A registry with v1 (known rater r1) promoted."""
+    registry.add(FakeBundle("v1", level=2, known_raters=("r1",)))
+    registry.promote("v1")
+    return registry
+
+
+def auth_headers(user=USER, password=PASSWORD) -> dict:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+@pytest.fixture
+def client(served, make_app):
+    app = make_app()
+    test_client = app.test_client()
+    test_client.environ_base.update({"HTTP_AUTHORIZATION": auth_headers()["Authorization"]})
+    return test_client

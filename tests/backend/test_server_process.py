@@ -1,0 +1,116 @@
+"""`sense7 backend start|status|stop`: a real gunicorn process on a free port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from sense7.ls_server import free_port
+from tests.backend.conftest import PASSWORD, SECRET, USER
+
+
+def _env(tmp_path, port) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SENSE7_")}
+    env.update(SENSE7_HOME=str(tmp_path / "home"), SENSE7_BACKEND_PORT=str(port), SENSE7_BACKEND_USER=USER,
+               SENSE7_BACKEND_PASSWORD=PASSWORD, SENSE7_WEBHOOK_SECRET=SECRET, SENSE7_BACKEND_WORKERS="1",
+               SENSE7_BACKEND_THREADS="2")
+    return env
+
+
+def _cli(env, *args):
+    sense7 = os.path.join(os.path.dirname(sys.executable), "sense7")
+    return subprocess.run([sense7, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_start_status_stop_and_port_taken(tmp_path):
+    port = free_port()
+    env = _env(tmp_path, port)
+    try:
+        started = _cli(env, "backend", "start")
+        assert started.returncode == 0, started.stderr
+        assert f"running at http://127.0.0.1:{port}" in started.stdout and "untrained" in started.stdout
+        pid_file = tmp_path / "home" / "run" / "ml-backend.pid"
+        pid = int(pid_file.read_text())
+        status = _cli(env, "backend", "status")
+        assert status.returncode == 0 and f"pid {pid}" in status.stdout
+        # the real process enforces auth and answers the protocol
+        assert requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 401
+        health = requests.get(f"http://127.0.0.1:{port}/health", auth=(USER, PASSWORD), timeout=5)
+        assert health.json()["model_version"] == "untrained"
+        again = _cli(env, "backend", "start")
+        assert again.returncode == 1 and "already running" in again.stderr
+    finally:
+        stopped = _cli(env, "backend", "stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert not pid_file.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert _cli(env, "backend", "status").returncode == 1
+
+
+def test_start_refuses_a_taken_port(tmp_path):
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        result = _cli(_env(tmp_path, port), "backend", "start")
+    assert result.returncode == 1
+    assert f"port {port} is already in use" in result.stderr
+    assert not (tmp_path / "home" / "run" / "ml-backend.pid").exists()
+
+
+@pytest.fixture(scope="module")
+def small_bundles():
+    """Two real bundles (tiny synthetic data): v1 and v2 differ only in their version name."""
+    from sense7 import synth
+    from sense7.model.bundle import train_bundle
+
+    data = synth.generate(30, 6, seed=5).rating_data()
+    return train_bundle(data, "v1"), train_bundle(data, "v2")
+
+
+@pytest.mark.slow
+def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
+    import time
+
+    from ml_backend.server import BackendServer
+    from sense7.model_registry import ModelRegistry
+    from sense7.settings import Settings
+    from sense7.taxonomy import load_taxonomy, render_rating_config
+    from tests.backend.conftest import task
+
+    port = free_port()
+    settings = Settings.from_env(_env(tmp_path, port))
+    registry = ModelRegistry(settings.model_dir)
+    registry.add(small_bundles[0], "v1")
+    registry.promote("v1")
+    server = BackendServer(settings, port=port)
+    server.start(workers=2, threads=2)
+    auth = (USER, PASSWORD)
+    body = {"tasks": [task(1), task(2, "stranger")], "label_config": render_rating_config(load_taxonomy())}
+    try:
+        answer = requests.post(f"{server.url}/predict", json=body, auth=auth, timeout=30).json()["results"]
+        assert [r["model_version"] for r in answer] == ["v1", "v1"]
+        assert all(len(r["result"]) == len(load_taxonomy().controls) for r in answer)
+        registry.add(small_bundles[1], "v2")
+        registry.promote("v2")
+        # Each worker notices within a second (one stat) and loads in the background; nobody restarts.
+        deadline, workers = time.monotonic() + 30, {}
+        while time.monotonic() < deadline:
+            health = requests.get(f"{server.url}/health", auth=auth, timeout=5).json()
+            workers[health["worker"]] = health["model_version"]
+            if len(workers) == 2 and set(workers.values()) == {"v2"}:
+                break
+            time.sleep(0.05)
+        assert len(workers) == 2 and set(workers.values()) == {"v2"}, workers
+        assert server.pid() == int((tmp_path / "home" / "run" / "ml-backend.pid").read_text())
+        answer = requests.post(f"{server.url}/predict", json=body, auth=auth, timeout=30).json()["results"]
+        assert [r["model_version"] for r in answer] == ["v2", "v2"]
+    finally:
+        server.stop()

@@ -1,0 +1,140 @@
+"""Test data for the jobs tests: raters, conversations with a learnable signal, Label Studio users and
+annotations posted on their behalf."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from sense7.conversations import Conversation, Message
+from sense7.taxonomy import load_taxonomy
+
+WARM = ["I hear how hard this has been for you.", "That sounds really painful, and it makes sense you feel so.",
+        "Thank you for telling me; what feels heaviest right now?"]
+COLD = ["Here is a list of options.", "Try to be more productive.", "That is a common problem. Next question?"]
+
+
+def make_raters(n: int = 3, prefix: str = "r", domain: str = "raters.test") -> list[dict]:
+    tax = load_taxonomy()
+    rows = []
+    for i in range(1, n + 1):
+        traits = {f.key: (f.choices[i % len(f.choices)] if f.type == "choice" else f.min + (i % (f.max - f.min + 1)))
+                  for f in tax.profile_fields}
+        rows.append({"rater_id": f"{prefix}{i}", "email": f"{prefix}{i}@{domain}", "traits": traits})
+    return rows
+
+
+def make_conversations(raters: list[str], per_rater: int = 6, turns: int = 3, seed: int = 0,
+                       prefix: str = "c") -> list[Conversation]:
+    rng = random.Random(seed)
+    convs = []
+    for r in raters:
+        for k in range(per_rater):
+            messages = []
+            for t in range(turns):
+                messages.append(Message("user", f"({prefix}{r}{k}/{t}) I feel {rng.choice(['sad', 'lost', 'tired'])}."))
+                messages.append(Message("assistant", rng.choice(WARM if (k + t) % 2 == 0 else COLD)))
+            convs.append(Conversation(f"{prefix}-{r}-{k}", r, messages,
+                                      {"task_type": "emotional_support", "emotional_state": 1 + k % 5,
+                                       "empathy_wanted": 1 + (k + 2) % 5}))
+    return convs
+
+
+def rating_result(turn_text: str, bias: int = 0) -> list[dict]:
+    """A full annotation result: warm turns get high ratings, cold ones low, shifted by the rater's bias."""
+    tax = load_taxonomy()
+    base = 4 if turn_text in WARM else 2
+    level = max(1, min(5, base + bias))
+    result = [{"from_name": c, "to_name": "turn", "type": "rating", "value": {"rating": level}} for c in tax.controls]
+    result.append({"from_name": tax.expectation_key, "to_name": "turn", "type": "choices",
+                   "value": {"choices": ["yes" if level >= 3 else "no"]}})
+    return result
+
+
+def ensure_users(client, raters: list[dict]) -> dict[str, int]:
+    """Label Studio users for the raters (by email); returns rater_id -> user id."""
+    existing = {(u.email or "").lower(): u.id for u in client.users.list()}
+    ids = {}
+    for r in raters:
+        email = r["email"].lower()
+        if email not in existing:
+            user = client.users.create(username=email, email=email, password="not-used-3f9a1c2e")
+            existing[email] = user.id
+        ids[r["rater_id"]] = existing[email]
+    return ids
+
+
+def project_tasks(client, project_id: int) -> list:
+    return list(client.tasks.list(project=project_id, include="id,data,predictions_model_versions", page_size=1000))
+
+
+def annotate(client, task, user_id: int, bias: int = 0):
+    return client.annotations.create(task.id, result=rating_result(task.data["turn"][0]["content"], bias),
+                                     completed_by=user_id)
+
+
+def wait_for(condition, timeout: float = 120.0, interval: float = 0.25, what: str = "condition"):
+    """Poll until condition() is truthy; return its value. Fails the test (not a timing assertion: the
+    timeout is only how long we are willing to wait for something that must happen)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last value: {last!r})")
+
+
+class TcpProxy:
+    """A plain TCP forwarder 127.0.0.1:port -> target, started and stopped by the test: while it is down,
+    whoever uses `port` sees exactly what an unreachable server looks like (connection refused)."""
+
+    def __init__(self, port: int, target_host: str, target_port: int):
+        self.port, self.target = port, (target_host, target_port)
+        self._server = None
+
+    def start(self) -> "TcpProxy":
+        import socketserver
+        import threading
+
+        target = self.target
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                import socket
+
+                upstream = socket.create_connection(target)
+
+                def pump(src, dst):
+                    try:
+                        while data := src.recv(65536):
+                            dst.sendall(data)
+                    except OSError:
+                        pass
+                    finally:
+                        for s in (src, dst):
+                            try:
+                                s.shutdown(socket.SHUT_RDWR)
+                            except OSError:
+                                pass
+
+                t = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
+                t.start()
+                pump(self.request, upstream)
+                t.join(timeout=30)
+                upstream.close()
+
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+
+        self._server = Server(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

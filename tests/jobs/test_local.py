@@ -1,0 +1,132 @@
+"""Pieces that need no Label Studio: the private Redis, the Celery configuration, on_event's routing,
+the CLI's refusal of bad configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import redis
+
+from sense7.settings import Settings
+from tasks.celery_app import JobSettings, celery_config
+from tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
+from tasks.training import holdout_conversations
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_private_redis_is_started_once_per_home_and_stopped(tmp_path):
+    settings = Settings.from_env({"SENSE7_HOME": str(tmp_path)})
+    url = ensure_redis(settings)
+    try:
+        assert redis.Redis.from_url(url).ping()
+        assert ensure_redis(settings) == url == running_local_url(settings)  # reused, not a second server
+        assert (tmp_path / "redis" / "url").read_text() == url
+    finally:
+        assert stop_local_redis(settings)
+    assert running_local_url(settings) is None and not stop_local_redis(settings)
+
+
+def test_configured_redis_url_wins_and_nothing_is_started(tmp_path):
+    settings = Settings.from_env({"SENSE7_HOME": str(tmp_path), "SENSE7_REDIS_URL": "redis://example.invalid:1/0"})
+    assert ensure_redis(settings) == "redis://example.invalid:1/0"
+    assert not (tmp_path / "redis").exists()
+
+
+def test_celery_config_is_reliable_by_default():
+    jobs = JobSettings.from_env({})
+    conf = celery_config("redis://127.0.0.1:1/0", jobs)
+    assert conf["task_acks_late"] and conf["task_reject_on_worker_lost"] and conf["worker_prefetch_multiplier"] == 1
+    assert conf["broker_url"] == conf["result_backend"] == "redis://127.0.0.1:1/0"
+    assert conf["broker_transport_options"]["visibility_timeout"] > jobs.retrain_soft_limit + 120
+    assert conf["beat_schedule"]["reconcile-labels"]["schedule"] == jobs.sync_interval
+    assert JobSettings.from_env({"SENSE7_SYNC_INTERVAL": "7.5", "SENSE7_RETRAIN_EVERY": "30"}).retrain_every == 30
+
+
+def test_bad_job_setting_is_named_and_the_cli_changes_nothing(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="SENSE7_RETRAIN_EVERY"):
+        JobSettings.from_env({"SENSE7_RETRAIN_EVERY": "often"})
+    env = {**os.environ, "SENSE7_HOME": str(tmp_path), "SENSE7_RETRAIN_EVERY": "often"}
+    env.pop("SENSE7_REDIS_URL", None)
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "sense7"), "retrain"], env=env,
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 1
+    assert "SENSE7_RETRAIN_EVERY" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "redis").exists() and not (tmp_path / "models").exists()
+
+
+def test_holdout_is_stable_and_never_empty_or_everything():
+    ids = [f"c{i}" for i in range(200)]
+    held = holdout_conversations(ids)
+    assert held == holdout_conversations(list(reversed(ids)))  # order does not matter
+    assert 20 <= len(held) <= 60
+    # Adding conversations never moves an old one in or out of the slice.
+    assert holdout_conversations(ids + [f"n{i}" for i in range(50)]) & set(ids) == held
+    assert len(holdout_conversations(["a", "b"])) == 1 and holdout_conversations(["a"]) == set()
+
+
+def test_on_event_enqueues_only_what_each_action_needs(tmp_path, redis_server):
+    """In a fresh interpreter (the backend's situation): events become messages on the broker."""
+    code = """
+import json
+from tasks.sync import on_event
+out = [on_event("ANNOTATION_CREATED", {"annotation": {"id": 7}}),
+       on_event("ANNOTATION_UPDATED", {"annotation": {"id": 7}}),
+       on_event("ANNOTATIONS_DELETED", {"annotations": [{"id": 8}, {"id": 9}]}),
+       on_event("START_TRAINING", {"project": {"id": 1}}),
+       on_event("PROJECT_UPDATED", {"project": {"id": 1}}),
+       on_event("ANNOTATION_CREATED", {"nothing": 1})]
+print(json.dumps(out))
+"""
+    env = {**os.environ, "SENSE7_HOME": str(tmp_path), "SENSE7_REDIS_URL": redis_server.url}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    answers = json.loads(done.stdout)
+    assert [a["enqueued"] for a in answers] == [["sense7.sync_annotation"], ["sense7.sync_annotation"],
+                                                ["sense7.delete_annotations"], ["sense7.retrain"], [], []]
+    queued = [json.loads(m) for m in redis.Redis.from_url(redis_server.url).lrange("celery", 0, -1)]
+    sent = sorted((m["headers"]["task"], m["headers"]["argsrepr"]) for m in queued)
+    assert sent == sorted([("sense7.sync_annotation", "(7,)"), ("sense7.sync_annotation", "(7,)"),
+                           ("sense7.delete_annotations", "([8, 9],)"), ("sense7.retrain", "()")])
+
+
+def test_on_event_without_redis_fails_clearly(tmp_path):
+    code = "from tasks.sync import on_event\non_event('ANNOTATION_CREATED', {'annotation': {'id': 1}})"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
+    env["SENSE7_HOME"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    assert done.returncode != 0 and "RedisUnavailable" in done.stderr and "SENSE7_REDIS_URL" in done.stderr
+
+
+def test_sense7_worker_on_a_fresh_machine_starts_its_own_redis(tmp_path):
+    """No SENSE7_REDIS_URL: `sense7 worker` starts a private redis-server under SENSE7_HOME and serves jobs."""
+    import signal
+
+    from celery import Celery
+
+    from tests.jobs.helpers import wait_for
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
+    env.update({"SENSE7_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    settings = Settings.from_env(env)
+    log = open(tmp_path / "worker.log", "wb")
+    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "sense7"), "worker", "--no-beat"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
+    try:
+        url = wait_for(lambda: running_local_url(settings), timeout=60, what="the private redis-server")
+        app = Celery("probe", broker=url, backend=url)
+        wait_for(lambda: app.control.ping(timeout=0.5), timeout=90, what="the worker to answer")
+        # A job runs on it: a retrain with an empty store is skipped with a reason, not an error.
+        answer = app.send_task("sense7.retrain", kwargs={"reason": "probe"}).get(timeout=120)
+        assert answer["status"] == "skipped" and "no ratings" in answer["reason"]
+        app.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+        log.close()
+        stop_local_redis(settings)

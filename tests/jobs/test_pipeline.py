@@ -1,0 +1,94 @@
+"""The whole loop on real processes: Label Studio -> webhook -> ML backend -> Redis -> Celery worker ->
+store; retrain -> registry; preannotate -> Label Studio."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from sense7.importer import import_conversations
+from sense7.model_registry import ModelRegistry
+from sense7.store import annotations as annotations_table
+from tasks.sync import LabelSync, webhook_headers
+from tests.jobs.helpers import annotate, ensure_users, make_conversations, make_raters, project_tasks, wait_for
+
+pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
+
+
+def seed(stack, prefix="r"):
+    """Raters in the store, their conversations imported as tasks, Label Studio users for them."""
+    rt = stack.runtime()
+    raters = make_raters(3, prefix=prefix)
+    rt.store.upsert_raters(raters)
+    convs = make_conversations([r["rater_id"] for r in raters], prefix=prefix)
+    import_conversations(rt.client, rt.rating_project, convs, rt.store)
+    users = ensure_users(rt.client, raters)
+    return rt, raters, users
+
+
+def stored_raters(store) -> dict[int, str]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(annotations_table.c.annotation_id, annotations_table.c.rater_id)
+                            .where(annotations_table.c.deleted.is_(False))).all()
+    return dict(rows)
+
+
+def test_webhook_sync_retrain_and_preannotate(job_stack):
+    job_stack.env.update({"SENSE7_RETRAIN_EVERY": "30", "SENSE7_PREANNOTATE_AFTER_PROMOTE": "1"})
+    rt, raters, users = seed(job_stack, prefix="p")
+    job_stack.start_backend()
+    job_stack.start_worker()
+    url = f"{job_stack.backend_url}/webhook"
+    hooks = LabelSync.from_runtime(rt).ensure_webhooks(url, webhook_headers(rt.settings))
+    # Registering again must not add a second webhook per project.
+    assert LabelSync.from_runtime(rt).ensure_webhooks(url, webhook_headers(rt.settings)) == hooks
+
+    tasks = project_tasks(rt.client, rt.rating_project)
+    assert len(tasks) == 54
+    rater_ids = [r["rater_id"] for r in raters]
+    expected = {}
+    # Round robin: each user also rates other raters' tasks, so the rater must come from completed_by
+    # (user -> email -> rater), not from the task's own rater_id.
+    for i, task in enumerate(tasks[:30]):
+        rater = rater_ids[i % 3]
+        ann = annotate(rt.client, task, users[rater], bias=i % 3 - 1)
+        expected[ann.id] = rater
+    assert sum(task.data["rater_id"] != expected_r for task, expected_r in zip(tasks, expected.values())) == 20
+
+    # Only the webhooks carry these: no reconciliation is scheduled in this test.
+    wait_for(lambda: len(stored_raters(rt.store)) == 30, timeout=180, what="30 annotations via webhooks")
+    assert stored_raters(rt.store) == expected
+    assert rt.store.counts()["ratings"] == 30 * len(rt.taxonomy.controls)
+
+    # The 30th new annotation (SENSE7_RETRAIN_EVERY=30) enqueued a retrain; its promotion enqueued a
+    # preannotation of the remaining tasks.
+    registry = ModelRegistry(rt.settings.model_dir)
+    wait_for(lambda: registry.current() == "v1", timeout=300, what="automatic retrain to promote v1")
+    metrics = registry.metrics("v1")
+    assert metrics["promoted"] and metrics["reason"] == "30 new annotations"
+    assert metrics["n_train_items"] > 0 and metrics["holdout"]["n_items"] > 0 and "baseline_majority" in metrics
+    labeled_ids = {t.id for t in tasks[:30]}
+
+    def preannotated():
+        after = project_tasks(rt.client, rt.rating_project)
+        unlabeled = [t for t in after if t.id not in labeled_ids]
+        return len(unlabeled) == 24 and all("v1" in (t.predictions_model_versions or "") for t in unlabeled)
+
+    wait_for(preannotated, timeout=300, what="the 24 unlabeled tasks to get v1 predictions")
+    assert not any(t.predictions_model_versions for t in project_tasks(rt.client, rt.rating_project)
+                   if t.id in labeled_ids)
+    # Idempotent: running it again finds nothing to do.
+    again = job_stack.run("sense7.preannotate")
+    assert again["version"] == "v1" and again["pushed"] == 0 and again["pending"] == 0
+
+    # An explicit retrain adds v2 (promoted only if not worse on the same held-out slice).
+    result = job_stack.run("sense7.retrain", reason="test")
+    assert result["version"] == "v2" and result["status"] in ("promoted", "kept")
+    assert registry.current() == ("v2" if result["status"] == "promoted" else "v1")
+    listing = subprocess.run([str(Path(sys.executable).parent / "sense7"), "models", "list"], env=job_stack.env,
+                             capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0 and "v1" in listing.stdout and "v2" in listing.stdout, listing.stderr

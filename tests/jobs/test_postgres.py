@@ -1,0 +1,118 @@
+"""The stack with Label Studio *and* our store on PostgreSQL (127.0.0.1:5432, trust auth, user postgres):
+fresh databases for this run, dropped afterwards. Webhooks, an update and a deletion end up in the store."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from sense7.settings import Settings
+from tasks.redis_local import free_port
+from tests.jobs.conftest import JobStack, RedisHandle
+from tests.jobs.helpers import annotate, project_tasks, rating_result, wait_for
+from tests.jobs.test_pipeline import seed, stored_raters
+
+pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
+
+PG = "postgresql://postgres@127.0.0.1:5432"
+
+
+def _admin(sql: str) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(f"{PG}/postgres")
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def pg_databases():
+    import psycopg2
+
+    try:
+        psycopg2.connect(f"{PG}/postgres", connect_timeout=3).close()
+    except psycopg2.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432: {exc}")
+    suffix = uuid.uuid4().hex[:10]
+    names = {"ls": f"sense7_jobs_ls_{suffix}", "store": f"sense7_jobs_store_{suffix}"}
+    for name in names.values():
+        _admin(f'CREATE DATABASE "{name}"')
+    yield names
+    for name in names.values():
+        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_stack(pg_databases, tmp_path, monkeypatch):
+    from label_studio_sdk import LabelStudio
+
+    from sense7.ls_server import LabelStudioServer
+
+    home = tmp_path / "home"
+    port = free_port()
+    settings = Settings.from_env({"SENSE7_HOME": str(home), "SENSE7_LS_PORT": str(port)})
+    monkeypatch.setenv("SENSE7_LS_DATABASE_URL", f"{PG}/{pg_databases['ls']}")
+    server = LabelStudioServer(settings)
+    server.start()
+    redis = RedisHandle(tmp_path / "redis", free_port())
+    redis.start()
+    backend_port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
+    env.update({
+        "SENSE7_HOME": str(home), "SENSE7_LS_PORT": str(port), "SENSE7_LS_URL": settings.ls_url,
+        "SENSE7_LS_TOKEN": settings.ls_token,
+        "SENSE7_STORE_URL": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{pg_databases['store']}",
+        "SENSE7_MODEL_DIR": str(tmp_path / "models"), "SENSE7_REDIS_URL": redis.url,
+        "SENSE7_BACKEND_PORT": str(backend_port), "SENSE7_BACKEND_URL": f"http://127.0.0.1:{backend_port}",
+        "SENSE7_SYNC_INTERVAL": "3600", "SENSE7_RETRAIN_EVERY": "0", "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0",
+        "SENSE7_RETRY_BACKOFF": "1", "SENSE7_RETRY_BACKOFF_MAX": "4", "PYTHONUNBUFFERED": "1",
+    })
+    stack = JobStack(env, tmp_path, redis)
+    try:
+        assert LabelStudio(base_url=settings.ls_url, api_key=settings.ls_token).users.whoami().id
+        yield stack
+    finally:
+        stack.close()
+        redis.stop()
+        server.stop()
+
+
+def test_label_studio_and_store_on_postgresql(pg_stack):
+    from sqlalchemy import inspect
+
+    rt, raters, users = seed(pg_stack, prefix="g")
+    assert rt.store.engine.dialect.name == "postgresql"
+    assert "annotations" in inspect(rt.store.engine).get_table_names()
+    pg_stack.start_backend()
+    pg_stack.start_worker()
+    from tasks.sync import LabelSync, webhook_headers
+
+    LabelSync.from_runtime(rt).ensure_webhooks(f"{pg_stack.backend_url}/webhook", webhook_headers(rt.settings))
+    tasks = project_tasks(rt.client, rt.rating_project)
+    made = {}
+    for i, task in enumerate(tasks[:12]):
+        rater = raters[i % 3]["rater_id"]
+        made[annotate(rt.client, task, users[rater]).id] = rater
+    wait_for(lambda: stored_raters(rt.store) == made, timeout=180, what="12 annotations via webhooks")
+
+    # An update and a deletion in Label Studio, delivered by webhooks only.
+    first, second = list(made)[:2]
+    rt.client.annotations.update(first, result=rating_result("changed", bias=3))
+    rt.client.annotations.delete(second)
+    del made[second]
+
+    def caught_up():
+        frame = rt.store.ratings_frame()
+        return stored_raters(rt.store) == made and len(frame) == 11 * len(rt.taxonomy.controls) \
+            and (frame["rating"] == 5).sum() == len(rt.taxonomy.controls)
+
+    wait_for(caught_up, timeout=120, what="update and deletion via webhooks")
+    # The reconciliation agrees with what the webhooks produced.
+    result = pg_stack.run("sense7.reconcile")
+    assert result["upserted"] == 0 and result["deleted"] == 0 and result["unchanged"] == 11

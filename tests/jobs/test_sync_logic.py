@@ -1,0 +1,144 @@
+"""LabelSync against the real Label Studio, in this process (no worker): reconciliation semantics."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sense7.importer import import_conversations, import_profile_tasks
+from sense7.ls_client import create_profile_project, create_rating_project
+from sense7.store import Store
+from sense7.taxonomy import PROFILE_OBJECT_TAG, load_taxonomy
+from tasks.sync import LabelSync, iso_time
+from tests.jobs.helpers import annotate, ensure_users, make_conversations, make_raters, project_tasks, rating_result
+
+pytestmark = pytest.mark.labelstudio
+
+_n = iter(range(1, 10_000))
+
+
+@pytest.fixture
+def synced(label_studio, tmp_path):
+    """Fresh projects and store, three raters with users, their conversations imported."""
+    client = label_studio.client
+    n = next(_n)
+    rating = create_rating_project(client, f"sync logic rating {n} {os.getpid()}")
+    profile = create_profile_project(client, f"sync logic profile {n} {os.getpid()}")
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    raters = make_raters(3, prefix=f"s{n}x")
+    store.upsert_raters(raters)
+    import_conversations(client, rating, make_conversations([r["rater_id"] for r in raters], per_rater=2, turns=2,
+                                                            prefix=f"s{n}"), store)
+    users = ensure_users(client, raters)
+    return LabelSync(client, store, load_taxonomy(), rating, profile), raters, users
+
+
+def test_reconcile_is_idempotent_and_follows_updates_and_deletions(synced):
+    syncer, raters, users = synced
+    client, store = syncer.client, syncer.store
+    tasks = project_tasks(client, syncer.rating_project)
+    anns = [annotate(client, t, users[raters[i % 3]["rater_id"]]) for i, t in enumerate(tasks[:6])]
+    first = syncer.reconcile()
+    assert (first.seen, first.upserted, first.unchanged, first.deleted) == (6, 6, 0, 0)
+    again = syncer.reconcile()
+    assert (again.upserted, again.unchanged) == (0, 6)
+
+    # An update in Label Studio (new updated_at) replaces the stored values.
+    client.annotations.update(anns[0].id, result=rating_result("no such text", bias=3))
+    updated = syncer.reconcile()
+    assert (updated.upserted, updated.unchanged) == (1, 5)
+    frame = store.ratings_frame()
+    row = frame[(frame["conversation_id"] == tasks[0].data["conversation_id"])
+                & (frame["turn_index"] == tasks[0].data["turn_index"]) & (frame["dimension"] == "overall")]
+    assert row["rating"].tolist() == [5]
+
+    # Deleted in Label Studio -> marked deleted here, and gone from the training data.
+    client.annotations.delete(anns[1].id)
+    gone = syncer.reconcile()
+    assert gone.deleted == 1 and set(store.annotation_versions()) == {a.id for a in anns} - {anns[1].id}
+    assert len(store.ratings_frame()) == 5 * len(syncer.taxonomy.controls)
+    # A re-created annotation (same task) comes back.
+    back = annotate(client, tasks[1], users[raters[0]["rater_id"]])
+    assert syncer.reconcile().upserted == 1 and back.id in store.annotation_versions()
+
+
+def test_single_annotation_sync_fetches_the_truth_and_maps_the_rater(synced):
+    syncer, raters, users = synced
+    client = syncer.client
+    task = project_tasks(client, syncer.rating_project)[0]
+    # Rated by a user who is a different rater than the task's own rater_id: completed_by wins.
+    other = next(r["rater_id"] for r in raters if r["rater_id"] != task.data["rater_id"])
+    ann = annotate(client, task, users[other])
+    result = syncer.sync_annotation(ann.id)
+    assert result.upserted == 1 and result.by_task_rater == 0
+    assert syncer.store.annotation_versions() == {ann.id: iso_time(client.annotations.get(ann.id).updated_at)}
+    assert set(syncer.store.ratings_frame()["rater_id"]) == {other}
+    assert syncer.sync_annotation(ann.id).unchanged == 1
+    # Deleted: the id alone (as in an ANNOTATIONS_DELETED webhook) is checked against the API.
+    client.annotations.delete(ann.id)
+    assert syncer.delete_annotations([ann.id]).deleted == 1
+    assert syncer.store.annotation_versions() == {}
+
+
+def test_admin_annotation_falls_back_to_task_rater_and_cancelled_is_not_a_rating(synced):
+    syncer, raters, users = synced
+    client = syncer.client
+    tasks = project_tasks(client, syncer.rating_project)
+    admin = client.users.whoami().id
+    by_admin = annotate(client, tasks[0], admin)
+    client.annotations.create(tasks[1].id, result=[], was_cancelled=True, completed_by=users[raters[0]["rater_id"]])
+    result = syncer.reconcile()
+    assert result.upserted == 1 and result.by_task_rater == 1
+    assert set(syncer.store.annotation_versions()) == {by_admin.id}
+    assert set(syncer.store.ratings_frame()["rater_id"]) == {tasks[0].data["rater_id"]}
+
+
+def test_questionnaire_answers_become_traits_and_bad_answers_are_named(synced):
+    syncer, raters, users = synced
+    client, tax = syncer.client, syncer.taxonomy
+    rater = raters[1]["rater_id"]
+    import_profile_tasks(client, syncer.profile_project, [rater])
+    task = next(iter(client.tasks.list(project=syncer.profile_project, include="id,data")))
+
+    def choice(key, value):
+        return {"from_name": key, "to_name": PROFILE_OBJECT_TAG, "type": "choices", "value": {"choices": [value]}}
+
+    result = [choice("age_band", "35-44"), choice("tipi_1", "6"), choice("tipi_2", "9"), choice("llm_use", "daily")]
+    client.annotations.create(task.id, result=result, completed_by=users[rater])
+    outcome = syncer.reconcile()
+    assert outcome.profiles == 1
+    assert any("tipi_2" in problem for problem in outcome.invalid), outcome.invalid
+    traits = syncer.store.raters_frame([rater]).loc[rater]
+    assert traits["age_band"] == "35-44" and traits["tipi_1"] == 6 and traits["llm_use"] == "daily"
+    assert traits["tipi_2"] == raters[1]["traits"]["tipi_2"]  # the out-of-range 9 did not overwrite it
+    # Questionnaire annotations are not ratings.
+    assert syncer.store.annotation_versions() == {}
+
+
+def test_webhook_registration_is_idempotent(synced):
+    syncer, _, _ = synced
+    url = "http://127.0.0.1:9/webhook"
+    ids = syncer.ensure_webhooks(url, {"X-Sense7-Secret": "s3cret"})
+    assert len(ids) == 2 and syncer.ensure_webhooks(url, {"X-Sense7-Secret": "s3cret"}) == ids
+    hooks = syncer.client.webhooks.list(project=str(syncer.rating_project))
+    assert len(hooks) == 1 and hooks[0].headers == {"X-Sense7-Secret": "s3cret"} and hooks[0].send_payload
+    # A changed secret updates the same hook instead of adding one.
+    assert syncer.ensure_webhooks(url, {"X-Sense7-Secret": "rotated"}) == ids
+    assert syncer.client.webhooks.get(ids[0]).headers == {"X-Sense7-Secret": "rotated"}
+    # A duplicate (made by hand or by an older version) is removed: it would deliver every event twice.
+    syncer.client.webhooks.create(url=url, project=syncer.rating_project, actions=["ANNOTATION_CREATED"])
+    assert syncer.ensure_webhooks(url, {"X-Sense7-Secret": "rotated"}) == ids
+    assert len(syncer.client.webhooks.list(project=str(syncer.rating_project))) == 1
+
+
+def test_label_studio_errors_leave_the_job_without_headers(label_studio):
+    from label_studio_sdk.core.api_error import ApiError
+
+    from tasks.runtime import LabelStudioError, as_retryable
+
+    with pytest.raises(ApiError) as caught:
+        label_studio.client.projects.get(987654321)
+    assert "headers" in str(caught.value)  # the SDK's own text: response headers, cookies included
+    converted = as_retryable(caught.value)
+    assert isinstance(converted, LabelStudioError) and str(converted) == "Label Studio answered HTTP 404"
