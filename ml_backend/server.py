@@ -8,17 +8,14 @@ each worker loading the served model once. Credentials reach the process through
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import requests
 
-from sense7.ls_server import port_is_free
+from sense7.processes import ManagedProcess, ProcessError, port_is_free
 from sense7.settings import Settings
 
 GUNICORN_CONF = Path(__file__).with_name("gunicorn_conf.py")
@@ -26,20 +23,6 @@ GUNICORN_CONF = Path(__file__).with_name("gunicorn_conf.py")
 
 class BackendError(RuntimeError):
     """The backend could not be started, or is not the one we expected."""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours still answers kill(0)
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
 
 
 @dataclass
@@ -63,9 +46,9 @@ class BackendServer:
         self.settings = settings
         self.port = port or urlparse(settings.backend_url).port or settings.backend_port
         self.url = f"http://127.0.0.1:{self.port}"
-        self.startup_timeout = startup_timeout
-        self.pid_file = settings.home / "run" / "ml-backend.pid"
-        self.log_file = settings.home / "logs" / "ml-backend.log"
+        self.process = ManagedProcess("ml-backend", settings.home, lambda: self.health(timeout=1.0) is not None,
+                                      startup_timeout)
+        self.pid_file, self.log_file = self.process.pid_file, self.process.log_file
 
     @property
     def auth(self):
@@ -73,11 +56,7 @@ class BackendServer:
         return (s.backend_user, s.backend_password) if s.backend_user and s.backend_password else None
 
     def pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _alive(pid) else None
+        return self.process.pid()
 
     def health(self, timeout: float = 2.0) -> dict | None:
         try:
@@ -114,49 +93,21 @@ class BackendServer:
         if not port_is_free(self.port):
             raise BackendError(f"port {self.port} is already in use by another program: stop it or choose another "
                                "port with SENSE7_BACKEND_PORT (or --port)")
-        for path in (self.pid_file.parent, self.log_file.parent):
-            path.mkdir(parents=True, exist_ok=True)
         # Create the store's tables once here, so the workers booting together need not race to do it.
         from sense7.store import Store
 
         Store(self.settings.store_url)
         cmd = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "ml_backend.wsgi:app"]
-        with open(self.log_file, "ab") as log:
-            proc = subprocess.Popen(cmd, env=self.environment(workers, threads), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        self.pid_file.write_text(str(proc.pid))  # gunicorn rewrites the same pid; we need it before that
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.health(timeout=1.0) is not None:
-                return self.status()
-            if proc.poll() is not None:
-                self.pid_file.unlink(missing_ok=True)
-                raise BackendError(f"the ML backend exited during start-up; see {self.log_file}:\n{self._tail()}")
-            time.sleep(0.2)
-        self.stop()
-        raise BackendError(f"the ML backend did not answer {self.url}/health within {self.startup_timeout:.0f} s; "
-                           f"see {self.log_file}")
+        try:
+            # gunicorn writes the same pid (its master) to the pid file; we need it before that.
+            self.process.start(cmd, self.environment(workers, threads))
+        except ProcessError as exc:
+            raise BackendError(str(exc).replace("ml-backend", "the ML backend", 1)) from None
+        return self.status()
 
     def stop(self, timeout: float = 20.0) -> bool:
         """Graceful stop (SIGTERM lets workers finish their requests). True if something was running."""
-        pid = self.pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.1)
-        if _alive(pid):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        return self.process.stop(timeout)
 
     def _tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
+        return self.process.log_tail(lines)

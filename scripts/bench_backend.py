@@ -134,7 +134,7 @@ def main() -> int:
         return 2
 
     from ml_backend.server import BackendServer
-    from sense7.ls_server import free_port
+    from sense7.processes import free_port
     from sense7.taxonomy import load_taxonomy, render_rating_config
 
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())

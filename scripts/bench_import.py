@@ -19,7 +19,8 @@ from pathlib import Path
 from sense7 import ls_client, synth
 from sense7.formats import read_conversations
 from sense7.importer import import_conversations, plan_tasks
-from sense7.ls_server import LabelStudioServer, free_port
+from sense7.ls_server import LabelStudioServer
+from sense7.processes import free_port
 from sense7.settings import Settings
 from sense7.store import Store
 

@@ -45,7 +45,8 @@ def main() -> None:
     from ml_backend.registration import connect_backend
     from ml_backend.server import BackendServer
     from sense7.ls_client import ensure_projects, import_tasks
-    from sense7.ls_server import LabelStudioServer, free_port
+    from sense7.ls_server import LabelStudioServer
+    from sense7.processes import free_port
     from sense7.ls_tasks import rating_tasks
     from sense7.settings import Settings
     from tasks.redis_local import start_redis_server

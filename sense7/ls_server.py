@@ -14,11 +14,10 @@ from urllib.parse import urlparse
 
 import requests
 
-from sense7.processes import ManagedProcess, ProcessError, free_port, port_is_free
+from sense7.processes import ManagedProcess, ProcessError, port_is_free
 from sense7.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-__all__ = ["LabelStudioServer", "ServerError", "ServerStatus", "free_port", "port_is_free"]
 
 
 class ServerError(RuntimeError):

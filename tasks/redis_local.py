@@ -11,24 +11,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import redis
 
+from sense7.processes import free_port
 from sense7.settings import Settings
 
 
 class RedisUnavailable(RuntimeError):
     """No Redis URL is configured and no private redis-server could be started."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _alive(url: str) -> bool:

@@ -40,7 +40,8 @@ class LabelStudioHandle:
 def label_studio(tmp_path_factory) -> LabelStudioHandle:
     from label_studio_sdk import LabelStudio
 
-    from sense7.ls_server import LabelStudioServer, free_port
+    from sense7.ls_server import LabelStudioServer
+    from sense7.processes import free_port
 
     home = tmp_path_factory.mktemp("sense7-home")
     port = free_port()

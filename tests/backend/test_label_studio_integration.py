@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from sense7.ls_server import free_port
+from sense7.processes import free_port
 from sense7.settings import Settings
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]

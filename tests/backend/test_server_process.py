@@ -10,7 +10,7 @@ import sys
 import pytest
 import requests
 
-from sense7.ls_server import free_port
+from sense7.processes import free_port
 from tests.backend.conftest import PASSWORD, SECRET, USER
 
 

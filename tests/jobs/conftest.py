@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tasks.redis_local import free_port, start_redis_server
+from sense7.processes import free_port
+from tasks.redis_local import start_redis_server
 from tests.jobs.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from sense7.store import annotations as annotations_table
 from sense7.store import ratings as ratings_table
-from tasks.redis_local import free_port
+from sense7.processes import free_port
 from tests.jobs.helpers import TcpProxy, annotate, project_tasks, wait_for
 from tests.jobs.test_pipeline import seed, stored_raters
 

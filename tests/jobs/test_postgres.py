@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from sense7.settings import Settings
-from tasks.redis_local import free_port
+from sense7.processes import free_port
 from tests.jobs.conftest import JobStack, RedisHandle
 from tests.jobs.helpers import annotate, project_tasks, rating_result, wait_for
 from tests.jobs.test_pipeline import seed, stored_raters
