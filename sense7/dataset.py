@@ -247,8 +247,16 @@ def _join(messages) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
+def _assistant_id(value):
+    """An optional assistant (ratee) id as a string; None when unknown."""
+    if value is None or (np.ndim(value) == 0 and pd.isna(value)):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
 def _item_row(conversation_id, turn_index, rater_id, history: list[dict], turn: list[dict],
-              turn_position: int, n_turns: int) -> dict:
+              turn_position: int, n_turns: int, assistant_id=None) -> dict:
     return {
         "conversation_id": str(conversation_id),
         "turn_index": turn_index,
@@ -257,21 +265,25 @@ def _item_row(conversation_id, turn_index, rater_id, history: list[dict], turn: 
         "history_text": _join(history),
         "turn_position": float(turn_position),
         "n_turns": float(n_turns),
+        # Who is rated (a model version; in WASSA the other person): optional, None when unknown.
+        "assistant_id": _assistant_id(assistant_id),
     }
 
 
 def _conversation_item(conv: Conversation, turn_index) -> dict:
     """The item for one turn (or, with turn_index NA, the whole conversation) of a conversation."""
     turns = conv.assistant_turns()
+    assistant_id = (conv.context or {}).get("assistant_id")
     messages = [{"role": m.role, "content": m.content} for m in conv.messages]
     if turn_index is pd.NA or turn_index is None or (isinstance(turn_index, float) and math.isnan(turn_index)):
         # A rating of the whole conversation: the rated text is every assistant turn, the rest is context.
         assistant = [m for m in messages if m["role"] == "assistant"]
         others = [m for m in messages if m["role"] != "assistant"]
-        return _item_row(conv.conversation_id, pd.NA, conv.rater_id, others, assistant, 0, len(turns))
+        return _item_row(conv.conversation_id, pd.NA, conv.rater_id, others, assistant, 0, len(turns),
+                         assistant_id)
     turn_index = int(turn_index)
     return _item_row(conv.conversation_id, turn_index, conv.rater_id, messages[:turn_index],
-                     [messages[turn_index]], turns.index(turn_index) + 1, len(turns))
+                     [messages[turn_index]], turns.index(turn_index) + 1, len(turns), assistant_id)
 
 
 def _attach(items: pd.DataFrame, raters: pd.DataFrame, contexts: dict, taxonomy: Taxonomy) -> pd.DataFrame:
@@ -324,7 +336,11 @@ def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dic
         history = [m for m in data.get("history") or [] if m != START_PLACEHOLDER]
         turn_index = data.get("turn_index")
         turn_index = pd.NA if turn_index in (None, "") else int(turn_index)
+        # The assistant (ratee), when the task data or the stored context names it; else unknown.
+        assistant_id = data.get("assistant_id")
+        if _assistant_id(assistant_id) is None:
+            assistant_id = (contexts.get((str(data["conversation_id"]), str(data["rater_id"]))) or {}).get("assistant_id")
         rows.append(_item_row(data["conversation_id"], turn_index, data["rater_id"], history,
-                              data.get("turn") or [], position, n_turns))
+                              data.get("turn") or [], position, n_turns, assistant_id))
     X = pd.DataFrame(rows, columns=list(_item_row("", 0, "", [], [], 0, 0)))
     return _attach(X, raters, contexts, tax)

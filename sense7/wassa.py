@@ -3,7 +3,8 @@
 Two crowd workers chat about a news article, then each rates how empathic the *other* person was (1-7).
 Mapped onto sense7's shapes from the rater's point of view: the other person's turns are the rated
 "assistant" messages, the rater's own turns are "user" messages, and the rating is conversation-level
-(turn_index NA) on one control, `perceived_empathy`. Traits are the 14 questionnaire columns.
+(turn_index NA) on one control, `perceived_empathy`. Traits are the 14 questionnaire columns. The other
+person is the conversation's `assistant_id` (context), since people are rated in several conversations.
 """
 
 from __future__ import annotations
@@ -68,7 +69,11 @@ def load_wassa(directory: str | Path) -> RatingData:
                         "" if pd.isna(row.text) else str(row.text))
                 for row in conv_turns.itertuples()
             ]
-            conversations[(str(conv_id), rater)] = Conversation(str(conv_id), rater, messages)
+            # The ratee (the other person) is the "assistant" being rated: the models' optional
+            # assistant effect (sense7.model.raters.AssistantEffects) learns how empathic they come across.
+            other = next((p for p in speakers.values() if p != rater), None)
+            context = {"assistant_id": other} if other else {}
+            conversations[(str(conv_id), rater)] = Conversation(str(conv_id), rater, messages, context)
 
     frame = pd.DataFrame({
         "conversation_id": ratings["conversation_id"].astype(str),

@@ -22,7 +22,7 @@ from sklearn.model_selection import GroupKFold
 
 from sense7.model.features import ItemFeatures
 from sense7.model.ordinal import OrdinalLink
-from sense7.model.raters import RaterEffects
+from sense7.model.raters import AssistantEffects, RaterEffects, assistant_keys
 from sense7.model.ridge import multi_ridge
 
 
@@ -116,6 +116,16 @@ class _RaterModel(BaseEstimator):
     def _fit_link(self, scores, y) -> OrdinalLink:
         return OrdinalLink(self.levels_).fit(scores, y)
 
+    def _assistant_shift(self, effects: list, X: pd.DataFrame) -> np.ndarray:
+        """(n, controls): each item's shrunk assistant effect per control (0: unknown / unseen / off)."""
+        out = np.zeros((len(X), len(self.controls_)))
+        if any(e is not None for e in effects):
+            keys = assistant_keys(X)
+            for j, effect in enumerate(effects):
+                if effect is not None:
+                    out[:, j] = effect.effect(keys)
+        return out
+
     # -- prediction formats -------------------------------------------------------------------------
 
     def predict_proba(self, X: pd.DataFrame) -> dict:
@@ -151,12 +161,18 @@ def controls_from_proba(probs: dict, levels: np.ndarray) -> list[dict]:
 
 
 class GenericRater(_RaterModel):
-    """Text + context + position only: the same prediction for every rater."""
+    """Text + context + position only: the same prediction for every rater.
+
+    assistant_effects: add a shrunk per-assistant effect (X's optional `assistant_id`: who is rated, e.g. a
+    model version; in WASSA the other person), learned in fit from the training rows' residuals
+    (sense7.model.raters.AssistantEffects); unknown or unseen assistants get 0. Not rater-specific.
+    """
 
     def __init__(self, text_features: str = "tfidf", alpha: float = 10.0, max_features: int = 30000,
                  history_chars: int = 300, text_weighting: str = "presence",
                  context_weight: float = 0.1, target_scale: str = "normal",
-                 context_interactions: bool = False, cv: int = 3, levels=None):
+                 context_interactions: bool = False, cv: int = 3, assistant_effects: bool = True,
+                 levels=None):
         self.text_features = text_features
         self.alpha = alpha
         self.max_features = max_features
@@ -166,19 +182,34 @@ class GenericRater(_RaterModel):
         self.target_scale = target_scale
         self.context_interactions = context_interactions
         self.cv = cv
+        self.assistant_effects = assistant_effects
         self.levels = levels
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame):
         Yv = self._check_fit_input(X, Y)
-        oof = self._fit_text(X, self._fit_target_scale(Yv))
-        self.links_ = []
+        Tv = self._fit_target_scale(Yv)
+        oof = self._fit_text(X, Tv)
+        keys = assistant_keys(X) if self.assistant_effects else None
+        if keys is not None and not any(k is not None for k in keys):
+            keys = None  # no assistant is known: nothing to learn
+        self.links_, self.assistant_effects_ = [], []
         for c in range(Yv.shape[1]):
             rated = np.isfinite(Yv[:, c])
-            self.links_.append(self._fit_link(oof[rated, c], Yv[rated, c]))
+            scores, effect = oof[rated, c], None
+            if keys is not None:
+                # The assistant's shrunk effect on the text model's residual (training rows only); the link
+                # sees each row's leave-one-out effect, as a new rating of that assistant would.
+                resid = Tv[rated, c] - scores
+                effect = AssistantEffects().fit(keys[rated], resid)
+                scores = scores + effect.loo_effect(keys[rated], resid)
+            self.assistant_effects_.append(effect)
+            self.links_.append(self._fit_link(scores, Yv[rated, c]))
         return self
 
     def _proba(self, X):
         scores = self._text_scores(X)
+        if getattr(self, "assistant_effects_", None):
+            scores = scores + self._assistant_shift(self.assistant_effects_, X)
         return {c: self.links_[j].predict_proba(scores[:, j]) for j, c in enumerate(self.controls_)}
 
 
@@ -191,6 +222,8 @@ class PersonalizedRater(_RaterModel):
     give each rater their own noise variance, shrunk toward the pooled one with this many pseudo-ratings
     (None = one shared variance). Raters with ratings in `fit` are "known"; any other rater is predicted
     from the trait columns of X (missing traits count as average).
+    assistant_effects: also a shrunk per-assistant effect (as in GenericRater), fitted alternately with
+    the rater effects on training rows only; unknown or unseen assistants get 0.
 
     Shared with GenericRater: text_features / text_weighting / max_features / history_chars /
     context_weight / context_interactions (sense7.model.features.ItemFeatures), alpha (ridge penalty),
@@ -203,7 +236,8 @@ class PersonalizedRater(_RaterModel):
                  history_chars: int = 300, text_weighting: str = "presence",
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, slopes: bool = True, pool_controls: bool = False,
-                 backfit: int = 1, noise_prior: float | None = None, levels=None):
+                 backfit: int = 1, noise_prior: float | None = None, assistant_effects: bool = True,
+                 levels=None):
         self.text_features = text_features
         self.alpha = alpha
         self.max_features = max_features
@@ -217,9 +251,12 @@ class PersonalizedRater(_RaterModel):
         self.pool_controls = pool_controls
         self.backfit = backfit
         self.noise_prior = noise_prior
+        self.assistant_effects = assistant_effects
         self.levels = levels
 
     # -- traits as a standardized matrix with an intercept column ------------------------------------
+
+    ASSISTANT_ROUNDS = 3
 
     def _fit_traits(self, X: pd.DataFrame):
         traits = X[[c for c in X.columns if c.startswith("trait_")]]
@@ -242,19 +279,32 @@ class PersonalizedRater(_RaterModel):
         self.known_raters_ = per_rater.index.to_numpy(dtype=object)
         Z = self.known_trait_matrix_ = self._trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
+        self.fit_keys_ = assistant_keys(X) if self.assistant_effects else None
+        if self.fit_keys_ is not None and not any(k is not None for k in self.fit_keys_):
+            self.fit_keys_ = None  # no assistant is known: nothing to learn (and no extra EM rounds)
         oof = self._fit_text(X, Tv)
         # Rater effects per control (optionally after a general leniency pooled over controls).
         self._fit_raters(Tv, Yv, oof, rows_all, Z, links=self.backfit == 0)
         for round_ in range(self.backfit):
             # Backfitting: refit the text model on ratings with each rater's leniency taken out, so words
             # are not credited with who happened to rate them; then the rater effects on the new scores.
-            offsets = self.common_known_[rows_all][:, None] + self.rater_coef_[rows_all, :, 0]
+            offsets = self.common_known_[rows_all][:, None] + self.rater_coef_[rows_all, :, 0] \
+                + self.assistant_rows_
             oof = self._fit_text(X, Tv - offsets)
             self._fit_raters(Tv, Yv, oof, rows_all, Z, links=round_ == self.backfit - 1)
         # What GenericRater would learn from the same data (same text model, links on the same out-of-fold
         # scores): kept so a bundle gets both models from one text fit.
-        self.generic_links_ = [self._fit_link(oof[np.isfinite(Yv[:, c]), c], Yv[np.isfinite(Yv[:, c]), c])
-                               for c in range(Yv.shape[1])]
+        self.generic_links_, self.generic_assistant_ = [], []
+        for c in range(Yv.shape[1]):
+            rated = np.isfinite(Yv[:, c])
+            scores, effect = oof[rated, c], None
+            if self.fit_keys_ is not None:  # as GenericRater(assistant_effects=True) fits it
+                resid = Tv[rated, c] - scores
+                effect = AssistantEffects().fit(self.fit_keys_[rated], resid)
+                scores = scores + effect.loo_effect(self.fit_keys_[rated], resid)
+            self.generic_assistant_.append(effect)
+            self.generic_links_.append(self._fit_link(scores, Yv[rated, c]))
+        self.fit_keys_ = None  # not needed after fit (keeps pickled bundles small)
         return self
 
     def _fit_raters(self, Tv, Yv, oof, rows_all, Z, links: bool = True):
@@ -267,13 +317,29 @@ class PersonalizedRater(_RaterModel):
             self.common_known_ = self.common_.posterior_[:, 0]
         common_cold = self._common_prior(Z)
         self.effects_, self.links_known_, self.links_cold_, coefs = [], [], [], []
+        self.assistant_effects_ = []
+        self.assistant_rows_ = np.zeros(Tv.shape)  # in-sample assistant effects, for backfitting
         for c in range(Yv.shape[1]):
             rated = np.isfinite(Yv[:, c])
             g, y, t, rows = oof[rated, c], Yv[rated, c], Tv[rated, c], rows_all[rated]
-            effects = RaterEffects(slopes=self.slopes, noise_prior=self.noise_prior).fit(
-                rows, Z, g, t - g - self.common_known_[rows])
-            known = g + self.common_known_[rows] + effects.adjust(g, effects.posterior_[rows])
-            cold = g + common_cold[rows] + effects.adjust(g, effects.prior(Z)[rows])
+            base = t - g - self.common_known_[rows]
+            assist, a_rows, a_link = None, np.zeros(len(g)), 0.0
+            # Rater effects and (optionally) assistant effects, alternating: each fitted on the residual the
+            # other leaves (a few rounds of backfitting of the two random effects).
+            for _ in range(self.ASSISTANT_ROUNDS if self.fit_keys_ is not None else 1):
+                effects = RaterEffects(slopes=self.slopes, noise_prior=self.noise_prior).fit(rows, Z, g, base - a_rows)
+                if self.fit_keys_ is None:
+                    break
+                keys = self.fit_keys_[rated]
+                resid = base - effects.adjust(g, effects.posterior_[rows])
+                assist = AssistantEffects().fit(keys, resid)
+                a_rows = assist.effect(keys)
+            if assist is not None:
+                a_link = assist.loo_effect(keys, resid)  # what a new rating of that assistant gets
+                self.assistant_rows_[rated, c] = a_rows
+            self.assistant_effects_.append(assist)
+            known = g + self.common_known_[rows] + effects.adjust(g, effects.posterior_[rows]) + a_link
+            cold = g + common_cold[rows] + effects.adjust(g, effects.prior(Z)[rows]) + a_link
             self.effects_.append(effects)
             # Two links: scores of known raters are sharper than trait-only scores of new raters.
             if links:  # only the final round's links are ever used
@@ -291,6 +357,7 @@ class PersonalizedRater(_RaterModel):
         for name in ("controls_", "levels_", "features_", "text_coef_", "text_intercept_"):
             setattr(generic, name, getattr(self, name))
         generic.links_ = self.generic_links_
+        generic.assistant_effects_ = self.generic_assistant_
         return generic
 
     def _common_prior(self, Z: np.ndarray) -> np.ndarray:
@@ -325,12 +392,13 @@ class PersonalizedRater(_RaterModel):
         Z = self._trait_matrix(X[[c for c in X.columns if c.startswith("trait_")]])
         common = self._common_prior(Z)
         common[known] = self.common_known_[rows[known]]
+        shift = self._assistant_shift(getattr(self, "assistant_effects_", []), X)
         out = {}
         for j, control in enumerate(self.controls_):
             effects, g = self.effects_[j], g_all[:, j]
             coef = effects.prior(Z)
             coef[known] = self.rater_coef_[rows[known], j]
-            scores = g + common + effects.adjust(g, coef)
+            scores = g + common + effects.adjust(g, coef) + shift[:, j]
             if known.all():
                 out[control] = self.links_known_[j].predict_proba(scores)
                 continue
