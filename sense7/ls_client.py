@@ -9,7 +9,7 @@ from label_studio_sdk import LabelStudio
 from sense7.settings import Settings
 from sense7.taxonomy import Taxonomy, load_taxonomy, render_profile_config, render_rating_config
 
-IMPORT_CHUNK = 1000  # tasks per bulk request: large enough to amortise, small enough for progress
+IMPORT_CHUNK = 5000  # tasks per bulk request: Label Studio redoes project bookkeeping per request
 
 
 def connect(settings: Settings, timeout: float = 120.0) -> LabelStudio:
