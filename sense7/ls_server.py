@@ -74,11 +74,8 @@ class LabelStudioServer:
             healthy=pid is not None and self.healthy(),
             pid=pid,
             url=self.settings.ls_url,
-            database="PostgreSQL" if self.settings_database_url() else f"SQLite in {self.data_dir}",
+            database="PostgreSQL" if self.settings.ls_database_url else f"SQLite in {self.data_dir}",
         )
-
-    def settings_database_url(self) -> str | None:
-        return os.environ.get("SENSE7_LS_DATABASE_URL") or None
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def environment(self) -> dict[str, str]:
@@ -99,7 +96,7 @@ class LabelStudioServer:
             FRONTEND_SENTRY_DSN="",
             COLLECT_ANALYTICS="false",
         )
-        db_url = self.settings_database_url()
+        db_url = self.settings.ls_database_url
         if db_url:
             parsed = urlparse(db_url)
             env.update(

@@ -31,6 +31,7 @@ class Settings:
     backend_password: str | None
     webhook_secret: str
     model_dir: Path
+    ls_database_url: str | None = None  # PostgreSQL for Label Studio itself; None = SQLite in home
     rating_project_title: str = RATING_PROJECT_TITLE
     profile_project_title: str = PROFILE_PROJECT_TITLE
 
@@ -55,6 +56,7 @@ class Settings:
             backend_password=env.get("SENSE7_BACKEND_PASSWORD") or None,
             webhook_secret=env.get("SENSE7_WEBHOOK_SECRET") or _local_secret(home, "webhook_secret"),
             model_dir=Path(env.get("SENSE7_MODEL_DIR", home / "models")).resolve(),
+            ls_database_url=env.get("SENSE7_LS_DATABASE_URL") or None,
             rating_project_title=env.get("SENSE7_RATING_PROJECT_TITLE") or RATING_PROJECT_TITLE,
             profile_project_title=env.get("SENSE7_PROFILE_PROJECT_TITLE") or PROFILE_PROJECT_TITLE,
         )

@@ -56,10 +56,17 @@ def pg_stack(pg_databases, tmp_path, monkeypatch):
 
     home = tmp_path / "home"
     port = free_port()
-    settings = Settings.from_env({"SENSE7_HOME": str(home), "SENSE7_LS_PORT": str(port)})
-    monkeypatch.setenv("SENSE7_LS_DATABASE_URL", f"{PG}/{pg_databases['ls']}")
+    settings = Settings.from_env({"SENSE7_HOME": str(home), "SENSE7_LS_PORT": str(port),
+                                  "SENSE7_LS_DATABASE_URL": f"{PG}/{pg_databases['ls']}"})
     server = LabelStudioServer(settings)
     server.start()
+    # The premise of every test here: Label Studio's own tables are in PostgreSQL, not in a SQLite file.
+    import sqlalchemy
+    ls_db = f"{PG}/{pg_databases['ls']}".replace("postgresql://", "postgresql+psycopg2://")
+    with sqlalchemy.create_engine(ls_db).connect() as conn:
+        assert conn.scalar(sqlalchemy.text("select count(*) from information_schema.tables "
+                                           "where table_name = 'project'")) == 1
+    assert not (home / "label-studio" / "label_studio.sqlite3").exists()
     redis = RedisHandle(tmp_path / "redis", free_port())
     redis.start()
     backend_port = free_port()
