@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sense7.store import annotations as annotations_table
 from sense7.store import ratings as ratings_table
 from sense7.processes import free_port
+from sense7.settings import Settings
 from tests.jobs.helpers import TcpProxy, annotate, project_tasks, wait_for
 from tests.jobs.test_pipeline import seed, stored_raters
 
@@ -25,6 +26,18 @@ def test_annotations_made_while_redis_is_down_arrive_after_reconciliation(job_st
     # The first beat reconciliation registers the webhooks (and syncs nothing yet).
     wait_for(lambda: len(rt.client.webhooks.list(project=str(rt.rating_project))) == 1, what="webhook registered")
 
+    # A reconciliation already running in the worker would still read Label Studio after Redis stops;
+    # wait until the worker holds no job, so that what follows can only arrive through the webhooks.
+    from tasks.celery_app import create_app
+
+    control = create_app(Settings.from_env(job_stack.env)).control
+
+    def worker_idle() -> bool:
+        inspect = control.inspect(timeout=1.0)
+        active, reserved = inspect.active(), inspect.reserved()
+        return bool(active) and not any(active.values()) and not any((reserved or {}).values())
+
+    wait_for(worker_idle, what="the worker to be idle")
     job_stack.redis.stop()
     tasks = project_tasks(rt.client, rt.rating_project)
     made = {}

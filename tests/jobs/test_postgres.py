@@ -63,10 +63,14 @@ def pg_stack(pg_databases, tmp_path, monkeypatch):
     # The premise of every test here: Label Studio's own tables are in PostgreSQL, not in a SQLite file.
     import sqlalchemy
     ls_db = f"{PG}/{pg_databases['ls']}".replace("postgresql://", "postgresql+psycopg2://")
-    with sqlalchemy.create_engine(ls_db).connect() as conn:
-        assert conn.scalar(sqlalchemy.text("select count(*) from information_schema.tables "
-                                           "where table_name = 'project'")) == 1
-    assert not (home / "label-studio" / "label_studio.sqlite3").exists()
+    try:
+        with sqlalchemy.create_engine(ls_db).connect() as conn:
+            assert conn.scalar(sqlalchemy.text("select count(*) from information_schema.tables "
+                                               "where table_name = 'project'")) == 1
+        assert not (home / "label-studio" / "label_studio.sqlite3").exists()
+    except BaseException:
+        server.stop()  # the teardown below is not reached from here
+        raise
     redis = RedisHandle(tmp_path / "redis", free_port())
     redis.start()
     backend_port = free_port()
