@@ -71,7 +71,12 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
         "result_expires": 7 * 86400,
         "broker_connection_retry_on_startup": True,
         # A job taken by a worker that vanished is delivered again after this (Redis transport).
-        "broker_transport_options": {"visibility_timeout": jobs.visibility_timeout},
+        # kombu sweeps for a vanished worker's unacked jobs every interval x throttle seconds (10 x 10 by
+        # default): scan every time, at most every 10 s and never less often than the visibility timeout,
+        # so redelivery follows the timeout instead of trailing it by up to 100 s.
+        "broker_transport_options": {"visibility_timeout": jobs.visibility_timeout,
+                                     "unacked_restore_interval": min(10, jobs.visibility_timeout),
+                                     "unacked_restore_throttle": 1},
         "result_backend_transport_options": {"visibility_timeout": jobs.visibility_timeout},
         "beat_schedule": schedule,
         "timezone": "UTC",
