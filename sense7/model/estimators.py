@@ -305,6 +305,8 @@ class PersonalizedRater(_RaterModel):
             self.generic_assistant_.append(effect)
             self.generic_links_.append(self._fit_link(scores, Yv[rated, c]))
         self.fit_keys_ = None  # not needed after fit (keeps pickled bundles small)
+        for effects in self.effects_:
+            effects.compact()
         return self
 
     def _fit_raters(self, Tv, Yv, oof, rows_all, Z, links: bool = True):
@@ -338,11 +340,14 @@ class PersonalizedRater(_RaterModel):
                 a_link = assist.loo_effect(keys, resid)  # what a new rating of that assistant gets
                 self.assistant_rows_[rated, c] = a_rows
             self.assistant_effects_.append(assist)
-            known = g + self.common_known_[rows] + effects.adjust(g, effects.posterior_[rows]) + a_link
-            cold = g + common_cold[rows] + effects.adjust(g, effects.prior(Z)[rows]) + a_link
             self.effects_.append(effects)
-            # Two links: scores of known raters are sharper than trait-only scores of new raters.
+            # Two links: scores of known raters are sharper than trait-only scores of new raters. Both are
+            # fitted on what a *new* rating gets: leave-one-out rater effects (in-sample ones contain the
+            # rating itself and make the known link overconfident) and trait-only effects.
             if links:  # only the final round's links are ever used
+                loo = effects.loo_posterior(rows, g, base - a_rows)
+                known = g + self.common_known_[rows] + effects.adjust(g, loo) + a_link
+                cold = g + common_cold[rows] + effects.adjust(g, effects.prior(Z)[rows]) + a_link
                 self.links_known_.append(self._fit_link(known, y))
                 self.links_cold_.append(self._fit_link(cold, y))
             coefs.append(effects.posterior_)

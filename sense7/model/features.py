@@ -56,8 +56,10 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
 
     def _texts(self, X: pd.DataFrame, name: str):
         if name == "history":
-            tail = -int(self.history_chars)
-            return [h[tail:] for h in X["history_text"].fillna("").astype(str)]
+            keep = int(self.history_chars)
+            if keep <= 0:  # no history at all (h[-0:] would be the whole of it)
+                return [""] * len(X)
+            return [h[-keep:] for h in X["history_text"].fillna("").astype(str)]
         return X["text"].fillna("").astype(str).tolist()
 
     def _dense(self, X: pd.DataFrame) -> np.ndarray:
