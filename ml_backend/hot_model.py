@@ -24,6 +24,7 @@ log = logging.getLogger("sense7.ml_backend")
 class LoadedModel:
     version: str
     bundle: Any
+    predictor: Any  # bundle.compile(): what /predict calls (sense7.model.serving.CompiledBundle)
     loaded_at: float
 
 
@@ -69,14 +70,16 @@ class HotModel:
             started = time.perf_counter()
             try:
                 bundle = self.registry.load(version)
-            except RegistryError as exc:
+                predictor = bundle.compile()  # once per version and process, before any request sees it
+            except Exception as exc:  # RegistryError, or a bundle that cannot be compiled for serving
                 # Remember the stamp: a broken version is not retried on every request.
                 self._stamp = stamp
-                self.last_error = str(exc)
+                self.last_error = str(exc) if isinstance(exc, RegistryError) else \
+                    f"model {version} cannot be served ({type(exc).__name__})"
                 log.error("model %s not loaded, still serving %s: %s", version,
-                          held.version if held else "nothing", exc)
+                          held.version if held else "nothing", self.last_error)
                 return False
-            self._loaded = LoadedModel(version, bundle, time.time())
+            self._loaded = LoadedModel(version, bundle, predictor, time.time())
             self._stamp = stamp
             self.last_error = None
             log.info("serving model %s (loaded in %.0f ms, was %s)", version,

@@ -6,7 +6,8 @@ once 2.x is installable; ml_backend.app serves it over HTTP meanwhile (see ml_ba
 
 Which model answers for a task is decided by the task's `data.rater_id`: a rater the served bundle was
 trained on gets the personalized prediction, a rater with traits only the traits-conditioned one, an
-unknown rater the generic one (`ModelBundle.predict_items` reports the kind per item).
+unknown rater the generic one. The bundle's compiled predictor (`sense7.model.serving`, built once per
+version by HotModel) reports the kind per item; its predictions equal `ModelBundle.predict_items`.
 
 Model versions: every prediction carries exactly the version `/setup` reports (the registry's version
 name, e.g. "v3"), whatever its kind. Label Studio re-requests a task whose predictions lack the version
@@ -20,30 +21,28 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
-
-import pandas as pd
+from typing import Any, Callable, NamedTuple
 
 from ml_backend.batcher import MicroBatcher
 from ml_backend.hot_model import HotModel, LoadedModel
 from ml_backend.labels import RatingControl, rating_controls
 from ml_backend.rater_info import RaterInfoCache
+from sense7.dataset import task_columns
 
 log = logging.getLogger("sense7.ml_backend")
 
 NO_MODEL_VERSION = "untrained"
 REQUIRED_TASK_FIELDS = ("conversation_id", "turn_index", "rater_id", "turn")
-_NO_RATERS = pd.DataFrame(index=pd.Index([], name="rater_id"))
 
 
 class ModelUnavailable(RuntimeError):
     """No model version was ever promoted (or none could be loaded)."""
 
 
-def default_items_from_tasks(task_datas, raters, contexts):
-    from sense7.dataset import items_from_tasks
-
-    return items_from_tasks(task_datas, raters, contexts)
+class ServedItem(NamedTuple):
+    kind: str  # personalized, traits or generic
+    levels: list  # most likely level per control of the predictor (its `controls` order)
+    confidences: list  # probability of that level
 
 
 def task_problem(task: Any) -> str | None:
@@ -74,13 +73,12 @@ class Sense7Model:
     """Answers Label Studio's /setup, /predict and /webhook calls for one serving process."""
 
     def __init__(self, hot_model: HotModel, rater_info: RaterInfoCache,
-                 items_from_tasks: Callable | None = None,
                  on_event: Callable[[str, dict], Any] | None = None):
         self.hot_model = hot_model
         self.rater_info = rater_info
-        self.items_from_tasks = items_from_tasks or default_items_from_tasks
         self.on_event = on_event or log_event
         self._schemas: dict[str, str] = {}  # project uid -> label config from the last /setup
+        self._plans: dict = {}  # (label config controls, predictor) -> which predicted control fills which Rating
         # Concurrent requests of this process share model calls (see ml_backend/batcher.py).
         self.batcher = MicroBatcher(self._predict_data)
 
@@ -108,6 +106,7 @@ class Sense7Model:
             raise ModelUnavailable(self.hot_model.last_error or "no model version has been promoted yet")
         label_config = kwargs.get("label_config") or self._schemas.get(str(kwargs.get("project") or "").split(".")[0])
         controls = rating_controls(label_config)  # LabelConfigError -> HTTP 400 for the whole request
+        plan = self._plan(controls, loaded)
         results: list[dict | None] = [None] * len(tasks)
         good = []
         for i, task in enumerate(tasks):
@@ -136,43 +135,44 @@ class Sense7Model:
                     results[i] = self._error_result(tasks[i], f"prediction failed: {type(item).__name__}",
                                                     loaded.version)
                 else:
-                    results[i] = self._result(item, controls, loaded.version)
+                    results[i] = self._result(item, plan, loaded.version)
         return results
 
-    def features(self, task_datas: list[dict]) -> pd.DataFrame:
-        """X for these tasks, equal to `items_from_tasks(task_datas, all raters, contexts)`.
-
-        The trait columns come from the cache's precomputed `trait_<name>` table (the same
-        `trait_features` function), joined by rater_id exactly as sense7.dataset does: recomputing the
-        trait features of the raters on every request cost ~35 ms, most of a /predict.
-        """
+    def _predict_data(self, task_datas: list[dict], loaded: LoadedModel) -> list[ServedItem]:
+        """One ServedItem per task data. Traits and contexts come from the store's cache, never from the
+        task; the predictor takes plain columns (sense7.dataset.task_columns), not a DataFrame."""
         contexts = self.rater_info.contexts((str(d["conversation_id"]), str(d["rater_id"])) for d in task_datas)
-        X = self.items_from_tasks(task_datas, _NO_RATERS, contexts)
-        traits = self.rater_info.trait_table()
-        if len(traits.columns):
-            joined = traits.reindex(X["rater_id"].to_numpy()).to_numpy(dtype=float)
-            X = pd.concat([X, pd.DataFrame(joined, columns=traits.columns, index=X.index)], axis=1)
-        return X
+        predictor = loaded.predictor
+        raters = predictor.rater_table(self.rater_info.trait_table())
+        predictions = predictor.predict(task_columns(task_datas, contexts), raters)
+        levels, confidences = predictions.best()
+        if len(predictions.kinds) != len(task_datas):
+            raise RuntimeError(f"predictor returned {len(predictions.kinds)} predictions for {len(task_datas)} items")
+        return list(map(ServedItem, predictions.kinds, levels.tolist(), confidences.tolist()))
 
-    def _predict_data(self, task_datas: list[dict], loaded: LoadedModel) -> list:
-        X = self.features(task_datas)
-        predictions = loaded.bundle.predict_items(X)
-        if len(predictions) != len(task_datas):
-            raise RuntimeError(f"bundle returned {len(predictions)} predictions for {len(task_datas)} items")
-        return predictions
+    def _plan(self, controls: tuple[RatingControl, ...], loaded: LoadedModel) -> list:
+        """(predicted control index, Rating control) for each Rating of the config the model predicts."""
+        key = (controls, loaded.version, id(loaded.predictor))
+        plan = self._plans.get(key)
+        if plan is None:
+            predicted = list(loaded.predictor.controls)
+            # A Rating the model was not trained for gets nothing pre-filled.
+            plan = [(predicted.index(c.from_name), c) for c in controls if c.from_name in predicted]
+            if len(self._plans) > 64:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
 
     @staticmethod
-    def _result(item, controls: tuple[RatingControl, ...], version: str) -> dict:
+    def _result(item: ServedItem, plan: list, version: str) -> dict:
         result, confidences = [], []
-        for control in controls:
-            pred = item.controls.get(control.from_name)
-            if pred is None:
-                continue  # a Rating the model was not trained for: nothing to pre-fill
-            level = min(max(int(pred.level), 1), control.max_rating)
+        for j, control in plan:
+            level = min(max(int(item.levels[j]), 1), control.max_rating)
             result.append({"from_name": control.from_name, "to_name": control.to_name, "type": "rating",
                            "value": {"rating": level}})
-            if pred.confidence is not None and not math.isnan(float(pred.confidence)):
-                confidences.append(float(pred.confidence))
+            confidence = item.confidences[j]
+            if confidence is not None and not math.isnan(confidence):
+                confidences.append(confidence)
         score = sum(confidences) / len(confidences) if confidences else 0.0
         return {"result": result, "score": round(score, 4), "model_version": version, "kind": item.kind}
 

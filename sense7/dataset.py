@@ -270,6 +270,9 @@ def _item_row(conversation_id, turn_index, rater_id, history: list[dict], turn: 
     }
 
 
+ITEM_COLUMNS = list(_item_row("", 0, "", [], [], 0, 0))
+
+
 def _conversation_item(conv: Conversation, turn_index) -> dict:
     """The item for one turn (or, with turn_index NA, the whole conversation) of a conversation."""
     turns = conv.assistant_turns()
@@ -286,12 +289,19 @@ def _conversation_item(conv: Conversation, turn_index) -> dict:
                      [messages[turn_index]], turns.index(turn_index) + 1, len(turns), assistant_id)
 
 
+def _context_columns(conversation_ids, rater_ids, contexts: dict, taxonomy: Taxonomy) -> dict[str, list]:
+    """ctx_<field>: each item's raw context answer (None when the pair has no context or no answer)."""
+    pairs = list(zip(conversation_ids, rater_ids))
+    return {f"ctx_{fld.key}": [contexts.get(pair, {}).get(fld.key) for pair in pairs]
+            for fld in taxonomy.context_fields}
+
+
 def _attach(items: pd.DataFrame, raters: pd.DataFrame, contexts: dict, taxonomy: Taxonomy) -> pd.DataFrame:
     """Add ctx_<field> (raw values) and trait_<name> (numeric, NaN when unknown) columns."""
-    for fld in taxonomy.context_fields:
-        values = [contexts.get((c, r), {}).get(fld.key) for c, r in zip(items["conversation_id"], items["rater_id"])]
+    types = {f"ctx_{fld.key}": fld.type for fld in taxonomy.context_fields}
+    for name, values in _context_columns(items["conversation_id"], items["rater_id"], contexts, taxonomy).items():
         column = pd.Series(values, index=items.index, dtype=object)
-        items[f"ctx_{fld.key}"] = pd.to_numeric(column, errors="coerce") if fld.type == "int" else column
+        items[name] = pd.to_numeric(column, errors="coerce") if types[name] == "int" else column
     traits = trait_features(raters, taxonomy) if len(raters.columns) else pd.DataFrame(index=raters.index)
     traits = traits.add_prefix("trait_")
     joined = traits.reindex(items["rater_id"].to_numpy())
@@ -316,7 +326,7 @@ def build_items(data: RatingData, taxonomy: Taxonomy | None = None) -> tuple[pd.
         if conv is None:
             raise DataError(f"ratings name conversation {conv_id!r} for rater {rater_id!r}, which is not loaded")
         rows.append(_conversation_item(conv, pd.NA if turn == -1 else turn))
-    X = pd.DataFrame(rows, columns=list(_item_row("", 0, "", [], [], 0, 0)))
+    X = pd.DataFrame(rows, columns=ITEM_COLUMNS)
     contexts = {key: conv.context for key, conv in data.conversations.items()}
     X = _attach(X, data.raters, contexts, tax)
     Y = pd.DataFrame(wide.to_numpy(), columns=controls)
@@ -324,9 +334,10 @@ def build_items(data: RatingData, taxonomy: Taxonomy | None = None) -> tuple[pd.
     return X, Y
 
 
-def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dict,
-                     taxonomy: Taxonomy | None = None) -> pd.DataFrame:
-    """X for Label Studio task data (DESIGN.md): raters = raw trait frame, contexts = store.contexts_for."""
+def task_columns(task_datas: list[dict], contexts: dict, taxonomy: Taxonomy | None = None) -> dict[str, list]:
+    """The item columns of Label Studio task data (DESIGN.md) as plain lists, contexts included, traits
+    not: what `items_from_tasks` turns into its frame, and what the serving path
+    (`sense7.model.serving`) reads directly, since building a DataFrame costs more than predicting."""
     tax = taxonomy or load_taxonomy()
     rows = []
     for data in task_datas:
@@ -342,5 +353,15 @@ def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dic
             assistant_id = (contexts.get((str(data["conversation_id"]), str(data["rater_id"]))) or {}).get("assistant_id")
         rows.append(_item_row(data["conversation_id"], turn_index, data["rater_id"], history,
                               data.get("turn") or [], position, n_turns, assistant_id))
-    X = pd.DataFrame(rows, columns=list(_item_row("", 0, "", [], [], 0, 0)))
+    columns = {name: [row[name] for row in rows] for name in ITEM_COLUMNS}
+    columns.update(_context_columns(columns["conversation_id"], columns["rater_id"], contexts, tax))
+    return columns
+
+
+def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dict,
+                     taxonomy: Taxonomy | None = None) -> pd.DataFrame:
+    """X for Label Studio task data (DESIGN.md): raters = raw trait frame, contexts = store.contexts_for."""
+    tax = taxonomy or load_taxonomy()
+    columns = task_columns(task_datas, contexts, tax)
+    X = pd.DataFrame({name: columns[name] for name in ITEM_COLUMNS}, columns=ITEM_COLUMNS)
     return _attach(X, raters, contexts, tax)

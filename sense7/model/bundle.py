@@ -55,6 +55,13 @@ class ModelBundle:
         has_traits = X[present].notna().any(axis=1).to_numpy() if present else np.zeros(len(X), dtype=bool)
         return np.where(known, "personalized", np.where(has_traits, "traits", "generic"))
 
+    def compile(self):
+        """The serving predictor of this bundle (sense7.model.serving.CompiledBundle): the same predictions
+        from Label Studio task columns, with the per-call overhead of predict_items gone."""
+        from sense7.model.serving import CompiledBundle
+
+        return CompiledBundle(self)
+
     def predict_items(self, X: pd.DataFrame) -> list[ItemPrediction]:
         """One ItemPrediction per row of X. Each model is called once on all of its rows."""
         kinds = self.kinds(X)

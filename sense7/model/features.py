@@ -54,17 +54,22 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
                                                sublinear_tf=True)
         return out
 
-    def _texts(self, X: pd.DataFrame, name: str):
+    # _texts and _dense read X[column] only, so X may be an item frame or the plain column lists of
+    # `sense7.dataset.task_columns` (the serving path, sense7.model.serving): one definition for both.
+
+    def _texts(self, X, name: str) -> list[str]:
         if name == "history":
             keep = int(self.history_chars)
+            texts = _strings(X["history_text"])
             if keep <= 0:  # no history at all (h[-0:] would be the whole of it)
-                return [""] * len(X)
-            return [h[-keep:] for h in X["history_text"].fillna("").astype(str)]
-        return X["text"].fillna("").astype(str).tolist()
+                return [""] * len(texts)
+            return [h[-keep:] for h in texts]
+        return _strings(X["text"])
 
-    def _dense(self, X: pd.DataFrame) -> np.ndarray:
-        n_turns = X["n_turns"].to_numpy(dtype=float)
-        position = X["turn_position"].to_numpy(dtype=float)
+    def _dense(self, X) -> np.ndarray:
+        n_turns = np.asarray(X["n_turns"], dtype=float)
+        position = np.asarray(X["turn_position"], dtype=float)
+        n = len(n_turns)
         whole = (position <= 0).astype(float)  # a rating of the whole conversation
         columns = [
             np.where(n_turns > 0, position / np.maximum(n_turns, 1), 1.0),
@@ -73,14 +78,14 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             whole,
         ]
         for name in self.ctx_numeric_:
-            values = (pd.to_numeric(X[name], errors="coerce").to_numpy(dtype=float) if name in X
-                      else np.full(len(X), np.nan))
+            values = (np.asarray(pd.to_numeric(X[name], errors="coerce"), dtype=float) if name in X
+                      else np.full(n, np.nan))
             missing = np.isnan(values)
             mean, scale = self.ctx_stats_[name]
             columns.append(np.where(missing, 0.0, (values - mean) / scale))
             columns.append(missing.astype(float))
         for name, categories in self.ctx_categories_.items():
-            values = X[name].astype(object).to_numpy() if name in X else np.full(len(X), None, dtype=object)
+            values = _objects(X[name]) if name in X else np.full(n, None, dtype=object)
             for category in categories:
                 columns.append((values == category).astype(float))
         return np.column_stack(columns)
@@ -143,3 +148,19 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
                 z = np.nan_to_num((values - mean) / scale, nan=0.0).astype(np.float32)
                 blocks.append(sp.diags(z) @ text_blocks[0])
         return sp.hstack(blocks, format="csr", dtype=np.float32)
+
+
+def _strings(column) -> list[str]:
+    """A text column as strings, missing values as ""."""
+    if isinstance(column, pd.Series):
+        return column.fillna("").astype(str).tolist()
+    return ["" if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v) for v in column]
+
+
+def _objects(column) -> np.ndarray:
+    """A column as a 1-d object array (np.asarray alone would split list-like values)."""
+    if isinstance(column, pd.Series):
+        return column.astype(object).to_numpy()
+    out = np.empty(len(column), dtype=object)
+    out[:] = list(column)
+    return out

@@ -72,10 +72,21 @@ class OrdinalLink:
         self.params_ = result.x
         return self
 
+    def thresholds_and_scale(self) -> tuple[np.ndarray, float]:
+        return self._unpack(self.params_)
+
     def predict_proba(self, scores) -> np.ndarray:
         thresholds, scale = self._unpack(self.params_)
-        cum = expit((thresholds[None, :] - np.asarray(scores, dtype=float)[:, None]) / scale)
-        n = len(cum)
-        probs = np.diff(np.hstack([np.zeros((n, 1)), cum, np.ones((n, 1))]), axis=1)
-        probs = np.clip(probs, 1e-9, None)
-        return probs / probs.sum(axis=1, keepdims=True)
+        return cumulative_logit_proba(thresholds, scale, scores)
+
+
+def cumulative_logit_proba(thresholds, scale, scores) -> np.ndarray:
+    """P(each level) for `scores` of shape (...), thresholds (..., K-1) and scale (...) broadcasting on the
+    leading axes: one link (thresholds (K-1,), scores (n,)) or one link per control at once (thresholds
+    (C, K-1), scale (C,), scores (n, C)), as the serving path uses it."""
+    scores = np.asarray(scores, dtype=float)
+    cum = expit((np.asarray(thresholds, dtype=float) - scores[..., None]) / np.asarray(scale, dtype=float)[..., None])
+    edge = np.zeros(cum.shape[:-1] + (1,))
+    probs = np.diff(np.concatenate([edge, cum, edge + 1.0], axis=-1), axis=-1)
+    probs = np.clip(probs, 1e-9, None)
+    return probs / probs.sum(axis=-1, keepdims=True)

@@ -104,21 +104,47 @@ class BulkNgramVectorizer:
                 bigram_cols.append(col)
         self.bigram_index_ = pd.Index(np.asarray(bigram_codes, dtype=np.int64))
         self.bigram_col_ = np.asarray(bigram_cols, dtype=np.int64)
+        self._index_for_lookups()
 
-    def transform(self, docs):
-        docs = list(docs)
+    def _index_for_lookups(self):
+        # A plain dict and a sorted array: for the small batches of serving, pandas' hash-table set-up
+        # per call cost more than the look-ups themselves.
+        self.token_ids_ = dict(zip(self.token_index_, range(len(self.token_index_))))
+        order = np.argsort(self.bigram_index_.to_numpy(), kind="stable")
+        self.bigram_sorted_ = (self.bigram_index_.to_numpy()[order], self.bigram_col_[order])
+
+    def __getstate__(self):
+        # The look-up tables are derived: rebuilt on load rather than stored in every saved bundle.
+        return {k: v for k, v in self.__dict__.items() if k not in ("token_ids_", "bigram_sorted_")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if "token_index_" in state:
+            self._index_for_lookups()
+
+    def cells(self, docs) -> tuple[np.ndarray, np.ndarray]:
+        """(document, column) of every kept term occurrence in a batch (repeats included): the matrix
+        `transform` builds, before it is built. The serving path sums coefficients over these directly."""
         joined = f" {_SEPARATOR} ".join(d.translate(_TABLE) for d in docs).lower()
-        ids = self.token_index_.get_indexer(joined.split())  # -1: a token no kept term uses
+        get = self.token_ids_.get
+        ids = np.array([get(token, -1) for token in joined.split()], dtype=np.int64)  # -1: no kept term uses it
         doc = np.cumsum(ids == 0)
         known = ids > 0
         unigram = np.where(known, self.unigram_col_[np.maximum(ids, 0)], -1)
         rows, cols = [doc[unigram >= 0]], [unigram[unigram >= 0]]
-        if self.ngram_max >= 2 and len(ids) > 1 and len(self.bigram_col_):
+        codes, bigram_cols = self.bigram_sorted_
+        if self.ngram_max >= 2 and len(ids) > 1 and len(codes):
             pair = known[:-1] & known[1:]  # the separator (id 0) is never "known": pairs stay in a document
-            found = self.bigram_index_.get_indexer(ids[:-1][pair] * len(self.token_index_) + ids[1:][pair])
-            rows.append(doc[:-1][pair][found >= 0])
-            cols.append(self.bigram_col_[found[found >= 0]])
-        return self._matrix(np.concatenate(rows), np.concatenate(cols), len(docs))
+            wanted = ids[:-1][pair] * len(self.token_index_) + ids[1:][pair]
+            at = np.minimum(np.searchsorted(codes, wanted), len(codes) - 1)
+            found = codes[at] == wanted
+            rows.append(doc[:-1][pair][found])
+            cols.append(bigram_cols[at[found]])
+        return np.concatenate(rows), np.concatenate(cols)
+
+    def transform(self, docs):
+        docs = list(docs)
+        return self._matrix(*self.cells(docs), len(docs))
 
     def _matrix(self, rows, cols, n_docs):
         counts = sp.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)),

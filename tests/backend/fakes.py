@@ -1,7 +1,8 @@
 """A tiny stand-in bundle for contract tests: deterministic, picklable, instant to load.
 
-It follows the ModelBundle contract of DESIGN.md (`predict_items(X) -> [ItemPrediction(kind, controls)]`),
-so the HTTP contract can be tested in milliseconds; the integration test serves a real trained bundle.
+It follows the served-bundle contract of DESIGN.md (`compile()` -> a predictor with `controls`,
+`rater_table(traits)` and `predict(columns, table) -> Predictions`), so the HTTP contract can be tested in
+milliseconds; tests/backend/test_served_model.py and the integration test serve real trained bundles.
 """
 
 from __future__ import annotations
@@ -12,16 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sense7.model.estimators import ControlPrediction
+from sense7.model.serving import Predictions
 from sense7.taxonomy import load_taxonomy
 
 CONTROLS = load_taxonomy().controls
-
-
-@dataclass
-class FakeItemPrediction:
-    kind: str
-    controls: dict
 
 
 @dataclass
@@ -31,25 +26,30 @@ class FakeBundle:
     known_raters: tuple = ()
     controls: list = field(default_factory=lambda: list(CONTROLS))
     metrics: dict = field(default_factory=dict)
-    fail_for: str | None = None  # a rater id whose items make predict_items raise
+    fail_for: str | None = None  # a rater id whose items make predict raise
 
-    def predict_items(self, X):
-        if self.fail_for is not None and (X["rater_id"] == self.fail_for).any():
+    def compile(self) -> "FakePredictor":
+        return FakePredictor(self)
+
+
+class FakePredictor:
+    def __init__(self, bundle: FakeBundle):
+        self.bundle = bundle
+        self.controls = list(bundle.controls)
+
+    def rater_table(self, traits):
+        """Raters with at least one known trait (the real one also holds their coefficients)."""
+        return set(traits.index[traits.notna().any(axis=1)].astype(str)) if len(traits.columns) else set()
+
+    def predict(self, columns: dict, with_traits: set) -> Predictions:
+        raters = [str(r) for r in columns["rater_id"]]
+        if self.bundle.fail_for in raters:
             raise ValueError("cannot predict this item")
-        out = []
-        trait_cols = [c for c in X.columns if c.startswith("trait_")]
-        for _, row in X.iterrows():
-            if row["rater_id"] in self.known_raters:
-                kind = "personalized"
-            elif trait_cols and row[trait_cols].notna().any():
-                kind = "traits"
-            else:
-                kind = "generic"
-            probs = np.full(5, 0.1)
-            probs[self.level - 1] = 0.6
-            out.append(FakeItemPrediction(kind, {c: ControlPrediction(probs, float(self.level), self.level, 0.6)
-                                                 for c in self.controls}))
-        return out
+        kinds = ["personalized" if r in self.bundle.known_raters else "traits" if r in with_traits else "generic"
+                 for r in raters]
+        probs = np.full((len(raters), len(self.controls), 5), 0.1)
+        probs[:, :, self.bundle.level - 1] = 0.6
+        return Predictions(kinds, probs, np.arange(1, 6))
 
 
 def save_fake(bundle: FakeBundle, path: Path) -> None:

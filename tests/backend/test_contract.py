@@ -245,22 +245,6 @@ def test_rating_controls_parse_document_order():
     assert [(c.from_name, c.to_name, c.max_rating) for c in rating_controls(config)] == [("x", "a", 7), ("y", "a", 5)]
 
 
-def test_served_features_equal_the_training_feature_path(served, make_app, store):
-    """The cached trait join must give exactly what sense7.dataset.items_from_tasks gives."""
-    import pandas as pd
-
-    from sense7.dataset import items_from_tasks
-
-    store.upsert_conversations([])
-    model = make_app().extensions["sense7_model"]
-    datas = [task(1, "r1")["data"], task(2, "r2", conversation_id="c2")["data"], task(3, "nobody")["data"]]
-    contexts = store.contexts_for({(d["conversation_id"], d["rater_id"]) for d in datas})
-    expected = items_from_tasks(datas, store.raters_frame(), contexts)
-    served_X = model.features(datas)
-    pd.testing.assert_frame_equal(served_X, expected)
-    assert served_X.filter(like="trait_").loc[0].notna().any() and served_X.filter(like="trait_").loc[2].isna().all()
-
-
 def test_traits_are_refreshed_from_the_store(client, store, label_config):
     assert predict(client, [task(1, "late")], label_config).get_json()["results"][0]["kind"] == "generic"
     store.upsert_raters([{"rater_id": "late", "traits": {"ai_trust": 5, "llm_use": "daily"}}])

@@ -1,0 +1,205 @@
+"""A fitted ModelBundle flattened into arrays, to predict Label Studio tasks in well under a millisecond.
+
+The reference is `ModelBundle.predict_items(items_from_tasks(...))`: it builds a DataFrame, a sparse design
+matrix and pandas look-ups on every call, about 4 ms of fixed cost whatever the batch, which a serving
+process would pay on every /predict. `CompiledBundle` is built once per model version per process and
+computes the same probabilities from the plain task columns of `sense7.dataset.task_columns`:
+
+    text score    = intercept + context/position features (ItemFeatures._dense) @ their coefficients
+                    + the coefficients of every term present (BulkNgramVectorizer.cells), per control
+    personalized  = text score + the rater's intercept and slope (posterior of a known rater, trait prior
+                    of any other rater with traits) + the assistant's effect, through the known or cold link
+    generic       = its text score + its assistant effect, through its link
+
+Tokenizing, the context features and the link are the training code's own functions; only the sums are
+arranged differently. tests/model/test_serving.py checks the probabilities equal the reference's.
+Text features other than the default presence n-grams (e.g. "tfidf+char") are scored through the
+reference estimator, so every bundle can be served, the default ones fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from sense7.model.ordinal import cumulative_logit_proba
+from sense7.model.text import BulkNgramVectorizer
+
+
+def _rows_of(columns: dict, rows: np.ndarray) -> dict:
+    return {name: [values[i] for i in rows] for name, values in columns.items()}
+
+
+class _TextScores:
+    """The text part (features_, text_coef_, text_intercept_) of one fitted rater model."""
+
+    def __init__(self, model):
+        self.model = model
+        features = model.features_
+        self.features = features
+        coef = np.asarray(model.text_coef_, dtype=np.float64)
+        self.intercept = np.asarray(model.text_intercept_, dtype=np.float64)
+        n_dense = features._dense({"n_turns": [0.0], "turn_position": [0.0]}).shape[1]
+        self.dense_coef = coef[:n_dense] * features.context_weight
+        self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale)
+        self.fast = not features.context_interactions
+        offset = n_dense
+        for name, vec in features.vectorizers_.items():
+            if vec is None:
+                continue
+            width = len(vec.vocabulary_)
+            if not (isinstance(vec, BulkNgramVectorizer) and vec.weighting == "presence"):
+                self.fast = False
+            self.blocks.append((name, vec, coef[offset:offset + width] * float(features.block_scales_[name])))
+            offset += width
+
+    def scores(self, columns: dict) -> np.ndarray:
+        """(n, controls) text scores of the items in `columns`."""
+        if not self.fast:
+            return self.model._text_scores(pd.DataFrame(columns))
+        out = self.features._dense(columns) @ self.dense_coef + self.intercept
+        for name, vec, coef in self.blocks:
+            rows, cols = vec.cells(self.features._texts(columns, name))
+            if not len(rows):
+                continue
+            # Presence features: a term counts once per document, however often it occurs.
+            keys = np.unique(rows * len(coef) + cols)
+            rows, cols = keys // len(coef), keys % len(coef)
+            starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+            out[rows[starts]] += np.add.reduceat(coef[cols], starts, axis=0)
+        return out
+
+
+class _Links:
+    """The ordinal links of all controls as arrays: thresholds (controls, levels - 1), scale (controls,)."""
+
+    def __init__(self, links):
+        unpacked = [link.thresholds_and_scale() for link in links]
+        self.thresholds = np.array([t for t, _ in unpacked])
+        self.scale = np.array([s for _, s in unpacked])
+
+    def __call__(self, scores: np.ndarray) -> np.ndarray:
+        """(n, controls) scores -> (n, controls, levels) probabilities."""
+        return cumulative_logit_proba(self.thresholds, self.scale, scores)
+
+
+class _AssistantShifts:
+    """Each assistant's shrunk effect per control (0 for unknown or unseen assistants, as in fit)."""
+
+    def __init__(self, effects: list, n_controls: int):
+        self.table: dict[str, np.ndarray] = {}
+        for j, effect in enumerate(effects or []):
+            if effect is None:
+                continue
+            for key, value in zip(effect.index_, effect.effect_):
+                self.table.setdefault(key, np.zeros(n_controls))[j] = value
+        self.zero = np.zeros(n_controls)
+
+    def __call__(self, assistant_ids) -> np.ndarray:
+        if not self.table:
+            return np.zeros((len(assistant_ids), len(self.zero)))
+        return np.array([self.table.get(a, self.zero) for a in assistant_ids]).reshape(len(assistant_ids), -1)
+
+
+@dataclass(frozen=True)
+class RaterTable:
+    """Per-rater coefficients for serving: known raters' posteriors, other raters' trait priors."""
+
+    index: dict  # rater_id -> row
+    coef: np.ndarray  # (rows, controls, 1 or 2): intercept (and slope) per control
+    common: np.ndarray  # (rows,): the leniency pooled over controls (0 unless pool_controls)
+    known: np.ndarray  # (rows,) bool: had ratings in training (known link) or traits only (cold link)
+
+
+@dataclass(frozen=True)
+class Predictions:
+    kinds: list  # per item: "personalized", "traits" or "generic" (as ModelBundle.kinds)
+    probs: np.ndarray  # (items, controls, levels)
+    levels: np.ndarray  # the rating of each level column
+
+    def best(self) -> tuple[np.ndarray, np.ndarray]:
+        """(most likely level, its probability), each (items, controls)."""
+        best = self.probs.argmax(axis=2)
+        return self.levels[best], np.take_along_axis(self.probs, best[:, :, None], axis=2)[:, :, 0]
+
+
+class CompiledBundle:
+    """`ModelBundle` prediction from task columns, with everything per-version precomputed."""
+
+    def __init__(self, bundle):
+        personalized, generic = bundle.personalized, bundle.generic
+        if list(generic.controls_) != list(personalized.controls_):
+            raise ValueError("the bundle's generic and personalized models predict different controls")
+        self.version = bundle.version
+        self.controls = list(personalized.controls_)
+        self.levels = np.asarray(bundle.levels)
+        self.personalized = personalized
+        n_controls = len(self.controls)
+        self._text = _TextScores(personalized)
+        # The default generic model is the personalized model's own text part (ModelBundle): score it once.
+        # (By value: joblib does not keep the identity of arrays through a save and load.)
+        shared = generic.features_ is personalized.features_ \
+            and np.array_equal(generic.text_coef_, personalized.text_coef_) \
+            and np.array_equal(generic.text_intercept_, personalized.text_intercept_)
+        self._generic_text = self._text if shared else _TextScores(generic)
+        self._known_links = _Links(personalized.links_known_)
+        self._cold_links = _Links(personalized.links_cold_)
+        self._generic_links = _Links(generic.links_)
+        self._personal_assistants = _AssistantShifts(getattr(personalized, "assistant_effects_", None), n_controls)
+        self._generic_assistants = _AssistantShifts(getattr(generic, "assistant_effects_", None), n_controls)
+        self._g_mean = np.array([effects.g_mean_ for effects in personalized.effects_])
+        self._trait_W = np.stack([effects.W_ for effects in personalized.effects_], axis=1)  # (traits+1, C, k)
+        self._raters_for: tuple | None = None  # (trait table, its RaterTable): rebuilt when the table changes
+
+    def rater_table(self, traits: pd.DataFrame) -> RaterTable:
+        """Coefficients of every known rater and of every rater in `traits` (trait_<name> columns, index
+        rater_id) who has at least one trait the model uses. Cached until a different table is passed."""
+        cached = self._raters_for
+        if cached is not None and cached[0] is traits:
+            return cached[1]
+        model = self.personalized
+        used = traits.reindex(columns=model.trait_columns_)
+        with_traits = used[used.notna().any(axis=1).to_numpy()] if len(model.trait_columns_) else used.iloc[:0]
+        known_ids = [str(r) for r in model.known_raters_]
+        new_ids = [str(r) for r in with_traits.index if str(r) not in set(known_ids)]
+        Z = model._trait_matrix(with_traits.set_axis(with_traits.index.astype(str)).loc[new_ids])
+        prior = np.einsum("rp,pck->rck", Z, self._trait_W)
+        table = RaterTable(
+            index={r: i for i, r in enumerate(known_ids + new_ids)},
+            coef=np.concatenate([np.asarray(model.rater_coef_), prior]),
+            common=np.concatenate([np.asarray(model.common_known_, dtype=float), model._common_prior(Z)]),
+            known=np.r_[np.ones(len(known_ids), bool), np.zeros(len(new_ids), bool)],
+        )
+        self._raters_for = (traits, table)
+        return table
+
+    def predict(self, columns: dict, raters: RaterTable) -> Predictions:
+        """Probabilities for the items of `columns` (sense7.dataset.task_columns)."""
+        rater_rows = np.array([raters.index.get(str(r), -1) for r in columns["rater_id"]], dtype=np.int64)
+        personal = np.flatnonzero(rater_rows >= 0)
+        generic = np.flatnonzero(rater_rows < 0)
+        n = len(rater_rows)
+        probs = np.empty((n, len(self.controls), len(self.levels)))
+        kinds = np.full(n, "generic", dtype=object)
+        text = self._text.scores(columns) if len(personal) or self._generic_text is self._text else None
+        assistants = columns["assistant_id"]
+        if len(personal):
+            rows = rater_rows[personal]
+            g = text[personal]
+            coef = raters.coef[rows]
+            shift = coef[:, :, 0]
+            if coef.shape[2] > 1:  # slopes: how strongly this rater follows the text score
+                shift = shift + coef[:, :, 1] * (g - self._g_mean)
+            scores = g + raters.common[rows][:, None] + shift \
+                + self._personal_assistants([assistants[i] for i in personal])
+            known = raters.known[rows]
+            probs[personal] = np.where(known[:, None, None], self._known_links(scores), self._cold_links(scores))
+            kinds[personal] = np.where(known, "personalized", "traits")
+        if len(generic):
+            g = text[generic] if self._generic_text is self._text else \
+                self._generic_text.scores(_rows_of(columns, generic))
+            scores = g + self._generic_assistants([assistants[i] for i in generic])
+            probs[generic] = self._generic_links(scores)
+        return Predictions(kinds.tolist(), probs, self.levels)

@@ -1,0 +1,76 @@
+"""A real trained bundle behind the HTTP app: /predict answers exactly what the reference model path
+(ModelBundle.predict_items on sense7.dataset.items_from_tasks) predicts, with traits and contexts from the
+store, for known, traits-only and unknown raters."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ml_backend.app import create_app
+from ml_backend.hot_model import HotModel
+from ml_backend.model import Sense7Model
+from ml_backend.rater_info import RaterInfoCache
+from sense7.dataset import items_from_tasks
+from sense7.importer import plan_tasks
+from sense7.model.bundle import train_bundle
+from sense7.model_registry import ModelRegistry
+from sense7.store import Store
+from sense7.synth import generate
+from sense7.taxonomy import load_taxonomy, render_rating_config
+from tests.backend.conftest import auth_headers
+
+
+@pytest.fixture(scope="module")
+def study():
+    return generate(40, 8, seed=11)
+
+
+@pytest.fixture
+def served_app(study, tmp_path, settings):
+    registry = ModelRegistry(tmp_path / "real-models")
+    registry.add(train_bundle(study.rating_data(), "v1"), "v1")
+    registry.promote("v1")
+    store = Store(f"sqlite:///{tmp_path / 'real-store.sqlite'}")
+    raters = study.raters.drop(columns=["email"]).set_index("rater_id")
+
+    def profile(row) -> dict:  # plain Python values, answered fields only
+        return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items() if v == v}
+
+    # Two of the known raters have no profile in the store: they are still served as personalized.
+    store.upsert_raters([{"rater_id": r, "traits": profile(row)} for r, row in raters.iloc[:6].iterrows()])
+    store.upsert_raters([{"rater_id": "newcomer", "traits": profile(raters.iloc[0])}])
+    store.upsert_conversations(study.conversations)
+    hot = HotModel(registry, check_interval=0.0)
+    hot.reload()
+    app = create_app(settings, model=Sense7Model(hot, RaterInfoCache(store, refresh_seconds=0.0)))
+    app.testing = True
+    return app, registry, store
+
+
+def test_served_predictions_equal_the_reference_model(study, served_app):
+    app, registry, store = served_app
+    datas = [t["data"] for t in plan_tasks(study.conversations)][:60]
+    for i, data in enumerate(datas):
+        if i % 3 == 1:
+            datas[i] = dict(data, rater_id="newcomer")
+        elif i % 3 == 2:
+            datas[i] = dict(data, rater_id="stranger")
+    tasks = [{"id": i, "data": d} for i, d in enumerate(datas)]
+    config = render_rating_config(load_taxonomy())
+    client = app.test_client()
+    response = client.post("/predict", json={"tasks": tasks, "label_config": config}, headers=auth_headers())
+    results = response.get_json()["results"]
+
+    contexts = store.contexts_for({(d["conversation_id"], d["rater_id"]) for d in datas})
+    bundle = registry.load("v1")
+    expected = bundle.predict_items(items_from_tasks(datas, store.raters_frame(), contexts))
+    assert len(results) == len(expected) == 60
+    assert {r["kind"] for r in results} == {"personalized", "traits", "generic"}
+    for got, want in zip(results, expected):
+        assert got["kind"] == want.kind and got["model_version"] == "v1"
+        assert {r["from_name"]: r["value"]["rating"] for r in got["result"]} == \
+            {c: p.level for c, p in want.controls.items()}
+        want_score = sum(p.confidence for p in want.controls.values()) / len(want.controls)
+        assert math.isclose(got["score"], round(want_score, 4), abs_tol=2e-4)
