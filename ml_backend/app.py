@@ -19,7 +19,9 @@ import logging
 import time
 from typing import Any, Callable
 
+import orjson
 from flask import Flask, jsonify, request
+from flask.json.provider import JSONProvider
 from werkzeug.exceptions import HTTPException
 
 from ml_backend.hot_model import HotModel
@@ -45,6 +47,17 @@ def build_model(settings: Settings, on_event: Callable[[str, dict], Any] | None 
     hot = HotModel(ModelRegistry(settings.model_dir), check_interval=check_interval)
     hot.reload()
     return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), refresh_seconds), on_event=on_event)
+
+
+class OrjsonProvider(JSONProvider):
+    """Flask's JSON through orjson: a 10-task /predict body decodes in 15 us instead of 36 and its answer
+    encodes in 4 us instead of 60 (docs/BENCHMARKS.md). Invalid JSON still raises a ValueError."""
+
+    def dumps(self, obj, **kwargs) -> str:
+        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+
+    def loads(self, s, **kwargs):
+        return orjson.loads(s)
 
 
 def _same(given: str | None, expected: str) -> bool:
@@ -73,8 +86,7 @@ def create_app(settings: Settings | None = None, *, model: Sense7Model | None = 
 
     app = Flask("sense7.ml_backend")
     app.config["MAX_CONTENT_LENGTH"] = max_content_length
-    app.json.sort_keys = False
-    app.json.compact = True
+    app.json = OrjsonProvider(app)
     app.extensions["sense7_model"] = model
 
     @app.errorhandler(HTTPException)
