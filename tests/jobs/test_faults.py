@@ -175,10 +175,13 @@ def test_worker_killed_during_retrain_leaves_the_served_version_intact(job_stack
 
     # A new worker gets the job again (late ack) and finishes it; the killed run's debris is gone.
     job_stack.start_worker(name="worker2")
-    wait_for(lambda: "v2" in [v.name for v in registry.list_versions()], timeout=300,
-             what="the redelivered retrain to finish v2")
+    def finished() -> bool:  # v2 is added before it is promoted: wait for the whole job, not the folder
+        if "v2" not in [v.name for v in registry.list_versions()]:
+            return False
+        return registry.current() == "v2" or not registry.metrics("v2")["promoted"]
+
+    wait_for(finished, timeout=300, what="the redelivered retrain to finish (and promote) v2")
     assert not [p for p in rt.settings.model_dir.iterdir() if p.name.startswith(".staging-")]
-    promoted = registry.metrics("v2")["promoted"]
-    assert registry.current() == ("v2" if promoted else "v1")
+    assert registry.current() == ("v2" if registry.metrics("v2")["promoted"] else "v1")
     wait_for(lambda: _predict(job_stack.backend_url, rt, task_data)["model_version"] == registry.current(),
              timeout=60, what="the backend to serve the current version")
