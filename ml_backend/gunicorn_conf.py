@@ -9,11 +9,17 @@ import os
 
 bind = os.environ.get("SENSE7_BACKEND_BIND", f"127.0.0.1:{os.environ.get('SENSE7_BACKEND_PORT', '9090')}")
 workers = int(os.environ.get("SENSE7_BACKEND_WORKERS", "2"))
-threads = int(os.environ.get("SENSE7_BACKEND_THREADS", "8"))  # more threads: larger coalesced model calls
+# 4 threads: enough for concurrent requests to share model calls (ml_backend/batcher.py); 8 gave longer
+# tails at the same throughput (docs/BENCHMARKS.md).
+threads = int(os.environ.get("SENSE7_BACKEND_THREADS", "4"))
 worker_class = "gthread"
 timeout = 120  # Label Studio waits up to 100 s for /predict (ML_TIMEOUT_PREDICT)
 graceful_timeout = 20
-keepalive = 5
+# No keep-alive by default: a kept-alive connection stays with the worker that accepted it, and under a
+# burst of persistent clients (Label Studio's request sessions, a load test) one worker sometimes takes
+# them all while the other idles: half the throughput (measured, docs/BENCHMARKS.md). Closing after each
+# response lets the next request go to whichever worker is free, for ~10-20% less peak throughput.
+keepalive = int(os.environ.get("SENSE7_BACKEND_KEEPALIVE", "0"))
 backlog = 512
 pidfile = os.environ.get("SENSE7_BACKEND_PIDFILE") or None
 proc_name = "sense7-ml-backend"
@@ -22,3 +28,4 @@ accesslog = "-" if os.environ.get("SENSE7_BACKEND_ACCESS_LOG") else None
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
 errorlog = "-"
 loglevel = os.environ.get("SENSE7_BACKEND_LOG_LEVEL", "info")
+

@@ -28,6 +28,7 @@ from ml_backend.hot_model import HotModel, LoadedModel
 from ml_backend.labels import RatingControl, rating_controls
 from ml_backend.rater_info import RaterInfoCache
 from sense7.dataset import task_columns
+from sense7.taxonomy import load_taxonomy
 
 log = logging.getLogger("sense7.ml_backend")
 
@@ -79,6 +80,9 @@ class Sense7Model:
         self.on_event = on_event or log_event
         self._schemas: dict[str, str] = {}  # project uid -> label config from the last /setup
         self._plans: dict = {}  # (label config controls, predictor) -> which predicted control fills which Rating
+        # Which context fields to read from the store: once per process (a model uses only the fields it
+        # was trained on, and re-reading the taxonomy file cost ~0.1 ms a request).
+        self.taxonomy = load_taxonomy()
         # Concurrent requests of this process share model calls (see ml_backend/batcher.py).
         self.batcher = MicroBatcher(self._predict_data)
 
@@ -144,7 +148,7 @@ class Sense7Model:
         contexts = self.rater_info.contexts((str(d["conversation_id"]), str(d["rater_id"])) for d in task_datas)
         predictor = loaded.predictor
         raters = predictor.rater_table(self.rater_info.trait_table())
-        predictions = predictor.predict(task_columns(task_datas, contexts), raters)
+        predictions = predictor.predict(task_columns(task_datas, contexts, self.taxonomy), raters)
         levels, confidences = predictions.best()
         if len(predictions.kinds) != len(task_datas):
             raise RuntimeError(f"predictor returned {len(predictions.kinds)} predictions for {len(task_datas)} items")

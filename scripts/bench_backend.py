@@ -100,6 +100,20 @@ def write_bodies(path: Path, tasks: list[dict], batch: int, label_config: str, c
     return lines
 
 
+def worker_cpu_seconds(master_pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) used so far by each gunicorn worker, the master's children."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == master_pid:  # fields[1] is the parent pid; utime, stime are fields 11, 12
+            seconds[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    return seconds
+
+
 def parse_wrk(text: str) -> dict:
     def unit(value: str) -> float:
         number, suffix = re.match(r"([\d.]+)(\w+)", value).groups()
@@ -123,7 +137,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--conversations", type=int, default=400)
     parser.add_argument("--raters", type=int, default=60)
     parser.add_argument("--seed", type=int, default=7)
@@ -163,10 +177,16 @@ def main() -> int:
             # warm-up: every worker has loaded its model and its caches before the measured run
             subprocess.run(["wrk", "-t2", f"-c{args.connections}", "-d3s", "-s", str(script), server.url],
                            check=True, capture_output=True)
+            cpu_before = worker_cpu_seconds(server.pid())
             out = subprocess.run(["wrk", "-t2", f"-c{args.connections}", f"-d{args.duration}s", "--latency",
                                   "-s", str(script), server.url], check=True, capture_output=True, text=True).stdout
+            cpu = worker_cpu_seconds(server.pid())
+            # How the load spread over the workers: a worker that accepted most keep-alive connections does
+            # most of the work while the other idles (see docs/BENCHMARKS.md).
+            used = sorted((cpu[pid] - cpu_before.get(pid, 0.0) for pid in cpu), reverse=True)
             stats = parse_wrk(out)
-            stats.update(batch=batch, tasks_per_s=stats["req_per_s"] * batch, kinds=kinds)
+            stats.update(batch=batch, tasks_per_s=stats["req_per_s"] * batch, kinds=kinds,
+                         worker_cpu="/".join(f"{s:.0f}" for s in used))
             rows.append(stats)
             print(out, file=sys.stderr)
     finally:
@@ -176,11 +196,11 @@ def main() -> int:
     print(f"gunicorn {args.workers} workers x {args.threads} threads (gthread), wrk -t2 -c{args.connections} "
           f"-d{args.duration}s, {os.cpu_count()} cores, load average before/after: {load_before} / "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print("| batch | requests/s | tasks/s | p50 ms | p90 ms | p99 ms | errors | kinds served |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| batch | requests/s | tasks/s | p50 ms | p90 ms | p99 ms | errors | worker CPU s | kinds served |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in rows:
         print(f"| {r['batch']} | {r['req_per_s']:.0f} | {r['tasks_per_s']:.0f} | {r['p50_ms']:.1f} | "
-              f"{r['p90_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} | {', '.join(r['kinds'])} |")
+              f"{r['p90_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} | {r['worker_cpu']} | {', '.join(r['kinds'])} |")
     return 1 if any(r["errors"] for r in rows) else 0
 
 

@@ -78,8 +78,7 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             whole,
         ]
         for name in self.ctx_numeric_:
-            values = (np.asarray(pd.to_numeric(X[name], errors="coerce"), dtype=float) if name in X
-                      else np.full(n, np.nan))
+            values = _numbers(X[name]) if name in X else np.full(n, np.nan)
             missing = np.isnan(values)
             mean, scale = self.ctx_stats_[name]
             columns.append(np.where(missing, 0.0, (values - mean) / scale))
@@ -164,3 +163,12 @@ def _objects(column) -> np.ndarray:
     out = np.empty(len(column), dtype=object)
     out[:] = list(column)
     return out
+
+
+def _numbers(column) -> np.ndarray:
+    """Floats, NaN where a value is missing or not a number (pandas' to_numeric with errors="coerce").
+    The direct conversion first: serving calls this per request, and pandas costs ~50 us a column."""
+    try:
+        return np.asarray(column, dtype=float)
+    except (TypeError, ValueError):
+        return np.asarray(pd.to_numeric(pd.Series(column, dtype=object), errors="coerce"), dtype=float)
