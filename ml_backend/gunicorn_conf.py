@@ -1,24 +1,26 @@
 """gunicorn settings for the ML backend (`sense7 backend start` passes the environment).
 
-gthread workers: a /predict is CPU-bound Python, so processes (not threads) give parallelism; a few
-threads per worker keep /health and /setup answering while a long batch is being predicted. Each worker
-imports ml_backend.wsgi and loads the model once (no preload: hot swaps happen per process anyway).
+A /predict is CPU-bound Python, so processes (not threads) give parallelism. By default each worker is
+gunicorn's sync worker: one request at a time, no GIL shared between request threads. Threads in a
+worker (SENSE7_BACKEND_THREADS > 1: gthread) let concurrent requests share model calls
+(ml_backend/batcher.py), but measured on 2 cores they cost throughput and tail latency (GIL hand-overs
+between the request threads; docs/BENCHMARKS.md). Now that a model call takes well under a millisecond
+(sense7.model.serving), a busy sync worker keeps /health and /setup waiting for at most that long.
+Each worker imports ml_backend.wsgi and loads the model once (no preload: hot swaps happen per process).
 """
 
 import os
 
 bind = os.environ.get("SENSE7_BACKEND_BIND", f"127.0.0.1:{os.environ.get('SENSE7_BACKEND_PORT', '9090')}")
 workers = int(os.environ.get("SENSE7_BACKEND_WORKERS", "2"))
-# 4 threads: enough for concurrent requests to share model calls (ml_backend/batcher.py); 8 gave longer
-# tails at the same throughput (docs/BENCHMARKS.md).
-threads = int(os.environ.get("SENSE7_BACKEND_THREADS", "4"))
-worker_class = "gthread"
+threads = int(os.environ.get("SENSE7_BACKEND_THREADS", "1"))
+worker_class = "sync" if threads == 1 else "gthread"
 timeout = 120  # Label Studio waits up to 100 s for /predict (ML_TIMEOUT_PREDICT)
 graceful_timeout = 20
-# No keep-alive by default: a kept-alive connection stays with the worker that accepted it, and under a
-# burst of persistent clients (Label Studio's request sessions, a load test) one worker sometimes takes
-# them all while the other idles: half the throughput (measured, docs/BENCHMARKS.md). Closing after each
-# response lets the next request go to whichever worker is free, for ~10-20% less peak throughput.
+# (gthread only; sync workers always close.) No keep-alive by default: a kept-alive connection stays with
+# the worker that accepted it, and under a burst of persistent clients (Label Studio's request sessions, a
+# load test) one worker sometimes takes them all while the other idles: half the throughput (measured,
+# docs/BENCHMARKS.md). Closing after each response lets the next request go to whichever worker is free.
 keepalive = int(os.environ.get("SENSE7_BACKEND_KEEPALIVE", "0"))
 backlog = 512
 pidfile = os.environ.get("SENSE7_BACKEND_PIDFILE") or None

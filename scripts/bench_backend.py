@@ -1,7 +1,7 @@
 """Load test of the ML backend: gunicorn + the full personalized model, wrk with 16 connections.
 
     .venv/bin/python scripts/bench_backend.py                 # batches of 1 and 10, 30 s each
-    .venv/bin/python scripts/bench_backend.py --duration 10 --batches 10 --workers 2 --threads 4
+    .venv/bin/python scripts/bench_backend.py --duration 10 --batches 10 --workers 2 --threads 4   # gthread
 
 Trains a real bundle (sense7.model.bundle.train_bundle) on synthetic data (sense7.synth), promotes it in a
 temporary registry, fills a temporary store with the raters' traits and contexts, starts the backend with
@@ -137,7 +137,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1, help="1: sync workers (the default)")
     parser.add_argument("--conversations", type=int, default=400)
     parser.add_argument("--raters", type=int, default=60)
     parser.add_argument("--seed", type=int, default=7)
@@ -193,7 +193,8 @@ def main() -> int:
         server.stop()
         if not args.keep:
             shutil.rmtree(home, ignore_errors=True)
-    print(f"gunicorn {args.workers} workers x {args.threads} threads (gthread), wrk -t2 -c{args.connections} "
+    kind = "sync" if args.threads == 1 else "gthread"
+    print(f"gunicorn {args.workers} workers x {args.threads} threads ({kind}), wrk -t2 -c{args.connections} "
           f"-d{args.duration}s, {os.cpu_count()} cores, load average before/after: {load_before} / "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print("| batch | requests/s | tasks/s | p50 ms | p90 ms | p99 ms | errors | worker CPU s | kinds served |")

@@ -22,7 +22,7 @@ def _server(port: int | None):
 def start(
     port: int = typer.Option(None, help="Port on 127.0.0.1 (default SENSE7_BACKEND_PORT, 9090)."),
     workers: int = typer.Option(None, help="gunicorn worker processes (default SENSE7_BACKEND_WORKERS or 2)."),
-    threads: int = typer.Option(None, help="Threads per worker (default SENSE7_BACKEND_THREADS or 8)."),
+    threads: int = typer.Option(None, help="Threads per worker (default SENSE7_BACKEND_THREADS or 1: sync workers; more: gthread)."),
 ) -> None:
     """Start the ML backend in the background; it serves the registry's current model version."""
     from ml_backend.server import BackendError

@@ -17,8 +17,8 @@ from tests.backend.conftest import PASSWORD, SECRET, USER
 def _env(tmp_path, port) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENSE7_")}
     env.update(SENSE7_HOME=str(tmp_path / "home"), SENSE7_BACKEND_PORT=str(port), SENSE7_BACKEND_USER=USER,
-               SENSE7_BACKEND_PASSWORD=PASSWORD, SENSE7_WEBHOOK_SECRET=SECRET, SENSE7_BACKEND_WORKERS="1",
-               SENSE7_BACKEND_THREADS="2")
+               SENSE7_BACKEND_PASSWORD=PASSWORD, SENSE7_WEBHOOK_SECRET=SECRET, SENSE7_BACKEND_WORKERS="1")
+    # (threads: the default, sync workers; the Label Studio integration test runs gthread workers)
     return env
 
 
@@ -91,7 +91,7 @@ def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
     registry.add(small_bundles[0], "v1")
     registry.promote("v1")
     server = BackendServer(settings, port=port)
-    server.start(workers=2, threads=2)
+    server.start(workers=2)  # sync workers: the default
     auth = (USER, PASSWORD)
     body = {"tasks": [task(1), task(2, "stranger")], "label_config": render_rating_config(load_taxonomy())}
     try:
