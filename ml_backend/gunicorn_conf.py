@@ -30,4 +30,3 @@ accesslog = "-" if os.environ.get("SENSE7_BACKEND_ACCESS_LOG") else None
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
 errorlog = "-"
 loglevel = os.environ.get("SENSE7_BACKEND_LOG_LEVEL", "info")
-

@@ -296,10 +296,12 @@ def _context_columns(conversation_ids, rater_ids, contexts: dict, taxonomy: Taxo
             for fld in taxonomy.context_fields}
 
 
-def _attach(items: pd.DataFrame, raters: pd.DataFrame, contexts: dict, taxonomy: Taxonomy) -> pd.DataFrame:
-    """Add ctx_<field> (raw values) and trait_<name> (numeric, NaN when unknown) columns."""
+def _attach(items: pd.DataFrame, raters: pd.DataFrame, context_columns: dict[str, list],
+            taxonomy: Taxonomy) -> pd.DataFrame:
+    """Add the ctx_<field> columns (`_context_columns`; numeric fields as numbers) and trait_<name>
+    (numeric, NaN when unknown) columns."""
     types = {f"ctx_{fld.key}": fld.type for fld in taxonomy.context_fields}
-    for name, values in _context_columns(items["conversation_id"], items["rater_id"], contexts, taxonomy).items():
+    for name, values in context_columns.items():
         column = pd.Series(values, index=items.index, dtype=object)
         items[name] = pd.to_numeric(column, errors="coerce") if types[name] == "int" else column
     traits = trait_features(raters, taxonomy) if len(raters.columns) else pd.DataFrame(index=raters.index)
@@ -328,7 +330,7 @@ def build_items(data: RatingData, taxonomy: Taxonomy | None = None) -> tuple[pd.
         rows.append(_conversation_item(conv, pd.NA if turn == -1 else turn))
     X = pd.DataFrame(rows, columns=ITEM_COLUMNS)
     contexts = {key: conv.context for key, conv in data.conversations.items()}
-    X = _attach(X, data.raters, contexts, tax)
+    X = _attach(X, data.raters, _context_columns(X["conversation_id"], X["rater_id"], contexts, tax), tax)
     Y = pd.DataFrame(wide.to_numpy(), columns=controls)
     Y.columns.name = None
     return X, Y
@@ -364,4 +366,5 @@ def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dic
     tax = taxonomy or load_taxonomy()
     columns = task_columns(task_datas, contexts, tax)
     X = pd.DataFrame({name: columns[name] for name in ITEM_COLUMNS}, columns=ITEM_COLUMNS)
-    return _attach(X, raters, contexts, tax)
+    context = {name: values for name, values in columns.items() if name not in X.columns}
+    return _attach(X, raters, context, tax)

@@ -98,8 +98,9 @@ class RaterEffects:
             cov = np.linalg.inv(precision)
             rhs = v / rater_sigma2[:, None] + mu @ T_inv.T
             m = np.einsum("rij,rj->ri", cov, rhs)
-            precision = np.where(counts > 0, 1 / (T[0, 0] + rater_sigma2 / np.maximum(counts, 1)), 0.0)
-            self.trait_alpha_ = trait_ridge.choose_alpha(observed, precision)
+            # How much each rater's observed mean says about their leniency (0: no ratings).
+            mean_precision = np.where(counts > 0, 1 / (T[0, 0] + rater_sigma2 / np.maximum(counts, 1)), 0.0)
+            self.trait_alpha_ = trait_ridge.choose_alpha(observed, mean_precision)
             W = trait_ridge.fit(m, self.trait_alpha_)
             dev = m - Z @ W
             T = (np.einsum("ri,rj->ij", dev, dev) + cov.sum(axis=0)) / R
