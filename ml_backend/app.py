@@ -24,12 +24,12 @@ from flask import Flask, jsonify, request
 from flask.json.provider import JSONProvider
 from werkzeug.exceptions import HTTPException
 
-from ml_backend.hot_model import HotModel
-from ml_backend.labels import LabelConfigError
-from ml_backend.model import ModelUnavailable, Sense7Model
-from ml_backend.rater_info import RaterInfoCache
+from sense7.ml_backend.hot_model import HotModel
+from sense7.ml_backend.labels import LabelConfigError
+from sense7.ml_backend.model import ModelUnavailable, Sense7Model
+from sense7.ml_backend.rater_info import RaterInfoCache
 from sense7.settings import Settings
-from sense7.store import Store
+from sense7.data.store import Store
 
 log = logging.getLogger("sense7.ml_backend")
 
@@ -42,7 +42,7 @@ ML_API_ACTIONS = frozenset({"START_TRAINING"})
 def build_model(settings: Settings, on_event: Callable[[str, dict], Any] | None = None,
                 check_interval: float = 1.0, refresh_seconds: float = 30.0) -> Sense7Model:
     """The model of one serving process: the registry's current version loaded now, once."""
-    from sense7.model_registry import ModelRegistry
+    from sense7.model.registry import ModelRegistry
 
     hot = HotModel(ModelRegistry(settings.model_dir), check_interval=check_interval)
     hot.reload()

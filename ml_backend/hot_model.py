@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sense7.model_registry import ModelRegistry, RegistryError
+from sense7.model.registry import ModelRegistry, RegistryError
 
 log = logging.getLogger("sense7.ml_backend")
 

@@ -2,7 +2,7 @@
 
 `predict(tasks, context=None, **kwargs)` and `fit(event, data, **kwargs)` have the signatures of
 `label_studio_ml.model.LabelStudioMLBase` 2.x, so this class could move onto that base class unchanged
-once 2.x is installable; ml_backend.app serves it over HTTP meanwhile (see ml_backend/README.md).
+once 2.x is installable; sense7.ml_backend.app serves it over HTTP meanwhile (see ml_backend/README.md).
 
 Which model answers for a task is decided by the task's `data.rater_id`: a rater the served bundle was
 trained on gets the personalized prediction, a rater with traits only the traits-conditioned one, an
@@ -23,11 +23,11 @@ import logging
 import math
 from typing import Any, Callable, NamedTuple
 
-from ml_backend.batcher import MicroBatcher
-from ml_backend.hot_model import HotModel, LoadedModel
-from ml_backend.labels import RatingControl, rating_controls
-from ml_backend.rater_info import RaterInfoCache
-from sense7.dataset import task_columns
+from sense7.ml_backend.batcher import MicroBatcher
+from sense7.ml_backend.hot_model import HotModel, LoadedModel
+from sense7.ml_backend.labels import RatingControl, rating_controls
+from sense7.ml_backend.rater_info import RaterInfoCache
+from sense7.data.dataset import task_columns
 from sense7.taxonomy import load_taxonomy
 
 log = logging.getLogger("sense7.ml_backend")
@@ -144,7 +144,7 @@ class Sense7Model:
 
     def _predict_data(self, task_datas: list[dict], loaded: LoadedModel) -> list[ServedItem]:
         """One ServedItem per task data. Traits and contexts come from the store's cache, never from the
-        task; the predictor takes plain columns (sense7.dataset.task_columns), not a DataFrame."""
+        task; the predictor takes plain columns (sense7.data.dataset.task_columns), not a DataFrame."""
         contexts = self.rater_info.contexts((str(d["conversation_id"]), str(d["rater_id"])) for d in task_datas)
         predictor = loaded.predictor
         raters = predictor.rater_table(self.rater_info.trait_table())

@@ -14,7 +14,7 @@ import time
 
 import pandas as pd
 
-from sense7.dataset import trait_features
+from sense7.data.dataset import trait_features
 
 log = logging.getLogger("sense7.ml_backend")
 
@@ -35,7 +35,7 @@ class RaterInfoCache:
             try:
                 raters = self.store.raters_frame()
                 # The numeric trait features of every rater, computed once per refresh by the same
-                # function training uses (sense7.dataset.trait_features); per request only a reindex.
+                # function training uses (sense7.data.dataset.trait_features); per request only a reindex.
                 traits = trait_features(raters) if len(raters.columns) else pd.DataFrame(index=raters.index)
                 self._raters, self._traits = raters, traits.add_prefix("trait_")
             except Exception as exc:  # keep serving the last good copy

@@ -1,4 +1,4 @@
-"""WSGI entry point: `gunicorn ml_backend.wsgi:app` (see gunicorn_conf.py).
+"""WSGI entry point: `gunicorn sense7.ml_backend.wsgi:app` (see gunicorn_conf.py).
 
 SENSE7_BACKEND_ON_EVENT="module:function" names the `on_event(action, payload)` that receives webhook
 events (e.g. the Celery jobs' "enqueue sync/retrain"); without it events are logged and acknowledged.
@@ -10,7 +10,7 @@ import importlib
 import logging
 import os
 
-from ml_backend.app import create_app
+from sense7.ml_backend.app import create_app
 from sense7.settings import Settings
 
 

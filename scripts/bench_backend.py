@@ -3,7 +3,7 @@
     .venv/bin/python scripts/bench_backend.py                 # batches of 1 and 10, 30 s each
     .venv/bin/python scripts/bench_backend.py --duration 10 --batches 10 --workers 2 --threads 4   # gthread
 
-Trains a real bundle (sense7.model.bundle.train_bundle) on synthetic data (sense7.synth), promotes it in a
+Trains a real bundle (sense7.model.bundle.train_bundle) on synthetic data (sense7.data.synth), promotes it in a
 temporary registry, fills a temporary store with the raters' traits and contexts, starts the backend with
 `sense7 backend start`'s code path on a free port, and drives POST /predict with wrk (C, so the load
 generator is not the bottleneck; `apt-get install wrk`). Each request body is one of 64 different task
@@ -48,12 +48,12 @@ end
 
 
 def prepare(home: Path, n_conversations: int, n_raters: int, seed: int):
-    from sense7 import synth
-    from sense7.importer import plan_tasks
+    from sense7.data import synth
+    from sense7.labelstudio.importer import plan_tasks
     from sense7.model.bundle import train_bundle
-    from sense7.model_registry import ModelRegistry
+    from sense7.model.registry import ModelRegistry
     from sense7.settings import Settings
-    from sense7.store import Store
+    from sense7.data.store import Store
 
     settings = Settings.from_env({"SENSE7_HOME": str(home), "SENSE7_BACKEND_USER": "bench",
                                   "SENSE7_BACKEND_PASSWORD": "bench-pass"})
@@ -147,7 +147,7 @@ def main() -> int:
         print("wrk not found: apt-get install -y wrk", file=sys.stderr)
         return 2
 
-    from ml_backend.server import BackendServer
+    from sense7.ml_backend.server import BackendServer
     from sense7.processes import free_port
     from sense7.taxonomy import load_taxonomy, render_rating_config
 

@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from sense7.evaluation import MODEL_ORDER, evaluate, evaluate_items
+from sense7.research.evaluation import MODEL_ORDER, evaluate, evaluate_items
 
 DEFAULT_WASSA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wassa2024"
 
@@ -45,9 +45,9 @@ def markdown(result: dict) -> str:
 
 
 def bench_wassa(directory: Path, out: Path | None, folds: int, boot: int, seed: int) -> None:
-    from sense7.analysis import analyze
-    from sense7.report import write_report
-    from sense7.wassa import load_wassa
+    from sense7.research.analysis import analyze
+    from sense7.research.report import write_report
+    from sense7.data.wassa import load_wassa
 
     t0 = time.perf_counter()
     data = load_wassa(directory)
@@ -79,10 +79,10 @@ def bench_harness(n_conversations: int, n_raters: int, boot: int, folds: int) ->
     """Harness overhead alone: folds, metrics, bootstrap, gain curve. Five RaterMean variants stand in for
     the five models: near-free to fit, and (unlike constant baselines) every one has a Spearman to
     bootstrap, so this is the worst case for the resampling."""
-    from sense7.analysis import analyze
-    from sense7.dataset import build_items
+    from sense7.research.analysis import analyze
+    from sense7.data.dataset import build_items
     from sense7.model.baselines import RaterMean
-    from sense7.synth import generate
+    from sense7.data.synth import generate
 
     data = generate(n_conversations, n_raters, seed=0).rating_data()
     X, Y = build_items(data)
@@ -99,8 +99,8 @@ def bench_harness(n_conversations: int, n_raters: int, boot: int, folds: int) ->
 
 
 def bench_planted(n_conversations: int, n_raters: int, folds: int, boot: int, seed: int) -> None:
-    """All five models on synthetic data with planted rater structure (sense7.synth)."""
-    from sense7.synth import generate
+    """All five models on synthetic data with planted rater structure (sense7.data.synth)."""
+    from sense7.data.synth import generate
 
     data = generate(n_conversations, n_raters, seed=seed).rating_data()
     t0 = time.perf_counter()

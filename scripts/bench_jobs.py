@@ -42,14 +42,14 @@ def main() -> None:
 
     from label_studio_sdk import LabelStudio
 
-    from ml_backend.registration import connect_backend
-    from ml_backend.server import BackendServer
-    from sense7.ls_client import ensure_projects, import_tasks
-    from sense7.ls_server import LabelStudioServer
+    from sense7.ml_backend.registration import connect_backend
+    from sense7.ml_backend.server import BackendServer
+    from sense7.labelstudio.client import ensure_projects, import_tasks
+    from sense7.labelstudio.server import LabelStudioServer
     from sense7.processes import free_port
-    from sense7.ls_tasks import rating_tasks
+    from sense7.labelstudio.protocol import rating_tasks
     from sense7.settings import Settings
-    from tasks.redis_local import start_redis_server
+    from sense7.tasks.redis_local import start_redis_server
     from tests.jobs.helpers import make_conversations, make_raters, rating_result
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-jobs-"))
@@ -69,7 +69,7 @@ def main() -> None:
         log("starting Label Studio (fresh SQLite)")
         server.start()
         client = LabelStudio(base_url=settings.ls_url, api_key=settings.ls_token, timeout=600)
-        from tasks.runtime import Runtime
+        from sense7.tasks.runtime import Runtime
 
         rt = Runtime.from_env()
         rating, profile = ensure_projects(client, settings)
@@ -99,7 +99,7 @@ def main() -> None:
         figures["import_annotated_tasks_s"] = round(time.perf_counter() - started, 1)
 
         # -- 1. sync -----------------------------------------------------------------------------------
-        from tasks.sync import LabelSync
+        from sense7.tasks.sync import LabelSync
 
         syncer = LabelSync(client, rt.store, rt.taxonomy, rating, profile)
         started = time.perf_counter()
@@ -121,7 +121,7 @@ def main() -> None:
         # Webhook-style jobs through a real worker: each fetches its annotation + task from the API.
         worker_env = {**os.environ, "SENSE7_RETRAIN_EVERY": "0", "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0"}
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "worker", "--pool", "prefork",
+            [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker", "--pool", "prefork",
              "--concurrency", "1", "--loglevel", "WARNING", "--without-gossip", "--without-mingle"],
             env=worker_env, cwd=REPO, stdout=open(tmp / "worker.log", "ab"), stderr=subprocess.STDOUT,
             start_new_session=True)
@@ -141,7 +141,7 @@ def main() -> None:
         log(f"single-annotation jobs: {figures['sync_annotation_jobs']}")
 
         # -- 2. retrain ----------------------------------------------------------------------------------
-        from tasks.training import run_retrain
+        from sense7.tasks.training import run_retrain
 
         started = time.perf_counter()
         outcome = run_retrain(rt, redis_url, "benchmark")
@@ -161,7 +161,7 @@ def main() -> None:
         rt.store.upsert_conversations(extra)
         unlabeled = [t for conv in extra for t in rating_tasks(conv)][:args.unlabeled]
         import_tasks(client, rating, unlabeled)
-        from tasks.preannotate import Preannotator
+        from sense7.tasks.preannotate import Preannotator
 
         pre = Preannotator(client, rt.serving_model, rating, rt.jobs.preannotate_chunk)
         done = pre.run()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-import labeling_config
+import sense7.labeling_config as labeling_config
 
 DEFAULT_TAXONOMY_PATH = Path(labeling_config.__file__).with_name("taxonomy.yaml")
 RATING_CONFIG_PATH = DEFAULT_TAXONOMY_PATH.with_name("rating.xml")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from celery import Celery
 
 from sense7.settings import Settings
-from tasks.redis_local import redis_url
+from sense7.tasks.redis_local import redis_url
 
-TASK_MODULES = ["tasks.sync", "tasks.training", "tasks.preannotate"]
+TASK_MODULES = ["sense7.tasks.sync", "sense7.tasks.training", "sense7.tasks.preannotate"]
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from tasks.celery_app import app
-from tasks.runtime import LabelStudioUnavailable, as_retryable, current_runtime
+from sense7.tasks.celery_app import app
+from sense7.tasks.runtime import LabelStudioUnavailable, as_retryable, current_runtime
 
 
 @dataclass
@@ -31,7 +31,7 @@ class PreannotateResult:
 
 def build_serving_model(settings):
     """The ML backend's model object for this process (loads the registry's current version)."""
-    from ml_backend.app import build_model
+    from sense7.ml_backend.app import build_model
 
     return build_model(settings)
 
@@ -59,7 +59,7 @@ class Preannotator:
 
     def run(self, on_total: Callable[[int], None] | None = None,
             on_chunk: Callable[[int], None] | None = None) -> PreannotateResult:
-        from ml_backend.model import ModelUnavailable
+        from sense7.ml_backend.model import ModelUnavailable
 
         started = time.perf_counter()
         loaded = self.model.hot_model.get()

@@ -15,7 +15,7 @@ from label_studio_sdk.core.api_error import ApiError
 
 from sense7.settings import Settings
 from sense7.taxonomy import Taxonomy, load_taxonomy
-from tasks.celery_app import JobSettings
+from sense7.tasks.celery_app import JobSettings
 
 
 class LabelStudioUnavailable(RuntimeError):
@@ -69,27 +69,27 @@ class Runtime:
 
     @cached_property
     def client(self):
-        from sense7.ls_client import connect
+        from sense7.labelstudio.client import connect
 
         return connect(self.settings)
 
     @cached_property
     def store(self):
-        from sense7.store import Store
+        from sense7.data.store import Store
 
         return Store(self.settings.store_url)
 
     @cached_property
     def serving_model(self):
         """The ML backend's model (follows the registry's CURRENT pointer by itself)."""
-        from tasks.preannotate import build_serving_model
+        from sense7.tasks.preannotate import build_serving_model
 
         return build_serving_model(self.settings)
 
     @cached_property
     def project_ids(self) -> tuple[int, int]:
         """(rating project id, profile project id), created in Label Studio if missing."""
-        from sense7.ls_client import ensure_projects
+        from sense7.labelstudio.client import ensure_projects
 
         return ensure_projects(self.client, self.settings)
 

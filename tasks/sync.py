@@ -21,10 +21,10 @@ from datetime import datetime, timezone
 
 from label_studio_sdk.core.api_error import ApiError
 
-from sense7.ls_tasks import parse_annotation, parse_profile_annotation
+from sense7.labelstudio.protocol import parse_annotation, parse_profile_annotation
 from sense7.taxonomy import Taxonomy
-from tasks.celery_app import app
-from tasks.runtime import LabelStudioUnavailable, Runtime, as_retryable, current_runtime
+from sense7.tasks.celery_app import app
+from sense7.tasks.runtime import LabelStudioUnavailable, Runtime, as_retryable, current_runtime
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ class LabelSync:
 
 def webhook_headers(settings) -> dict:
     """What our webhooks send: the shared secret, and basic auth when the backend requires it (the same
-    headers ml_backend.registration.connect_backend gives the backend's own webhook, so the two agree)."""
+    headers sense7.ml_backend.registration.connect_backend gives the backend's own webhook, so the two agree)."""
     headers = {"X-Sense7-Secret": settings.webhook_secret}
     if settings.backend_user and settings.backend_password:
         token = base64.b64encode(f"{settings.backend_user}:{settings.backend_password}".encode()).decode()
@@ -338,7 +338,7 @@ def _enqueue(name: str, args: tuple = (), kwargs: dict | None = None) -> None:
     if not app.conf.broker_url:
         # Imported before this home's private Redis was started: look again (never start one here).
         from sense7.settings import Settings
-        from tasks.redis_local import RedisUnavailable, redis_url
+        from sense7.tasks.redis_local import RedisUnavailable, redis_url
 
         url = redis_url(Settings.from_env())
         if not url:

@@ -6,7 +6,7 @@ trained on it, which makes "not worse on that slice" a fair comparison. The prom
 trained on the other conversations; its metrics (and those of the served version and of a majority-class
 baseline on the same slice) are recorded with the version.
 
-Artifacts go through sense7.model_registry (staging directory + rename, manifest written last, atomic
+Artifacts go through sense7.model.registry (staging directory + rename, manifest written last, atomic
 CURRENT pointer), so a worker killed mid-retrain leaves the served version untouched. A Redis lock keeps
 two retrains from running at once; its short TTL is renewed while training, so a killed worker's lock
 expires within a minute or two.
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sense7.metrics import point_metrics
-from sense7.model_registry import STAGING_PREFIX, ModelRegistry, RegistryError
+from sense7.research.metrics import point_metrics
+from sense7.model.registry import STAGING_PREFIX, ModelRegistry, RegistryError
 from sense7.taxonomy import Taxonomy
-from tasks.celery_app import app
-from tasks.runtime import current_runtime
+from sense7.tasks.celery_app import app
+from sense7.tasks.runtime import current_runtime
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def holdout_conversations(conversation_ids, fraction: float = 0.2) -> set[str]:
 
 def subset(data, conversation_ids: set[str], keep: bool):
     """The RatingData restricted to (keep=True) or without (keep=False) the given conversations."""
-    from sense7.dataset import RatingData
+    from sense7.data.dataset import RatingData
 
     mask = data.ratings["conversation_id"].isin(conversation_ids)
     ratings = data.ratings[mask if keep else ~mask].reset_index(drop=True)
@@ -157,7 +157,7 @@ class Retrainer:
         return removed
 
     def run(self, reason: str = "manual") -> RetrainResult:
-        from sense7.dataset import build_items
+        from sense7.data.dataset import build_items
         from sense7.model.bundle import train_bundle
 
         self.clean_staging()
@@ -252,7 +252,7 @@ def run_retrain(runtime, redis_url: str, reason: str) -> dict:
     if result.status != "skipped":
         import redis
 
-        from tasks.sync import NEW_RATINGS_KEY
+        from sense7.tasks.sync import NEW_RATINGS_KEY
 
         redis.Redis.from_url(redis_url).set(NEW_RATINGS_KEY, 0)
     return result.as_dict()

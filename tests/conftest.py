@@ -40,7 +40,7 @@ class LabelStudioHandle:
 def label_studio(tmp_path_factory) -> LabelStudioHandle:
     from label_studio_sdk import LabelStudio
 
-    from sense7.ls_server import LabelStudioServer
+    from sense7.labelstudio.server import LabelStudioServer
     from sense7.processes import free_port
 
     home = tmp_path_factory.mktemp("sense7-home")
@@ -58,7 +58,7 @@ def label_studio(tmp_path_factory) -> LabelStudioHandle:
 @pytest.fixture
 def rating_project(label_studio) -> int:
     """A fresh rating project (own title) per test, with the rendered config."""
-    from sense7.ls_client import create_rating_project
+    from sense7.labelstudio.client import create_rating_project
 
     project = create_rating_project(label_studio.client, title=f"test rating {next(_counter)} {os.getpid()}")
     return project

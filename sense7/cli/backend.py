@@ -13,7 +13,7 @@ backend_app = typer.Typer(help="Serve personalized pre-annotations to Label Stud
 
 
 def _server(port: int | None):
-    from ml_backend.server import BackendServer
+    from sense7.ml_backend.server import BackendServer
 
     return BackendServer(settings(), port=port)
 
@@ -25,7 +25,7 @@ def start(
     threads: int = typer.Option(None, help="Threads per worker (default SENSE7_BACKEND_THREADS or 1: sync workers; more: gthread)."),
 ) -> None:
     """Start the ML backend in the background; it serves the registry's current model version."""
-    from ml_backend.server import BackendError
+    from sense7.ml_backend.server import BackendError
 
     server = _server(port)
     try:
@@ -62,9 +62,9 @@ def connect(
     """Register the backend (and its webhook) with the rating project. Safe to run again."""
     from label_studio_sdk.core.api_error import ApiError
 
-    from ml_backend.registration import connect_backend
-    from sense7.ls_client import connect as ls_connect
-    from sense7.ls_client import ensure_projects
+    from sense7.ml_backend.registration import connect_backend
+    from sense7.labelstudio.client import connect as ls_connect
+    from sense7.labelstudio.client import ensure_projects
 
     cfg = settings()
     with label_studio_errors(cfg):

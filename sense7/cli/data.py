@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 
-from sense7 import ls_client
+from sense7.labelstudio import client as ls_client
 from sense7.cli._common import console, err_console, fail, label_studio_errors, progress, settings
-from sense7.formats import FORMATS, FormatError, read_assignments, read_conversations, read_raters
-from sense7.importer import import_conversations, import_profile_tasks
-from sense7.store import Store
+from sense7.data.formats import FORMATS, FormatError, read_assignments, read_conversations, read_raters
+from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+from sense7.data.store import Store
 
 raters_app = typer.Typer(help="Rater traits (answers to the profile questionnaire).", no_args_is_help=True)
 ratings_app = typer.Typer(help="Ratings collected outside Label Studio (a pilot, an earlier study).",
@@ -78,7 +78,7 @@ def ratings_import(
 
     Both files are validated first (every rating must point at an assistant turn of a conversation of
     that rater); on any problem nothing is written."""
-    from sense7.dataset import DataError, read_ratings_csv
+    from sense7.data.dataset import DataError, read_ratings_csv
 
     try:
         convs = read_conversations(conversations)

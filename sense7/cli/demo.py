@@ -20,9 +20,10 @@ from pathlib import Path
 
 import typer
 
-from sense7 import ls_client, synth
+from sense7.data import synth
+from sense7.labelstudio import client as ls_client
 from sense7.cli._common import console, err_console, fail, settings
-from sense7.ls_server import LabelStudioServer
+from sense7.labelstudio.server import LabelStudioServer
 from sense7.processes import ManagedProcess, ProcessError
 from sense7.settings import Settings
 
@@ -53,7 +54,7 @@ class Phases:
 
 def worker_process(cfg: Settings) -> ManagedProcess:
     """The Celery worker (with beat) as a background process; healthy when it answers a ping."""
-    from tasks.celery_app import app
+    from sense7.tasks.celery_app import app
 
     def healthy() -> bool:
         try:
@@ -67,7 +68,7 @@ def worker_process(cfg: Settings) -> ManagedProcess:
 def _child_env(cfg: Settings, redis_url: str) -> dict[str, str]:
     return {**os.environ, "SENSE7_HOME": str(cfg.home), "SENSE7_REDIS_URL": redis_url,
             "SENSE7_LS_URL": cfg.ls_url, "SENSE7_STORE_URL": cfg.store_url, "SENSE7_MODEL_DIR": str(cfg.model_dir),
-            "SENSE7_BACKEND_URL": cfg.backend_url, "SENSE7_BACKEND_ON_EVENT": "tasks.sync:on_event",
+            "SENSE7_BACKEND_URL": cfg.backend_url, "SENSE7_BACKEND_ON_EVENT": "sense7.tasks.sync:on_event",
             "SENSE7_RETRAIN_EVERY": os.environ.get("SENSE7_RETRAIN_EVERY", "100")}
 
 
@@ -109,16 +110,16 @@ def demo(
 
 
 def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started) -> None:
-    from ml_backend.registration import connect_backend
-    from ml_backend.server import BackendServer
-    from sense7.dataset import read_ratings_csv
-    from sense7.formats import read_conversations, read_raters
-    from sense7.importer import import_conversations, import_profile_tasks
-    from sense7.model_registry import ModelRegistry
-    from sense7.simulate import ensure_users, label_tasks
-    from sense7.store import Store
+    from sense7.ml_backend.registration import connect_backend
+    from sense7.ml_backend.server import BackendServer
+    from sense7.data.dataset import read_ratings_csv
+    from sense7.data.formats import read_conversations, read_raters
+    from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+    from sense7.model.registry import ModelRegistry
+    from sense7.labelstudio.simulate import ensure_users, label_tasks
+    from sense7.data.store import Store
     from sense7.taxonomy import load_taxonomy
-    from tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
+    from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
 
     phases, tax = Phases(), load_taxonomy()
     server = LabelStudioServer(cfg)
@@ -134,8 +135,8 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
             started.append(lambda: stop_local_redis(cfg))
         os.environ["SENSE7_REDIS_URL"] = redis_url  # the Celery app in this process talks to the same broker
     # Importing the jobs creates the Celery app from the environment: only now is the broker known.
-    from tasks.sync import LabelSync, webhook_headers
-    from tasks.training import Retrainer
+    from sense7.tasks.sync import LabelSync, webhook_headers
+    from sense7.tasks.training import Retrainer
     client = ls_client.connect(cfg)
     with phases.phase("rating and profile projects"):
         rating_id, profile_id = ls_client.ensure_projects(client, cfg, tax)
@@ -183,7 +184,7 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
     worker = worker_process(cfg)
     with phases.phase("Celery worker and beat"):
         if worker.pid() is None:
-            cmd = [sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "worker", "--beat",
+            cmd = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker", "--beat",
                    "--concurrency", "1", "--loglevel", "info", "--schedule", str(cfg.home / "run" / "celerybeat")]
             try:
                 worker.start(cmd, _child_env(cfg, redis_url), cwd=cfg.home)
@@ -191,7 +192,7 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
                 raise fail(str(exc))
             started.append(worker.stop)
 
-    from tasks.celery_app import app as celery_app
+    from sense7.tasks.celery_app import app as celery_app
 
     with phases.phase(f"pre-annotate with {first_version}"):
         celery_app.send_task("sense7.preannotate").get(timeout=300)
@@ -231,9 +232,9 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
 
 
 def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: Path) -> None:
-    from sense7.dataset import load_native
-    from sense7.evaluation import evaluate
-    from sense7.report import write_report
+    from sense7.data.dataset import load_native
+    from sense7.research.evaluation import evaluate
+    from sense7.research.report import write_report
 
     data = load_native(conversations, ratings, raters)
     results = evaluate(data, splits=("known_rater", "cold_start"), n_folds=3, seed=0, n_boot=200,
@@ -243,8 +244,8 @@ def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: 
 
 def down() -> None:
     """Stop everything `sense7 demo` started: Celery worker, ML backend, private Redis, Label Studio."""
-    from ml_backend.server import BackendServer
-    from tasks.redis_local import stop_local_redis
+    from sense7.ml_backend.server import BackendServer
+    from sense7.tasks.redis_local import stop_local_redis
 
     cfg = settings()
     stopped = {

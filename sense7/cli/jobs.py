@@ -19,7 +19,7 @@ models_app = typer.Typer(help="Trained model versions and their held-out metrics
 
 
 def _redis(cfg) -> str:
-    from tasks.redis_local import RedisUnavailable, ensure_redis
+    from sense7.tasks.redis_local import RedisUnavailable, ensure_redis
 
     try:
         url = ensure_redis(cfg)
@@ -28,7 +28,7 @@ def _redis(cfg) -> str:
     # Child processes (the worker) read it from the environment; this process's app is pointed at it
     # before it ever connects.
     os.environ["SENSE7_REDIS_URL"] = url
-    from tasks.celery_app import app
+    from sense7.tasks.celery_app import app
 
     app.conf.update(broker_url=url, result_backend=url)
     return url
@@ -37,7 +37,7 @@ def _redis(cfg) -> str:
 def _check_config() -> None:
     """Reject a malformed SENSE7_* number before anything is started or changed."""
     try:
-        from tasks.celery_app import JobSettings  # builds the app, which reads the settings too
+        from sense7.tasks.celery_app import JobSettings  # builds the app, which reads the settings too
 
         JobSettings.from_env()
     except ValueError as exc:
@@ -45,7 +45,7 @@ def _check_config() -> None:
 
 
 def _runtime():
-    from tasks.runtime import Runtime
+    from sense7.tasks.runtime import Runtime
 
     return Runtime.from_env()
 
@@ -59,7 +59,7 @@ class _SdkErrors:
     def __exit__(self, kind, exc, tb):
         from label_studio_sdk.core.api_error import ApiError
 
-        from tasks.runtime import describe_error
+        from sense7.tasks.runtime import describe_error
 
         if isinstance(exc, ApiError):
             raise fail(describe_error(exc)) from None
@@ -67,7 +67,7 @@ class _SdkErrors:
 
 
 def _enqueue(name: str, **kwargs) -> None:
-    from tasks.celery_app import app
+    from sense7.tasks.celery_app import app
 
     result = app.send_task(name, kwargs=kwargs)
     console.print(f"enqueued {name} (job id {result.id})")
@@ -84,7 +84,7 @@ def worker(
     url = _redis(cfg)
     run_dir = cfg.home / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "celery", "-A", "tasks.celery_app:app", "worker", "--pool", "prefork",
+    args = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker", "--pool", "prefork",
             "--concurrency", str(concurrency), "--loglevel", loglevel]
     if beat:
         args += ["--beat", "--schedule", str(run_dir / "celerybeat-schedule")]
@@ -105,7 +105,7 @@ def sync(
     if enqueue:
         _enqueue("sense7.reconcile")
         return
-    from tasks.sync import LabelSync, webhook_headers
+    from sense7.tasks.sync import LabelSync, webhook_headers
 
     rt = _runtime()
     with label_studio_errors(cfg), _SdkErrors():
@@ -136,7 +136,7 @@ def retrain(
     if enqueue:
         _enqueue("sense7.retrain", reason=reason)
         return
-    from tasks.training import run_retrain
+    from sense7.tasks.training import run_retrain
 
     with console.status("Training (generic and personalized models)"):
         result = run_retrain(_runtime(), url, reason)
@@ -157,8 +157,8 @@ def preannotate(
     if enqueue:
         _enqueue("sense7.preannotate")
         return
-    from ml_backend.model import ModelUnavailable
-    from tasks.preannotate import Preannotator
+    from sense7.ml_backend.model import ModelUnavailable
+    from sense7.tasks.preannotate import Preannotator
 
     rt = _runtime()
     with label_studio_errors(cfg), _SdkErrors():
@@ -182,7 +182,7 @@ def list_models() -> None:
     """Model versions (oldest first) with held-out metrics, the served version's and the baseline's."""
     from rich.table import Table
 
-    from sense7.model_registry import ModelRegistry
+    from sense7.model.registry import ModelRegistry
 
     cfg = settings()
     registry = ModelRegistry(cfg.model_dir)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sense7 import ls_client
+from sense7.labelstudio import client as ls_client
 from sense7.cli._common import console, fail, label_studio_errors, settings
 from sense7.taxonomy import TaxonomyError, load_taxonomy, render_all
 

@@ -20,13 +20,13 @@ WASSA_HELP = "a directory with the WASSA 2024 CSV files (instead of the native f
 def _load(conversations: Path | None, ratings: Path | None, raters: Path | None, wassa: Path | None,
           need_conversations: bool = True):
     """(RatingData or ratings frame, data set name); exits 2 with file:line: field: reason on bad input."""
-    from sense7.dataset import DataError, load_native, read_ratings_csv
+    from sense7.data.dataset import DataError, load_native, read_ratings_csv
 
     if wassa and (conversations or ratings or raters):
         raise fail("give either --wassa2024 or the native files (--conversations/--ratings/--raters), not both", 2)
     try:
         if wassa:
-            from sense7.wassa import load_wassa
+            from sense7.data.wassa import load_wassa
 
             return load_wassa(wassa), "wassa2024"
         if ratings is None or (need_conversations and conversations is None):
@@ -38,7 +38,7 @@ def _load(conversations: Path | None, ratings: Path | None, raters: Path | None,
         if conversations is None:
             return read_ratings_csv(ratings), Path(ratings).stem
         return load_native(conversations, ratings, raters), Path(ratings).parent.name or Path(ratings).stem
-    except (DataError, ValueError) as exc:  # DataError, sense7.formats.FormatError: file:line: field: reason
+    except (DataError, ValueError) as exc:  # DataError, sense7.data.formats.FormatError: file:line: field: reason
         raise fail(escape(str(exc)), 2)
 
 
@@ -90,7 +90,7 @@ def evaluate_command(
 
     Known raters: folds grouped by conversation. Cold start: folds grouped by rater. Every model is refitted
     on each training fold."""
-    from sense7.evaluation import MODEL_ORDER, SPLITS, default_models, evaluate
+    from sense7.research.evaluation import MODEL_ORDER, SPLITS, default_models, evaluate
 
     chosen = [s.strip() for s in splits.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SPLITS]
@@ -132,7 +132,7 @@ def evaluate_command(
         _write_json(json_path, result)
         console.print(f"JSON: {json_path}")
     if report:
-        from sense7.report import write_report
+        from sense7.research.report import write_report
 
         write_report(result, report)
         console.print(f"Report: {report}")
@@ -152,7 +152,7 @@ def analyze_command(
     Per control: method-of-moments shares of rating variance due to the rater, the conversation and the
     rest; and how ratings move on and after a continuity failure (continuity <= 2) or an unmet
     expectation, against the rater's baseline and against the same conversation's earlier turns."""
-    from sense7.analysis import analyze
+    from sense7.research.analysis import analyze
 
     loaded, name = _load(conversations, ratings, raters, wassa2024, need_conversations=False)
     frame = getattr(loaded, "ratings", loaded)

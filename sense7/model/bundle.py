@@ -18,7 +18,7 @@ import joblib
 import numpy as np
 import pandas as pd
 
-from sense7.dataset import RatingData, build_items
+from sense7.data.dataset import RatingData, build_items
 from sense7.model.estimators import GenericRater, PersonalizedRater, controls_from_proba
 from sense7.taxonomy import Taxonomy, load_taxonomy
 
@@ -81,7 +81,7 @@ class ModelBundle:
 
 def train_bundle(data: RatingData, version: str, taxonomy: Taxonomy | None = None,
                  generic: GenericRater | None = None, personalized: PersonalizedRater | None = None) -> ModelBundle:
-    """Fit both models on all of `data` (evaluation is sense7.evaluation's job, on held-out folds)."""
+    """Fit both models on all of `data` (evaluation is sense7.research.evaluation's job, on held-out folds)."""
     tax = taxonomy or load_taxonomy()
     X, Y = build_items(data, tax)
     if not len(X):

@@ -19,7 +19,7 @@ TEXT_FEATURE_KINDS = ("tfidf", "tfidf+char", "none")
 
 
 class ItemFeatures(TransformerMixin, BaseEstimator):
-    """Sparse design matrix from X (the columns of `sense7.dataset.build_items`).
+    """Sparse design matrix from X (the columns of `sense7.data.dataset.build_items`).
 
     text_features: "tfidf" (word 1-2 gram presence of the turn, word presence in the history's tail;
     document frequencies from fit), "tfidf+char" (adds character 2-4 grams of the turn: slower, more robust
@@ -55,7 +55,7 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
         return out
 
     # _texts and _dense read X[column] only, so X may be an item frame or the plain column lists of
-    # `sense7.dataset.task_columns` (the serving path, sense7.model.serving): one definition for both.
+    # `sense7.data.dataset.task_columns` (the serving path, sense7.model.serving): one definition for both.
 
     def _texts(self, X, name: str) -> list[str]:
         if name == "history":

@@ -49,7 +49,7 @@ def compare_with_oracle(synth, n_folds: int = 5, models: dict | None = None) -> 
     from sklearn.base import clone
     from sklearn.model_selection import GroupKFold
 
-    from sense7.dataset import build_items
+    from sense7.data.dataset import build_items
     from sense7.model.estimators import GenericRater, PersonalizedRater
 
     models = models or {"generic": GenericRater(), "personalized": PersonalizedRater()}

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ml_backend.batcher import MicroBatcher
+from sense7.ml_backend.batcher import MicroBatcher
 
 
 def test_concurrent_callers_are_coalesced_and_get_their_own_slice():

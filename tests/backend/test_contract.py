@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ml_backend.labels import rating_controls
+from sense7.ml_backend.labels import rating_controls
 from sense7.taxonomy import load_taxonomy
 from tests.backend.conftest import PASSWORD, SECRET, USER, auth_headers, task
 from tests.backend.fakes import FakeBundle
@@ -183,10 +183,10 @@ def test_start_training_from_label_studio_is_accepted_with_basic_auth(client, ev
 
 
 def test_start_training_without_basic_auth_configured_needs_the_secret(served, registry, store, tmp_path):
-    from ml_backend.app import create_app
-    from ml_backend.hot_model import HotModel
-    from ml_backend.model import Sense7Model
-    from ml_backend.rater_info import RaterInfoCache
+    from sense7.ml_backend.app import create_app
+    from sense7.ml_backend.hot_model import HotModel
+    from sense7.ml_backend.model import Sense7Model
+    from sense7.ml_backend.rater_info import RaterInfoCache
     from sense7.settings import Settings
 
     settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "h2"), "SENSE7_WEBHOOK_SECRET": SECRET})

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sense7.model_registry import ModelRegistry, RegistryError
+from sense7.model.registry import ModelRegistry, RegistryError
 from tests.backend.fakes import FakeBundle, load_fake, save_fake
 
 

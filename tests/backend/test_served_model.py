@@ -1,5 +1,5 @@
 """A real trained bundle behind the HTTP app: /predict answers exactly what the reference model path
-(ModelBundle.predict_items on sense7.dataset.items_from_tasks) predicts, with traits and contexts from the
+(ModelBundle.predict_items on sense7.data.dataset.items_from_tasks) predicts, with traits and contexts from the
 store, for known, traits-only and unknown raters."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ import math
 
 import pytest
 
-from ml_backend.app import create_app
-from ml_backend.hot_model import HotModel
-from ml_backend.model import Sense7Model
-from ml_backend.rater_info import RaterInfoCache
-from sense7.dataset import items_from_tasks
-from sense7.importer import plan_tasks
+from sense7.ml_backend.app import create_app
+from sense7.ml_backend.hot_model import HotModel
+from sense7.ml_backend.model import Sense7Model
+from sense7.ml_backend.rater_info import RaterInfoCache
+from sense7.data.dataset import items_from_tasks
+from sense7.labelstudio.importer import plan_tasks
 from sense7.model.bundle import train_bundle
-from sense7.model_registry import ModelRegistry
-from sense7.store import Store
-from sense7.synth import generate
+from sense7.model.registry import ModelRegistry
+from sense7.data.store import Store
+from sense7.data.synth import generate
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.backend.conftest import auth_headers
 

@@ -68,7 +68,7 @@ def test_start_refuses_a_taken_port(tmp_path):
 @pytest.fixture(scope="module")
 def small_bundles():
     """Two real bundles (tiny synthetic data): v1 and v2 differ only in their version name."""
-    from sense7 import synth
+    from sense7.data import synth
     from sense7.model.bundle import train_bundle
 
     data = synth.generate(30, 6, seed=5).rating_data()
@@ -79,8 +79,8 @@ def small_bundles():
 def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
     import time
 
-    from ml_backend.server import BackendServer
-    from sense7.model_registry import ModelRegistry
+    from sense7.ml_backend.server import BackendServer
+    from sense7.model.registry import ModelRegistry
     from sense7.settings import Settings
     from sense7.taxonomy import load_taxonomy, render_rating_config
     from tests.backend.conftest import task

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sense7.formats import FormatError, read_assignments, read_conversations, read_raters
+from sense7.data.formats import FormatError, read_assignments, read_conversations, read_raters
 
 GOOD = {"conversation_id": "c1", "rater_id": "r1", "context": {"task_type": "advice", "emotional_state": 2},
         "messages": [{"role": "user", "content": "My cat died."}, {"role": "assistant", "content": "I'm so sorry."},

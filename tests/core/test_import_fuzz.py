@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from typer.testing import CliRunner
 
-from sense7 import ls_client, synth
+from sense7.data import synth
+from sense7.labelstudio import client as ls_client
 from sense7.cli import app
 
 pytestmark = pytest.mark.labelstudio

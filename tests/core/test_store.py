@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from sense7.conversations import Conversation, Message
-from sense7.store import Store
+from sense7.data.conversations import Conversation, Message
+from sense7.data.store import Store
 
 CONV = Conversation("c1", "r1", [Message("user", "hi"), Message("assistant", "hello"),
                                  Message("user", "sad"), Message("assistant", "I'm sorry")],
@@ -55,9 +55,9 @@ def test_losing_the_create_table_race_is_retried_not_fatal(store_url, monkeypatc
     import pytest
     from sqlalchemy.exc import OperationalError
 
-    import sense7.store
+    import sense7.data.store
 
-    real, calls = sense7.store.metadata.create_all, []
+    real, calls = sense7.data.store.metadata.create_all, []
 
     def racing(engine):
         calls.append(engine)
@@ -65,9 +65,9 @@ def test_losing_the_create_table_race_is_retried_not_fatal(store_url, monkeypatc
             raise OperationalError("CREATE TABLE raters", {}, Exception("table raters already exists"))
         return real(engine)
 
-    monkeypatch.setattr(sense7.store.metadata, "create_all", racing)
+    monkeypatch.setattr(sense7.data.store.metadata, "create_all", racing)
     assert Store(store_url).counts()["raters"] == 0 and len(calls) == 2
-    monkeypatch.setattr(sense7.store.metadata, "create_all", lambda engine: (_ for _ in ()).throw(
+    monkeypatch.setattr(sense7.data.store.metadata, "create_all", lambda engine: (_ for _ in ()).throw(
         OperationalError("x", {}, Exception("unable to open database file"))))
     with pytest.raises(OperationalError, match="unable to open"):
         Store(store_url)

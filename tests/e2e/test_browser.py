@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from sense7 import ls_client, synth
-from sense7.formats import read_conversations, read_raters
-from sense7.importer import import_conversations
+from sense7.data import synth
+from sense7.labelstudio import client as ls_client
+from sense7.data.formats import read_conversations, read_raters
+from sense7.labelstudio.importer import import_conversations
 from sense7.settings import Settings
-from sense7.store import Store
+from sense7.data.store import Store
 from sense7.taxonomy import load_taxonomy
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -51,10 +52,10 @@ def _wait_for(get, what: str, timeout: float = 30.0):
 def preannotated_project(label_studio, tmp_path):
     """A rating project with a small synthetic batch, the raters' traits, a trained and promoted model
     (the retrain job's own code) and pre-annotations pushed by the preannotate job's own code."""
-    from ml_backend.app import build_model
-    from sense7.model_registry import ModelRegistry
-    from tasks.preannotate import Preannotator
-    from tasks.training import Retrainer
+    from sense7.ml_backend.app import build_model
+    from sense7.model.registry import ModelRegistry
+    from sense7.tasks.preannotate import Preannotator
+    from sense7.tasks.training import Retrainer
 
     settings = Settings.from_env({**label_studio.settings_env(), "SENSE7_STORE_URL": f"sqlite:///{tmp_path}/s.db",
                                   "SENSE7_MODEL_DIR": str(tmp_path / "models")})
@@ -73,7 +74,7 @@ def preannotated_project(label_studio, tmp_path):
     live = [c for c in conversations if c.rater_id == rater][:1]
     import_conversations(client, project, live, store)
     # The model learns from the other conversations' ratings (an earlier batch).
-    from sense7.dataset import read_ratings_csv
+    from sense7.data.dataset import read_ratings_csv
     earlier = read_ratings_csv(tmp_path / "batch" / "ratings.csv")
     store.upsert_conversations(conversations)
     store.import_ratings(earlier[earlier.conversation_id != live[0].conversation_id])
@@ -89,7 +90,7 @@ def test_rater_sees_the_turn_dimensions_and_preannotation_then_submits_and_it_sy
                                                                                     preannotated_project):
     from playwright.sync_api import sync_playwright
 
-    from tasks.sync import LabelSync
+    from sense7.tasks.sync import LabelSync
 
     settings, store, project, conversation, tax = preannotated_project
     client = label_studio.client

@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from sense7.processes import free_port
-from tasks.redis_local import start_redis_server
+from sense7.tasks.redis_local import start_redis_server
 from tests.jobs.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ class JobStack:
     backend_url: str | None = None
 
     def start_worker(self, name: str = "worker", beat: bool = False, extra_env: dict | None = None) -> Proc:
-        args = [str(VENV_BIN / "celery"), "-A", "tasks.celery_app:app", "worker", "--pool", "prefork",
+        args = [str(VENV_BIN / "celery"), "-A", "sense7.tasks.celery_app:app", "worker", "--pool", "prefork",
                 "--concurrency", "1", "--loglevel", "INFO", "--hostname", f"{name}-{next(_counter)}@%h",
                 "--without-gossip", "--without-mingle"]
         if beat:
@@ -123,8 +123,8 @@ class JobStack:
         port = int(self.env["SENSE7_BACKEND_PORT"])
         # The backend's own entry point, wired to the jobs the way docker-compose wires it.
         args = [str(VENV_BIN / "gunicorn"), "--config", str(REPO / "ml_backend" / "gunicorn_conf.py"),
-                "--workers", "1", "--bind", f"127.0.0.1:{port}", "ml_backend.wsgi:app"]
-        env = {**self.env, "SENSE7_BACKEND_ON_EVENT": "tasks.sync:on_event"}
+                "--workers", "1", "--bind", f"127.0.0.1:{port}", "sense7.ml_backend.wsgi:app"]
+        env = {**self.env, "SENSE7_BACKEND_ON_EVENT": "sense7.tasks.sync:on_event"}
         proc = Proc("backend", args, env, self.tmp / "backend.log").start()
         self.procs.append(proc)
         self.backend_url = f"http://127.0.0.1:{port}"
@@ -141,7 +141,7 @@ class JobStack:
         return proc
 
     def celery(self):
-        """A Celery client on this stack's broker (the test process's own, not tasks.celery_app.app)."""
+        """A Celery client on this stack's broker (the test process's own, not sense7.tasks.celery_app.app)."""
         from celery import Celery
 
         if not hasattr(self, "_celery"):
@@ -154,7 +154,7 @@ class JobStack:
 
     def runtime(self):
         """A Runtime with this stack's settings, for reading the store / registry from the test."""
-        from tasks.runtime import Runtime
+        from sense7.tasks.runtime import Runtime
 
         saved = dict(os.environ)
         os.environ.update(self.env)

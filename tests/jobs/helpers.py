@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 
-from sense7.conversations import Conversation, Message
+from sense7.data.conversations import Conversation, Message
 from sense7.taxonomy import load_taxonomy
 
 WARM = ["I hear how hard this has been for you.", "That sounds really painful, and it makes sense you feel so.",

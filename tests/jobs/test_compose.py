@@ -50,7 +50,7 @@ def test_jobs_and_backend_share_configuration_and_models(compose):
     backend, worker = compose["services"]["ml-backend"], compose["services"]["worker"]
     env = worker["environment"]
     assert {k: v for k, v in backend["environment"].items() if k in env} == env
-    assert backend["environment"]["SENSE7_BACKEND_ON_EVENT"] == "tasks.sync:on_event"
+    assert backend["environment"]["SENSE7_BACKEND_ON_EVENT"] == "sense7.tasks.sync:on_event"
     assert env["SENSE7_REDIS_URL"].startswith("redis://redis:")
     assert env["SENSE7_LS_URL"] == "http://label-studio:8080"
     assert env["SENSE7_STORE_URL"].startswith("postgresql") and "@postgres:5432/" in env["SENSE7_STORE_URL"]
@@ -58,7 +58,7 @@ def test_jobs_and_backend_share_configuration_and_models(compose):
     # The worker writes model versions, the backend serves them: one volume, mounted at SENSE7_HOME.
     assert backend["volumes"] == worker["volumes"] == ["sense7-data:/data"]
     assert env["SENSE7_MODEL_DIR"].startswith(env["SENSE7_HOME"])
-    assert "ml_backend.wsgi:app" in backend["command"]
+    assert "sense7.ml_backend.wsgi:app" in backend["command"]
     assert worker["command"][:2] == ["sense7", "worker"]
 
 
@@ -73,7 +73,7 @@ def test_no_secret_is_written_in_the_file(compose):
 def test_entry_points_named_in_the_file_exist(compose):
     import importlib
 
-    from tasks.celery_app import app
+    from sense7.tasks.celery_app import app
 
     env = compose["services"]["ml-backend"]["environment"]
     module, _, name = env["SENSE7_BACKEND_ON_EVENT"].partition(":")

@@ -8,8 +8,8 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from sense7.store import annotations as annotations_table
-from sense7.store import ratings as ratings_table
+from sense7.data.store import annotations as annotations_table
+from sense7.data.store import ratings as ratings_table
 from sense7.processes import free_port
 from sense7.settings import Settings
 from tests.jobs.helpers import TcpProxy, annotate, project_tasks, wait_for
@@ -28,7 +28,7 @@ def test_annotations_made_while_redis_is_down_arrive_after_reconciliation(job_st
 
     # A reconciliation already running in the worker would still read Label Studio after Redis stops;
     # wait until the worker holds no job, so that what follows can only arrive through the webhooks.
-    from tasks.celery_app import create_app
+    from sense7.tasks.celery_app import create_app
 
     control = create_app(Settings.from_env(job_stack.env)).control
 
@@ -109,7 +109,7 @@ def test_label_studio_unreachable_job_retries_then_succeeds(job_stack):
 def _fill_store(store, n_conversations: int, raters: list[str], turns: int = 4, seed: int = 1) -> int:
     """Rated conversations written straight into the store (a retrain reads only the store)."""
     from tests.jobs.helpers import make_conversations, rating_result
-    from sense7.ls_tasks import parse_annotation
+    from sense7.labelstudio.protocol import parse_annotation
     from sense7.taxonomy import load_taxonomy
 
     tax = load_taxonomy()
@@ -137,8 +137,8 @@ def _predict(backend_url: str, rt, task_data: dict) -> dict:
 def test_worker_killed_during_retrain_leaves_the_served_version_intact(job_stack):
     import redis
 
-    from sense7.model_registry import MANIFEST_NAME, ModelRegistry
-    from tasks.training import LOCK_NAME
+    from sense7.model.registry import MANIFEST_NAME, ModelRegistry
+    from sense7.tasks.training import LOCK_NAME
 
     rt = job_stack.runtime()
     raters = ["k1", "k2", "k3"]

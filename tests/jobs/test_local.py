@@ -11,9 +11,9 @@ import sys
 import redis
 
 from sense7.settings import Settings
-from tasks.celery_app import JobSettings, celery_config
-from tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
-from tasks.training import holdout_conversations
+from sense7.tasks.celery_app import JobSettings, celery_config
+from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
+from sense7.tasks.training import holdout_conversations
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -74,7 +74,7 @@ def test_on_event_enqueues_only_what_each_action_needs(tmp_path, redis_server):
     """In a fresh interpreter (the backend's situation): events become messages on the broker."""
     code = """
 import json
-from tasks.sync import on_event
+from sense7.tasks.sync import on_event
 out = [on_event("ANNOTATION_CREATED", {"annotation": {"id": 7}}),
        on_event("ANNOTATION_UPDATED", {"annotation": {"id": 7}}),
        on_event("ANNOTATIONS_DELETED", {"annotations": [{"id": 8}, {"id": 9}]}),
@@ -96,7 +96,7 @@ print(json.dumps(out))
 
 
 def test_on_event_without_redis_fails_clearly(tmp_path):
-    code = "from tasks.sync import on_event\non_event('ANNOTATION_CREATED', {'annotation': {'id': 1}})"
+    code = "from sense7.tasks.sync import on_event\non_event('ANNOTATION_CREATED', {'annotation': {'id': 1}})"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
     env["SENSE7_HOME"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)

@@ -52,7 +52,7 @@ def pg_databases():
 def pg_stack(pg_databases, tmp_path, monkeypatch):
     from label_studio_sdk import LabelStudio
 
-    from sense7.ls_server import LabelStudioServer
+    from sense7.labelstudio.server import LabelStudioServer
 
     home = tmp_path / "home"
     port = free_port()
@@ -102,7 +102,7 @@ def test_label_studio_and_store_on_postgresql(pg_stack):
     assert "annotations" in inspect(rt.store.engine).get_table_names()
     pg_stack.start_backend()
     pg_stack.start_worker()
-    from tasks.sync import LabelSync, webhook_headers
+    from sense7.tasks.sync import LabelSync, webhook_headers
 
     LabelSync.from_runtime(rt).ensure_webhooks(f"{pg_stack.backend_url}/webhook", webhook_headers(rt.settings))
     tasks = project_tasks(rt.client, rt.rating_project)

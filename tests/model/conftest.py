@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sense7.dataset import build_items
-from sense7.synth import generate
+from sense7.data.dataset import build_items
+from sense7.data.synth import generate
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sense7.model.bundle import BUNDLE_FILE, TEMP_PREFIX, BundleError, load_bundle, save_bundle, train_bundle
-from sense7.synth import generate
+from sense7.data.synth import generate
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +126,7 @@ def test_bundle_covers_the_whole_scale_even_unused_levels():
     data.ratings.loc[controls, "rating"] = data.ratings.loc[controls, "rating"].clip(lower=2)  # nobody gave 1
     bundle = train_bundle(data, "v9")
     assert bundle.levels == [1, 2, 3, 4, 5]
-    from sense7.dataset import build_items
+    from sense7.data.dataset import build_items
 
     X, _ = build_items(data)
     assert bundle.predict_items(X.iloc[:2])[0].controls["overall"].probs.shape == (5,)

@@ -7,8 +7,8 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-from sense7.dataset import load_native
-from sense7.synth import CUES, generate, write
+from sense7.data.dataset import load_native
+from sense7.data.synth import CUES, generate, write
 from sense7.taxonomy import load_taxonomy
 
 

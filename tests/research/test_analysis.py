@@ -1,10 +1,10 @@
-"""`sense7.analysis` recovers planted variance shares and planted post-failure drops."""
+"""`sense7.research.analysis` recovers planted variance shares and planted post-failure drops."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from sense7.analysis import after_events, analyze, variance_components
+from sense7.research.analysis import after_events, analyze, variance_components
 
 COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
 

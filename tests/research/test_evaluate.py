@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sense7.dataset import RatingData
-from sense7.evaluation import MODEL_ORDER, evaluate, evaluate_items
+from sense7.data.dataset import RatingData
+from sense7.research.evaluation import MODEL_ORDER, evaluate, evaluate_items
 from sense7.model.baselines import GlobalMean, MajorityClass, RaterMean
-from sense7.synth import generate
+from sense7.data.synth import generate
 
 from .conftest import planted_items
 
@@ -99,7 +99,7 @@ def test_scale_and_controls_come_from_the_data():
 
 
 def test_evaluate_reads_rating_data_with_whole_conversation_ratings():
-    from sense7.conversations import Conversation, Message
+    from sense7.data.conversations import Conversation, Message
 
     conversations, rows = {}, []
     rng = np.random.default_rng(0)
@@ -117,8 +117,8 @@ def test_evaluate_reads_rating_data_with_whole_conversation_ratings():
 
 
 def test_bootstrap_resamples_equal_a_direct_weighted_spearman_per_fold():
-    from sense7.evaluation import _bootstrap_spearman
-    from sense7.metrics import RankStructure, cluster_weights, weighted_spearman
+    from sense7.research.evaluation import _bootstrap_spearman
+    from sense7.research.metrics import RankStructure, cluster_weights, weighted_spearman
 
     rng = np.random.default_rng(7)
     n = 300

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from sense7.metrics import (
+from sense7.research.metrics import (
     RankStructure,
     cluster_weights,
     percentile_ci,

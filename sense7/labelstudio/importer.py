@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from label_studio_sdk import LabelStudio
 
-from sense7 import ls_client
-from sense7.conversations import Conversation
-from sense7.ls_tasks import profile_task, rating_tasks
-from sense7.store import Store
+from sense7.labelstudio import client as ls_client
+from sense7.data.conversations import Conversation
+from sense7.labelstudio.protocol import profile_task, rating_tasks
+from sense7.data.store import Store
 
 
 @dataclass
@@ -29,7 +29,7 @@ def plan_tasks(conversations: list[Conversation]) -> list[dict]:
 def import_conversations(client: LabelStudio, project_id: int, conversations: list[Conversation],
                          store: Store, on_progress: Callable[[int], None] | None = None,
                          on_total: Callable[[int], None] | None = None) -> ImportResult:
-    """`conversations` must already be validated (sense7.formats): nothing here can fail on user data.
+    """`conversations` must already be validated (sense7.data.formats): nothing here can fail on user data.
 
     Our store gets the texts and contexts first: if Label Studio then fails half-way, a retry skips
     what was imported and the store upsert is a no-op, so retries are idempotent."""

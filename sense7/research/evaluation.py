@@ -15,7 +15,7 @@
 - Confidence intervals resample clusters (conversations for known raters, raters for cold start), and
   personalized minus generic is a paired bootstrap on the same resamples.
 
-`evaluate` returns plain JSON-able data; `sense7.report` draws it and `sense7 evaluate` prints it.
+`evaluate` returns plain JSON-able data; `sense7.research.report` draws it and `sense7 evaluate` prints it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from joblib import Parallel, delayed
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold
 
-from sense7.metrics import (
+from sense7.research.metrics import (
     METRIC_NAMES,
     RankStructure,
     cluster_draws,
@@ -236,7 +236,7 @@ def _train_count_bins(y, scores, train_counts, raters, fold_ids) -> list[dict]:
 def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(SPLITS), n_folds: int = 5,
                    seed: int = 0, n_boot: int = 1000, dataset: str = "", progress: Progress | None = None,
                    n_jobs: int = 1) -> dict:
-    """`evaluate` on an item frame (X, Y) already built by `sense7.dataset.build_items`.
+    """`evaluate` on an item frame (X, Y) already built by `sense7.data.dataset.build_items`.
 
     Returns {"dataset", "n_ratings", "n_items", "n_raters", "n_conversations", "controls", "levels", ...,
     "splits": {split: {
@@ -332,8 +332,8 @@ def _confusion(y_true, y_level, levels) -> list[list[int]]:
 def evaluate(data, splits=("known_rater", "cold_start"), n_folds: int = 5, seed: int = 0, n_boot: int = 1000,
              models: dict | None = None, dataset: str | None = None, progress: Progress | None = None,
              n_jobs: int = 1) -> dict:
-    """Cross-validate `models` (default: the five of MODEL_ORDER) on a `sense7.dataset.RatingData`."""
-    from sense7.dataset import build_items
+    """Cross-validate `models` (default: the five of MODEL_ORDER) on a `sense7.data.dataset.RatingData`."""
+    from sense7.data.dataset import build_items
 
     X, Y = build_items(data)
     name = dataset if dataset is not None else getattr(data, "name", "") or ""

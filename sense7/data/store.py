@@ -18,7 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from sense7.conversations import Conversation, Message
+from sense7.data.conversations import Conversation, Message
 
 metadata = MetaData()
 
@@ -256,7 +256,7 @@ class Store:
         return frame
 
     def import_ratings(self, frame: pd.DataFrame) -> int:
-        """Upsert validated ratings.csv rows (sense7.dataset.read_ratings_csv). Returns rows written."""
+        """Upsert validated ratings.csv rows (sense7.data.dataset.read_ratings_csv). Returns rows written."""
         rows = [{"conversation_id": r.conversation_id, "rater_id": r.rater_id, "dimension": r.dimension,
                  "turn_index": -1 if pd.isna(r.turn_index) else int(r.turn_index), "rating": int(r.rating)}
                 for r in frame.itertuples(index=False)]
@@ -283,9 +283,9 @@ class Store:
                                 columns=["conversation_id", "turn_index", "rater_id", "expectation"])
 
     def rating_data(self, taxonomy=None):
-        """Everything a model needs, as sense7.dataset.RatingData: synced annotations plus imported
+        """Everything a model needs, as sense7.data.dataset.RatingData: synced annotations plus imported
         ratings (expectation answers included as `expectation_met` rows scored 1..3, as in ratings.csv)."""
-        from sense7.dataset import RatingData
+        from sense7.data.dataset import RatingData
         from sense7.taxonomy import load_taxonomy
 
         taxonomy = taxonomy or load_taxonomy()

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sense7.conversations import Conversation, Message
+from sense7.data.conversations import Conversation, Message
 from sense7.taxonomy import Taxonomy, load_taxonomy
 
 # Cue templates per dimension: +1 shows the behaviour, -1 shows its failure, 0 (absent) adds nothing.
@@ -109,8 +109,8 @@ class SynthData:
     truth: SynthTruth = field(repr=False)
 
     def rating_data(self, taxonomy: Taxonomy | None = None):
-        """The same data as `sense7.dataset.load_native` would read from the written files."""
-        from sense7.dataset import RatingData
+        """The same data as `sense7.data.dataset.load_native` would read from the written files."""
+        from sense7.data.dataset import RatingData
 
         raters = self.raters.set_index("rater_id")
         conversations = {(c.conversation_id, c.rater_id): c for c in self.conversations}

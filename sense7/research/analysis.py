@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sense7.metrics import percentile_ci
+from sense7.research.metrics import percentile_ci
 
 EVENTS = ("continuity_failure", "unmet_expectation")
 

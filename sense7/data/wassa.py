@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from sense7.conversations import Conversation, Message
-from sense7.dataset import RATING_COLUMNS, DataError, RatingData
+from sense7.data.conversations import Conversation, Message
+from sense7.data.dataset import RATING_COLUMNS, DataError, RatingData
 
 CONTROL = "perceived_empathy"
 SCALE = (1, 7)

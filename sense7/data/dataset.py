@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sense7.conversations import Conversation
-from sense7.ls_tasks import START_PLACEHOLDER
+from sense7.data.conversations import Conversation
+from sense7.labelstudio.protocol import START_PLACEHOLDER
 from sense7.taxonomy import Taxonomy, load_taxonomy
 
 ITEM_KEYS = ["conversation_id", "turn_index", "rater_id"]
@@ -64,9 +64,9 @@ def _controls_of(ratings: pd.DataFrame, taxonomy: Taxonomy | None) -> list[str]:
 
 
 def read_conversations_file(path: str | Path) -> list[Conversation]:
-    """Validated reading through sense7.formats when it exists; otherwise trust our own JSONL."""
+    """Validated reading through sense7.data.formats when it exists; otherwise trust our own JSONL."""
     try:
-        from sense7.formats import read_conversations
+        from sense7.data.formats import read_conversations
     except ImportError:  # the lead's formats module is not there yet
         read_conversations = None
     if read_conversations is not None:

@@ -3,7 +3,7 @@ back into ratings. Both directions live here so they cannot drift apart."""
 
 from __future__ import annotations
 
-from sense7.conversations import Conversation, task_key
+from sense7.data.conversations import Conversation, task_key
 from sense7.taxonomy import PROFILE_OBJECT_TAG, Taxonomy
 
 START_PLACEHOLDER = {"role": "system", "content": "(This is the start of the conversation.)"}

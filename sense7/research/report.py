@@ -18,7 +18,7 @@ matplotlib.use("Agg")  # no display, no GUI toolkit: the report must build on a 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sense7.evaluation import MODEL_ORDER  # noqa: E402
+from sense7.research.evaluation import MODEL_ORDER  # noqa: E402
 
 PAPER_LABEL = "SENSE-7 paper, another data set (LLM classifier)"
 PAPER_SPEARMAN = 0.369

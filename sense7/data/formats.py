@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sense7.conversations import ROLES, Conversation, Message
+from sense7.data.conversations import ROLES, Conversation, Message
 from sense7.taxonomy import Taxonomy, load_taxonomy
 
 MAX_ID_CHARS = 200

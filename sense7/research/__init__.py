@@ -1,0 +1,1 @@
+"""Research: honest cross-validated evaluation, metrics, the behaviour analysis and the HTML report."""
