@@ -14,39 +14,27 @@ Logs carry routes, counts, versions and ids, never bodies, traits, tokens or pas
 from __future__ import annotations
 
 import hmac
-import os
 import logging
+import os
 import time
 from typing import Any, Callable
 
 import orjson
 from flask import Flask, jsonify, request
 from flask.json.provider import JSONProvider
+from sense7.ml_backend.labels import LabelConfigError
+from sense7.ml_backend.model import ModelUnavailable, Sense7Model, build_model
 from werkzeug.exceptions import HTTPException
 
-from sense7.ml_backend.hot_model import HotModel
-from sense7.ml_backend.labels import LabelConfigError
-from sense7.ml_backend.model import ModelUnavailable, Sense7Model
-from sense7.ml_backend.rater_info import RaterInfoCache
+from sense7.labelstudio.protocol import SECRET_HEADER
 from sense7.settings import Settings
-from sense7.data.store import Store
 
 log = logging.getLogger("sense7.ml_backend")
 
-SECRET_HEADER = "X-Sense7-Secret"
+
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # "Retrieve predictions" on a whole project sends every task at once
 # Sent by Label Studio's ML API (basic auth, no custom headers) rather than by a registered webhook.
 ML_API_ACTIONS = frozenset({"START_TRAINING"})
-
-
-def build_model(settings: Settings, on_event: Callable[[str, dict], Any] | None = None,
-                check_interval: float = 1.0, refresh_seconds: float = 30.0) -> Sense7Model:
-    """The model of one serving process: the registry's current version loaded now, once."""
-    from sense7.model.registry import ModelRegistry
-
-    hot = HotModel(ModelRegistry(settings.model_dir), check_interval=check_interval)
-    hot.reload()
-    return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), refresh_seconds), on_event=on_event)
 
 
 class OrjsonProvider(JSONProvider):

@@ -1,5 +1,8 @@
 """gunicorn settings for the ML backend (`sense7 backend start` passes the environment).
 
+Values come from sense7's one Settings (sense7.settings.BackendServing: SENSE7_BACKEND_*), read when
+gunicorn starts.
+
 A /predict is CPU-bound Python, so processes (not threads) give parallelism. By default each worker is
 gunicorn's sync worker: one request at a time, no GIL shared between request threads. Threads in a
 worker (SENSE7_BACKEND_THREADS > 1: gthread) let concurrent requests share model calls
@@ -9,11 +12,13 @@ between the request threads; docs/BENCHMARKS.md). Now that a model call takes we
 Each worker imports sense7.ml_backend.wsgi and loads the model once (no preload: hot swaps happen per process).
 """
 
-import os
+from sense7.settings import Settings
 
-bind = os.environ.get("SENSE7_BACKEND_BIND", f"127.0.0.1:{os.environ.get('SENSE7_BACKEND_PORT', '9090')}")
-workers = int(os.environ.get("SENSE7_BACKEND_WORKERS", "2"))
-threads = int(os.environ.get("SENSE7_BACKEND_THREADS", "1"))
+_serving = Settings.from_env().serving
+
+bind = _serving.bind
+workers = _serving.workers
+threads = _serving.threads
 worker_class = "sync" if threads == 1 else "gthread"
 timeout = 120  # Label Studio waits up to 100 s for /predict (ML_TIMEOUT_PREDICT)
 graceful_timeout = 20
@@ -21,12 +26,12 @@ graceful_timeout = 20
 # the worker that accepted it, and under a burst of persistent clients (Label Studio's request sessions, a
 # load test) one worker sometimes takes them all while the other idles: half the throughput (measured,
 # docs/BENCHMARKS.md). Closing after each response lets the next request go to whichever worker is free.
-keepalive = int(os.environ.get("SENSE7_BACKEND_KEEPALIVE", "0"))
+keepalive = _serving.keepalive
 backlog = 512
-pidfile = os.environ.get("SENSE7_BACKEND_PIDFILE") or None
+pidfile = _serving.pidfile
 proc_name = "sense7-ml-backend"
 # Access logs name only method, path and status; off unless asked for (they cost ~10% at high rates).
-accesslog = "-" if os.environ.get("SENSE7_BACKEND_ACCESS_LOG") else None
+accesslog = "-" if _serving.access_log else None
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
 errorlog = "-"
-loglevel = os.environ.get("SENSE7_BACKEND_LOG_LEVEL", "info")
+loglevel = _serving.log_level

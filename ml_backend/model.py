@@ -27,15 +27,13 @@ from sense7.ml_backend.batcher import MicroBatcher
 from sense7.ml_backend.hot_model import HotModel, LoadedModel
 from sense7.ml_backend.labels import RatingControl, rating_controls
 from sense7.ml_backend.rater_info import RaterInfoCache
-from sense7.data.dataset import task_columns
+
+from sense7.labelstudio.protocol import task_columns, task_problem
 from sense7.taxonomy import load_taxonomy
 
 log = logging.getLogger("sense7.ml_backend")
 
 NO_MODEL_VERSION = "untrained"
-REQUIRED_TASK_FIELDS = ("conversation_id", "turn_index", "rater_id", "turn")
-
-
 class ModelUnavailable(RuntimeError):
     """No model version was ever promoted (or none could be loaded)."""
 
@@ -44,30 +42,6 @@ class ServedItem(NamedTuple):
     kind: str  # personalized, traits or generic
     levels: list  # most likely level per control of the predictor (its `controls` order)
     confidences: list  # probability of that level
-
-
-def task_problem(task: Any) -> str | None:
-    """Why a task cannot be predicted, or None. Messages name the field, never its value."""
-    if not isinstance(task, dict):
-        return "task is not a JSON object"
-    data = task.get("data")
-    if not isinstance(data, dict):
-        return "task has no 'data' object"
-    for key in REQUIRED_TASK_FIELDS:
-        if data.get(key) in (None, "", []):
-            return f"task data has no '{key}' (tasks must be imported by `sense7 data import`)"
-    if not isinstance(data["rater_id"], (str, int)) or not isinstance(data["conversation_id"], (str, int)):
-        return "task data 'rater_id' and 'conversation_id' must be strings"
-    if isinstance(data["turn_index"], bool) or not isinstance(data["turn_index"], int):
-        return "task data 'turn_index' must be an integer"
-    turn = data["turn"]
-    if not isinstance(turn, list) or not all(isinstance(m, dict) and isinstance(m.get("content"), str)
-                                             and isinstance(m.get("role"), str) for m in turn):
-        return "task data 'turn' must be a list of {role, content} messages"
-    history = data.get("history", [])
-    if not isinstance(history, list) or not all(isinstance(m, dict) and "content" in m for m in history):
-        return "task data 'history' must be a list of {role, content} messages"
-    return None
 
 
 class Sense7Model:
@@ -144,7 +118,7 @@ class Sense7Model:
 
     def _predict_data(self, task_datas: list[dict], loaded: LoadedModel) -> list[ServedItem]:
         """One ServedItem per task data. Traits and contexts come from the store's cache, never from the
-        task; the predictor takes plain columns (sense7.data.dataset.task_columns), not a DataFrame."""
+        task; the predictor takes plain columns (sense7.labelstudio.protocol.task_columns), not a DataFrame."""
         contexts = self.rater_info.contexts((str(d["conversation_id"]), str(d["rater_id"])) for d in task_datas)
         predictor = loaded.predictor
         raters = predictor.rater_table(self.rater_info.trait_table())
@@ -197,3 +171,15 @@ def log_event(action: str, payload: dict) -> None:
     project = payload.get("project") if isinstance(payload, dict) else None
     project_id = project.get("id") if isinstance(project, dict) else project
     log.info("webhook %s for project %s received (no handler configured)", action, project_id)
+
+
+def build_model(settings, on_event: Callable[[str, dict], Any] | None = None,
+                check_interval: float = 1.0, refresh_seconds: float = 30.0) -> Sense7Model:
+    """The model of one serving process (the backend's gunicorn worker, or a Celery worker pushing
+    pre-annotations): the registry's current version loaded now, once."""
+    from sense7.data.store import Store
+    from sense7.model.registry import ModelRegistry
+
+    hot = HotModel(ModelRegistry(settings.model_dir), check_interval=check_interval)
+    hot.reload()
+    return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), refresh_seconds), on_event=on_event)

@@ -97,7 +97,7 @@ class BackendServer:
         from sense7.data.store import Store
 
         Store(self.settings.store_url)
-        cmd = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "sense7.ml_backend.wsgi:app"]
+        cmd = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "sense7.ml_backend.wsgi:app_from_env()"]
         try:
             # gunicorn writes the same pid (its master) to the pid file; we need it before that.
             self.process.start(cmd, self.environment(workers, threads))

@@ -1,4 +1,4 @@
-"""WSGI entry point: `gunicorn sense7.ml_backend.wsgi:app` (see gunicorn_conf.py).
+"""WSGI entry point: `gunicorn "sense7.ml_backend.wsgi:app_from_env()"` (see gunicorn_conf.py).
 
 SENSE7_BACKEND_ON_EVENT="module:function" names the `on_event(action, payload)` that receives webhook
 events (e.g. the Celery jobs' "enqueue sync/retrain"); without it events are logged and acknowledged.
@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 
 from sense7.ml_backend.app import create_app
+
 from sense7.settings import Settings
 
 
-def _on_event_from_env():
-    spec = os.environ.get("SENSE7_BACKEND_ON_EVENT")
+def _on_event(spec: str | None):
     if not spec:
         return None
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name or "on_event")
 
 
-logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
-app = create_app(Settings.from_env(), on_event=_on_event_from_env())
+def app_from_env():
+    """gunicorn's app factory (`sense7.ml_backend.wsgi:app_from_env()`): called once per worker process,
+    so importing this module reads no settings and loads no model."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
+    settings = Settings.from_env()
+    return create_app(settings, on_event=_on_event(settings.serving.on_event))

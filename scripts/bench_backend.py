@@ -49,11 +49,11 @@ end
 
 def prepare(home: Path, n_conversations: int, n_raters: int, seed: int):
     from sense7.data import synth
+    from sense7.data.store import Store
     from sense7.labelstudio.importer import plan_tasks
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
     from sense7.settings import Settings
-    from sense7.data.store import Store
 
     settings = Settings.from_env({"SENSE7_HOME": str(home), "SENSE7_BACKEND_USER": "bench",
                                   "SENSE7_BACKEND_PASSWORD": "bench-pass"})
@@ -148,6 +148,7 @@ def main() -> int:
         return 2
 
     from sense7.ml_backend.server import BackendServer
+
     from sense7.processes import free_port
     from sense7.taxonomy import load_taxonomy, render_rating_config
 

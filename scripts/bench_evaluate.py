@@ -45,9 +45,9 @@ def markdown(result: dict) -> str:
 
 
 def bench_wassa(directory: Path, out: Path | None, folds: int, boot: int, seed: int) -> None:
+    from sense7.data.wassa import load_wassa
     from sense7.research.analysis import analyze
     from sense7.research.report import write_report
-    from sense7.data.wassa import load_wassa
 
     t0 = time.perf_counter()
     data = load_wassa(directory)
@@ -79,10 +79,10 @@ def bench_harness(n_conversations: int, n_raters: int, boot: int, folds: int) ->
     """Harness overhead alone: folds, metrics, bootstrap, gain curve. Five RaterMean variants stand in for
     the five models: near-free to fit, and (unlike constant baselines) every one has a Spearman to
     bootstrap, so this is the worst case for the resampling."""
-    from sense7.research.analysis import analyze
     from sense7.data.dataset import build_items
-    from sense7.model.baselines import RaterMean
     from sense7.data.synth import generate
+    from sense7.model.baselines import RaterMean
+    from sense7.research.analysis import analyze
 
     data = generate(n_conversations, n_raters, seed=0).rating_data()
     X, Y = build_items(data)

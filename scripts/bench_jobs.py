@@ -41,15 +41,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from label_studio_sdk import LabelStudio
-
-    from sense7.ml_backend.registration import connect_backend
     from sense7.ml_backend.server import BackendServer
+    from sense7.tasks.redis_local import start_redis_server
+
     from sense7.labelstudio.client import ensure_projects, import_tasks
+    from sense7.labelstudio.protocol import connect_backend, rating_tasks
     from sense7.labelstudio.server import LabelStudioServer
     from sense7.processes import free_port
-    from sense7.labelstudio.protocol import rating_tasks
     from sense7.settings import Settings
-    from sense7.tasks.redis_local import start_redis_server
     from tests.jobs.helpers import make_conversations, make_raters, rating_result
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-jobs-"))

@@ -20,10 +20,10 @@ import statistics
 import time
 
 from sense7.data.dataset import build_items
+from sense7.data.synth import generate
 from sense7.model import GenericRater, PersonalizedRater
 from sense7.model.bundle import ModelBundle
 from sense7.model.oracle import compare_with_oracle
-from sense7.data.synth import generate
 
 
 def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int) -> dict:
@@ -74,9 +74,9 @@ def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int) -
 
 
 def bench_wassa(directory: str) -> dict:
-    from sense7.research.evaluation import evaluate_items
-    from sense7.model.baselines import RaterMean
     from sense7.data.wassa import load_wassa
+    from sense7.model.baselines import RaterMean
+    from sense7.research.evaluation import evaluate_items
 
     X, Y = build_items(load_wassa(directory))
     models = {"rater_mean": RaterMean(), "generic": GenericRater(), "personalized": PersonalizedRater()}

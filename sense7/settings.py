@@ -1,18 +1,84 @@
 """Settings from the environment, with defaults that work on a fresh machine.
 
-Every part (CLI, Celery worker, ML backend) builds its Settings with `Settings.from_env()`; nothing else
-reads os.environ, so a test can run a whole stack against its own directory by setting SENSE7_HOME.
+Every process (CLI, Celery worker and beat, the ML backend's gunicorn and its workers) builds one
+`Settings` with `Settings.from_env()`; nothing else reads os.environ, so a test can run a whole stack
+against its own directory by setting SENSE7_HOME. Reading settings is explicit: importing a module never
+does it (from_env may create this home's secret files, so it runs when a process starts, not on import).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 RATING_PROJECT_TITLE = "SENSE-7 empathy ratings"
 PROFILE_PROJECT_TITLE = "SENSE-7 rater profile"
+
+
+def _numbers_from_env(cls, env, prefix: str) -> dict:
+    """Numeric fields of a settings dataclass from PREFIX + FIELD_NAME (upper case); unset keeps defaults."""
+    values = {}
+    for fld in fields(cls):
+        if fld.type not in ("int", "float"):
+            continue
+        raw = env.get(f"{prefix}{fld.name.upper()}")
+        if raw in (None, ""):
+            continue
+        kind = float if fld.type == "float" else int
+        try:
+            values[fld.name] = kind(raw)
+        except ValueError:
+            raise ValueError(f"environment variable {prefix}{fld.name.upper()}: expected a number, got {raw!r}") from None
+    return values
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """The Celery jobs' knobs; each is read from SENSE7_<NAME> (for example SENSE7_RETRAIN_EVERY)."""
+
+    sync_interval: float = 300.0          # seconds between reconciliations (beat)
+    retrain_interval: float = 86400.0     # seconds between scheduled retrains
+    retrain_every: int = 200              # new ratings that trigger a retrain (0 = off)
+    keep_versions: int = 5                # model versions kept on disk
+    retry_backoff: int = 2                # first retry delay (s), doubled each time
+    retry_backoff_max: int = 300
+    max_retries: int = 8
+    retrain_soft_limit: int = 1800        # (s); hard limit is +120 s
+    sync_soft_limit: int = 600            # (s); hard limit is +60 s
+    preannotate_chunk: int = 500          # predictions per import request
+    preannotate_after_promote: int = 1    # 1 = push predictions of a new version
+    retrain_lock_ttl: float = 120.0       # (s): a dead worker's lock expires after this
+    visibility_timeout: int = 3600        # (s): the unacked job of a vanished worker is delivered again
+                                          # after this (must exceed the longest job)
+
+    @classmethod
+    def from_env(cls, env: dict | None = None) -> "JobSettings":
+        return cls(**_numbers_from_env(cls, os.environ if env is None else env, "SENSE7_"))
+
+
+@dataclass(frozen=True)
+class BackendServing:
+    """How gunicorn serves the ML backend (ml_backend/gunicorn_conf.py reads these, nothing else)."""
+
+    bind: str = "127.0.0.1:9090"          # SENSE7_BACKEND_BIND (default: 127.0.0.1:SENSE7_BACKEND_PORT)
+    workers: int = 2                      # SENSE7_BACKEND_WORKERS
+    threads: int = 1                      # SENSE7_BACKEND_THREADS (>1: gthread workers)
+    keepalive: int = 0                    # SENSE7_BACKEND_KEEPALIVE
+    pidfile: str | None = None            # SENSE7_BACKEND_PIDFILE
+    access_log: bool = False              # SENSE7_BACKEND_ACCESS_LOG
+    log_level: str = "info"               # SENSE7_BACKEND_LOG_LEVEL
+    on_event: str | None = None           # SENSE7_BACKEND_ON_EVENT: "module:function" receiving webhooks
+
+    @classmethod
+    def from_env(cls, env: dict, port: int) -> "BackendServing":
+        numbers = _numbers_from_env(cls, env, "SENSE7_BACKEND_")
+        return cls(bind=env.get("SENSE7_BACKEND_BIND") or f"127.0.0.1:{port}",
+                   pidfile=env.get("SENSE7_BACKEND_PIDFILE") or None,
+                   access_log=bool(env.get("SENSE7_BACKEND_ACCESS_LOG")),
+                   log_level=env.get("SENSE7_BACKEND_LOG_LEVEL") or "info",
+                   on_event=env.get("SENSE7_BACKEND_ON_EVENT") or None, **numbers)
 
 
 @dataclass(frozen=True)
@@ -34,6 +100,8 @@ class Settings:
     ls_database_url: str | None = None  # PostgreSQL for Label Studio itself; None = SQLite in home
     rating_project_title: str = RATING_PROJECT_TITLE
     profile_project_title: str = PROFILE_PROJECT_TITLE
+    jobs: JobSettings = field(default_factory=JobSettings)
+    serving: BackendServing = field(default_factory=BackendServing)
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> "Settings":
@@ -59,6 +127,8 @@ class Settings:
             ls_database_url=env.get("SENSE7_LS_DATABASE_URL") or None,
             rating_project_title=env.get("SENSE7_RATING_PROJECT_TITLE") or RATING_PROJECT_TITLE,
             profile_project_title=env.get("SENSE7_PROFILE_PROJECT_TITLE") or PROFILE_PROJECT_TITLE,
+            jobs=JobSettings.from_env(env),
+            serving=BackendServing.from_env(env, backend_port),
         )
 
 

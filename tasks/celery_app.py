@@ -1,4 +1,9 @@
-"""The one Celery app of sense7: Redis as broker and result backend, configured from the environment.
+"""The one Celery app of sense7: Redis as broker and result backend, configured from sense7's Settings.
+
+Importing this module reads no settings and touches neither disk nor network: the app is built on first
+use. The worker (`celery -A sense7.tasks.celery_app:app worker`) asks for `app`, which configures it once
+from the environment; a process that already holds its Settings (the CLI, the demo, tests) calls
+`configure(settings)` instead. Job modules declare their jobs with `shared_task`, so they need no app.
 
 Reliability choices (see tasks/README.md): late acks + reject on worker loss so a job whose worker dies
 is delivered again; prefetch 1 so a long retrain never holds other jobs hostage; every job is idempotent
@@ -8,56 +13,33 @@ Redis lock and an atomic promote), so a second delivery is harmless.
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+import threading
 
 from celery import Celery
+from sense7.tasks import names
 
-from sense7.settings import Settings
-from sense7.tasks.redis_local import redis_url
+from sense7.settings import JobSettings, Settings
 
-TASK_MODULES = ["sense7.tasks.sync", "sense7.tasks.training", "sense7.tasks.preannotate"]
-
-
-@dataclass(frozen=True)
-class JobSettings:
-    """Knobs of the jobs that sense7.settings.Settings does not carry (yet)."""
-
-    sync_interval: float = 300.0          # SENSE7_SYNC_INTERVAL: seconds between reconciliations (beat)
-    retrain_interval: float = 86400.0     # SENSE7_RETRAIN_INTERVAL: seconds between scheduled retrains
-    retrain_every: int = 200              # SENSE7_RETRAIN_EVERY: new ratings that trigger a retrain (0 = off)
-    keep_versions: int = 5                # SENSE7_KEEP_VERSIONS: model versions kept on disk
-    retry_backoff: int = 2                # SENSE7_RETRY_BACKOFF: first retry delay (s), doubled each time
-    retry_backoff_max: int = 300          # SENSE7_RETRY_BACKOFF_MAX
-    max_retries: int = 8                  # SENSE7_MAX_RETRIES
-    retrain_soft_limit: int = 1800        # SENSE7_RETRAIN_SOFT_LIMIT (s); hard limit is +120 s
-    sync_soft_limit: int = 600            # SENSE7_SYNC_SOFT_LIMIT (s); hard limit is +60 s
-    preannotate_chunk: int = 500          # SENSE7_PREANNOTATE_CHUNK: predictions per import request
-    preannotate_after_promote: int = 1    # SENSE7_PREANNOTATE_AFTER_PROMOTE: 1 = push predictions of a new version
-    retrain_lock_ttl: float = 120.0       # SENSE7_RETRAIN_LOCK_TTL (s): a dead worker's lock expires after this
-    visibility_timeout: int = 3600        # SENSE7_VISIBILITY_TIMEOUT (s): unacked job of a vanished worker
-                                          # is delivered again after this (must exceed the longest job)
-
-    @classmethod
-    def from_env(cls, env: dict | None = None) -> "JobSettings":
-        env = os.environ if env is None else env
-        values = {}
-        for name, fld in cls.__dataclass_fields__.items():
-            raw = env.get(f"SENSE7_{name.upper()}")
-            if raw not in (None, ""):
-                try:
-                    values[name] = float(raw) if fld.type == "float" else int(raw)
-                except ValueError:
-                    raise ValueError(f"environment variable SENSE7_{name.upper()}: expected a number, got {raw!r}") from None
-        return cls(**values)
+_lock = threading.Lock()
+_app: Celery | None = None
 
 
 def celery_config(url: str | None, jobs: JobSettings) -> dict:
     schedule = {
-        "reconcile-labels": {"task": "sense7.reconcile", "schedule": jobs.sync_interval},
-        "scheduled-retrain": {"task": "sense7.retrain", "schedule": jobs.retrain_interval,
+        "reconcile-labels": {"task": names.RECONCILE, "schedule": jobs.sync_interval},
+        "scheduled-retrain": {"task": names.RETRAIN, "schedule": jobs.retrain_interval,
                               "kwargs": {"reason": "schedule"}},
     }
+    # Retry policy and time limits per job, from the settings (Celery applies annotations when it binds
+    # a job to the app, so the job modules carry no numbers of their own).
+    retry = {"retry_backoff": jobs.retry_backoff, "retry_backoff_max": jobs.retry_backoff_max,
+             "max_retries": jobs.max_retries}
+    sync_limits = {"soft_time_limit": jobs.sync_soft_limit, "time_limit": jobs.sync_soft_limit + 60}
+    annotations = {name: {**retry, **sync_limits}
+                   for name in (names.SYNC_ANNOTATION, names.DELETE_ANNOTATIONS, names.RECONCILE,
+                                names.PREANNOTATE)}
+    annotations[names.RETRAIN] = {"soft_time_limit": jobs.retrain_soft_limit,
+                                  "time_limit": jobs.retrain_soft_limit + 120}
     return {
         "broker_url": url,
         "result_backend": url,
@@ -79,18 +61,45 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
                                      "unacked_restore_throttle": 1},
         "result_backend_transport_options": {"visibility_timeout": jobs.visibility_timeout},
         "beat_schedule": schedule,
+        "task_annotations": annotations,
         "timezone": "UTC",
         "worker_hijack_root_logger": False,
     }
 
 
-def create_app(settings: Settings | None = None, jobs: JobSettings | None = None) -> Celery:
-    settings = settings or Settings.from_env()
-    jobs = jobs or JobSettings.from_env()
-    app = Celery("sense7", include=TASK_MODULES)
-    app.conf.update(celery_config(redis_url(settings), jobs))
-    app.conf.sense7_jobs = jobs
+def create_app(settings: Settings, redis_url: str | None = None) -> Celery:
+    """A configured Celery app for these settings (`redis_url`: the broker when already resolved)."""
+    from sense7.tasks.redis_local import redis_url as configured_redis
+
+    app = Celery("sense7", include=list(names.JOB_MODULES), set_as_current=True)
+    app.conf.update(celery_config(redis_url or configured_redis(settings), settings.jobs))
+    app.conf.sense7_settings = settings
     return app
 
 
-app = create_app()
+def configure(settings: Settings, redis_url: str | None = None) -> Celery:
+    """Make this process's app the one for `settings` (the CLI and the demo, once they know their
+    broker). Replaces an app built earlier in this process."""
+    global _app
+    with _lock:
+        _app = create_app(settings, redis_url)
+        _app.set_default()
+        return _app
+
+
+def get_app() -> Celery:
+    """This process's app, configured from the environment on first use."""
+    global _app
+    with _lock:
+        if _app is None:
+            _app = create_app(Settings.from_env())
+            _app.set_default()
+        return _app
+
+
+def __getattr__(name: str):
+    # `celery -A sense7.tasks.celery_app:app` and `from sense7.tasks.celery_app import app` resolve here,
+    # so the app is built when it is first asked for, not when the module is imported.
+    if name == "app":
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

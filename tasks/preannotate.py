@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from sense7.tasks.celery_app import app
+from celery import shared_task
+from sense7.tasks import names
 from sense7.tasks.runtime import LabelStudioUnavailable, as_retryable, current_runtime
 
 
@@ -27,13 +28,6 @@ class PreannotateResult:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def build_serving_model(settings):
-    """The ML backend's model object for this process (loads the registry's current version)."""
-    from sense7.ml_backend.app import build_model
-
-    return build_model(settings)
 
 
 class Preannotator:
@@ -98,12 +92,8 @@ class Preannotator:
         return result
 
 
-_jobs = app.conf.sense7_jobs
-
-
-@app.task(name="sense7.preannotate", autoretry_for=(LabelStudioUnavailable,), retry_backoff=_jobs.retry_backoff,
-          retry_backoff_max=_jobs.retry_backoff_max, retry_jitter=False, max_retries=_jobs.max_retries,
-          soft_time_limit=_jobs.sync_soft_limit, time_limit=_jobs.sync_soft_limit + 60)
+# Retry backoff, retries and time limits: celery_app.celery_config (from the settings).
+@shared_task(name=names.PREANNOTATE, autoretry_for=(LabelStudioUnavailable,), retry_jitter=False)
 def preannotate_task() -> dict:
     rt = current_runtime()
     try:

@@ -13,9 +13,8 @@ from functools import cached_property
 import httpx
 from label_studio_sdk.core.api_error import ApiError
 
-from sense7.settings import Settings
+from sense7.settings import JobSettings, Settings
 from sense7.taxonomy import Taxonomy, load_taxonomy
-from sense7.tasks.celery_app import JobSettings
 
 
 class LabelStudioUnavailable(RuntimeError):
@@ -56,12 +55,15 @@ def transient(exc: BaseException) -> bool:
 @dataclass
 class Runtime:
     settings: Settings
-    jobs: JobSettings = field(default_factory=JobSettings.from_env)
     user_emails: dict = field(default_factory=dict)  # Label Studio user id -> email, shared by sync jobs
 
     @classmethod
     def from_env(cls) -> "Runtime":
-        return cls(Settings.from_env(), JobSettings.from_env())
+        return cls(Settings.from_env())
+
+    @property
+    def jobs(self) -> JobSettings:
+        return self.settings.jobs
 
     @cached_property
     def taxonomy(self) -> Taxonomy:
@@ -82,9 +84,9 @@ class Runtime:
     @cached_property
     def serving_model(self):
         """The ML backend's model (follows the registry's CURRENT pointer by itself)."""
-        from sense7.tasks.preannotate import build_serving_model
+        from sense7.ml_backend.model import build_model
 
-        return build_serving_model(self.settings)
+        return build_model(self.settings)
 
     @cached_property
     def project_ids(self) -> tuple[int, int]:

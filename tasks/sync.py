@@ -13,35 +13,27 @@ admin entering a paper form on a rater's behalf) falls back to the task's own `r
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 
+from celery import shared_task
 from label_studio_sdk.core.api_error import ApiError
-
-from sense7.labelstudio.protocol import parse_annotation, parse_profile_annotation
-from sense7.taxonomy import Taxonomy
-from sense7.tasks.celery_app import app
+from sense7.tasks import names
+from sense7.tasks.cadence import note_new_ratings
+from sense7.tasks.celery_app import configure, get_app
 from sense7.tasks.runtime import LabelStudioUnavailable, Runtime, as_retryable, current_runtime
 
+from sense7.labelstudio.protocol import (
+    ensure_webhook,
+    iso_time,
+    parse_annotation,
+    parse_profile_annotation,
+    webhook_headers,
+)
+from sense7.taxonomy import Taxonomy
+
 log = logging.getLogger(__name__)
-
-# START_TRAINING is not a webhook action: Label Studio sends it to the ML backend's /webhook itself.
-WEBHOOK_ACTIONS = ["ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"]
-NEW_RATINGS_KEY = "sense7:new-annotations-since-retrain"
-
-
-def iso_time(value) -> str:
-    """One text form for Label Studio times (the store compares them as text): UTC, microseconds, Z."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -235,43 +227,15 @@ class LabelSync:
         """Register (once per project) the webhook that tells us about annotation changes; returns ids.
         Running it again changes nothing; a hook with the same URL but other settings is updated, and
         duplicates (which would deliver every event twice) are removed. `headers`: webhook_headers()."""
-        return [self._ensure_webhook(project, url, headers)
+        return [ensure_webhook(self.client, project, url, headers)
                 for project in (self.rating_project, self.profile_project) if project is not None]
-
-    def _ensure_webhook(self, project: int, url: str, headers: dict) -> int:
-        hooks = [h for h in self.client.webhooks.list(project=str(project))
-                 if h.project == project and (h.url or "").rstrip("/") == url.rstrip("/")]
-        if not hooks:
-            return self.client.webhooks.create(url=url, project=project, actions=WEBHOOK_ACTIONS,
-                                               send_payload=True, headers=headers).id
-        hook = hooks[0]
-        if not (set(hook.actions or []) >= set(WEBHOOK_ACTIONS) and hook.send_payload and hook.is_active
-                and (hook.headers or {}) == headers):
-            self.client.webhooks.update(hook.id, url=url, actions=WEBHOOK_ACTIONS, send_payload=True,
-                                        headers=headers, is_active=True)
-        for extra in hooks[1:]:
-            self.client.webhooks.delete(extra.id)
-        return hook.id
-
-
-def webhook_headers(settings) -> dict:
-    """What our webhooks send: the shared secret, and basic auth when the backend requires it (the same
-    headers sense7.ml_backend.registration.connect_backend gives the backend's own webhook, so the two agree)."""
-    headers = {"X-Sense7-Secret": settings.webhook_secret}
-    if settings.backend_user and settings.backend_password:
-        token = base64.b64encode(f"{settings.backend_user}:{settings.backend_password}".encode()).decode()
-        headers["Authorization"] = f"Basic {token}"
-    return headers
 
 
 # ---------------------------------------------------------------------------------------------------
 # Celery tasks. Transient failures (Label Studio down, 5xx) are retried with exponential backoff.
 
-def _retry_policy() -> dict:
-    jobs = app.conf.sense7_jobs
-    return {"autoretry_for": (LabelStudioUnavailable,), "retry_backoff": jobs.retry_backoff,
-            "retry_backoff_max": jobs.retry_backoff_max, "retry_jitter": False,
-            "max_retries": jobs.max_retries}
+# Retry backoff, retries and time limits come from the settings (celery_app.celery_config).
+RETRY = {"autoretry_for": (LabelStudioUnavailable,), "retry_jitter": False}
 
 
 def _run(fn):
@@ -287,23 +251,13 @@ def _run(fn):
 
 def _count_new(rt: Runtime, result: SyncResult) -> None:
     """After N new annotations (SENSE7_RETRAIN_EVERY), enqueue a retrain."""
-    every = rt.jobs.retrain_every
-    if not every or not result.upserted:
-        return
-    import redis
-
-    conn = redis.Redis.from_url(app.conf.broker_url)
-    total = conn.incrby(NEW_RATINGS_KEY, result.upserted)
-    if total >= every:
-        conn.set(NEW_RATINGS_KEY, 0)
-        app.send_task("sense7.retrain", kwargs={"reason": f"{total} new annotations"})
+    app = get_app()
+    total = note_new_ratings(app.conf.broker_url, result.upserted, rt.jobs.retrain_every)
+    if total:
+        app.send_task(names.RETRAIN, kwargs={"reason": f"{total} new annotations"})
 
 
-_jobs = app.conf.sense7_jobs
-_limits = {"soft_time_limit": _jobs.sync_soft_limit, "time_limit": _jobs.sync_soft_limit + 60}
-
-
-@app.task(name="sense7.sync_annotation", **_retry_policy(), **_limits)
+@shared_task(name=names.SYNC_ANNOTATION, **RETRY)
 def sync_annotation_task(annotation_id: int) -> dict:
     rt = current_runtime()
     result = _run(lambda: LabelSync.from_runtime(rt).sync_annotation(int(annotation_id)))
@@ -311,13 +265,13 @@ def sync_annotation_task(annotation_id: int) -> dict:
     return result.as_dict()
 
 
-@app.task(name="sense7.delete_annotations", **_retry_policy(), **_limits)
+@shared_task(name=names.DELETE_ANNOTATIONS, **RETRY)
 def delete_annotations_task(annotation_ids: list[int]) -> dict:
     rt = current_runtime()
     return _run(lambda: LabelSync.from_runtime(rt).delete_annotations(annotation_ids)).as_dict()
 
 
-@app.task(name="sense7.reconcile", bind=True, **_retry_policy(), **_limits)
+@shared_task(name=names.RECONCILE, bind=True, **RETRY)
 def reconcile_task(self) -> dict:
     rt = current_runtime()
 
@@ -335,15 +289,15 @@ def reconcile_task(self) -> dict:
 
 
 def _enqueue(name: str, args: tuple = (), kwargs: dict | None = None) -> None:
+    app = get_app()
     if not app.conf.broker_url:
-        # Imported before this home's private Redis was started: look again (never start one here).
-        from sense7.settings import Settings
+        # Built before this home's private Redis was started: look again (never start one here).
         from sense7.tasks.redis_local import RedisUnavailable, redis_url
 
-        url = redis_url(Settings.from_env())
+        url = redis_url(app.conf.sense7_settings)
         if not url:
             raise RedisUnavailable("no Redis: set SENSE7_REDIS_URL or start the jobs with `sense7 worker`")
-        app.conf.update(broker_url=url, result_backend=url)
+        app = configure(app.conf.sense7_settings, url)
     # retry=False: fail at once when Redis is down (the reconciliation catches up later); ignore_result:
     # nobody waits for a webhook's job, and subscribing to its result would tie this process to the
     # result backend's connection state.
@@ -359,19 +313,19 @@ def on_event(action: str, payload: dict) -> dict:
         ann_id = (payload.get("annotation") or {}).get("id")
         if ann_id is None:
             return {"enqueued": []}
-        _enqueue("sense7.sync_annotation", (int(ann_id),))
-        return {"enqueued": ["sense7.sync_annotation"], "annotations": [int(ann_id)]}
+        _enqueue(names.SYNC_ANNOTATION, (int(ann_id),))
+        return {"enqueued": [names.SYNC_ANNOTATION], "annotations": [int(ann_id)]}
     if action in ("ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"):
         ids = [int(a["id"]) for a in payload.get("annotations") or [] if isinstance(a, dict) and "id" in a]
         if not ids:
             return {"enqueued": []}
         if action == "ANNOTATIONS_DELETED":
-            _enqueue("sense7.delete_annotations", (ids,))
-            return {"enqueued": ["sense7.delete_annotations"], "annotations": ids}
+            _enqueue(names.DELETE_ANNOTATIONS, (ids,))
+            return {"enqueued": [names.DELETE_ANNOTATIONS], "annotations": ids}
         for ann_id in ids:
-            _enqueue("sense7.sync_annotation", (ann_id,))
-        return {"enqueued": ["sense7.sync_annotation"] * len(ids), "annotations": ids}
+            _enqueue(names.SYNC_ANNOTATION, (ann_id,))
+        return {"enqueued": [names.SYNC_ANNOTATION] * len(ids), "annotations": ids}
     if action == "START_TRAINING":
-        _enqueue("sense7.retrain", kwargs={"reason": "START_TRAINING"})
-        return {"enqueued": ["sense7.retrain"]}
+        _enqueue(names.RETRAIN, kwargs={"reason": "START_TRAINING"})
+        return {"enqueued": [names.RETRAIN]}
     return {"enqueued": []}

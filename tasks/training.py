@@ -25,12 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
-from sense7.research.metrics import point_metrics
-from sense7.model.registry import STAGING_PREFIX, ModelRegistry, RegistryError
-from sense7.taxonomy import Taxonomy
-from sense7.tasks.celery_app import app
+from celery import shared_task
+from sense7.tasks import names
+from sense7.tasks.cadence import reset_new_ratings
+from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import current_runtime
+
+from sense7.model.registry import STAGING_PREFIX, ModelRegistry, RegistryError
+from sense7.research.metrics import point_metrics
+from sense7.taxonomy import Taxonomy
 
 log = logging.getLogger(__name__)
 
@@ -250,21 +253,15 @@ def run_retrain(runtime, redis_url: str, reason: str) -> dict:
     except RetrainBusy as exc:
         return RetrainResult("skipped", None, ModelRegistry(runtime.settings.model_dir).current(), str(exc)).as_dict()
     if result.status != "skipped":
-        import redis
-
-        from sense7.tasks.sync import NEW_RATINGS_KEY
-
-        redis.Redis.from_url(redis_url).set(NEW_RATINGS_KEY, 0)
+        reset_new_ratings(redis_url)
     return result.as_dict()
 
 
-_jobs = app.conf.sense7_jobs
-
-
-@app.task(name="sense7.retrain", soft_time_limit=_jobs.retrain_soft_limit, time_limit=_jobs.retrain_soft_limit + 120)
+@shared_task(name=names.RETRAIN)  # time limits: celery_app.celery_config
 def retrain_task(reason: str = "manual") -> dict:
     runtime = current_runtime()
+    app = get_app()
     result = run_retrain(runtime, app.conf.broker_url, reason)
     if result["status"] == "promoted" and runtime.jobs.preannotate_after_promote:
-        app.send_task("sense7.preannotate")
+        app.send_task(names.PREANNOTATE)
     return result

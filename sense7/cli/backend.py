@@ -62,9 +62,9 @@ def connect(
     """Register the backend (and its webhook) with the rating project. Safe to run again."""
     from label_studio_sdk.core.api_error import ApiError
 
-    from sense7.ml_backend.registration import connect_backend
     from sense7.labelstudio.client import connect as ls_connect
     from sense7.labelstudio.client import ensure_projects
+    from sense7.labelstudio.protocol import connect_backend
 
     cfg = settings()
     with label_studio_errors(cfg):

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 
-from sense7.labelstudio import client as ls_client
 from sense7.cli._common import console, err_console, fail, label_studio_errors, progress, settings
 from sense7.data.formats import FORMATS, FormatError, read_assignments, read_conversations, read_raters
-from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 from sense7.data.store import Store
+from sense7.labelstudio import client as ls_client
+from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 
 raters_app = typer.Typer(help="Rater traits (answers to the profile questionnaire).", no_args_is_help=True)
 ratings_app = typer.Typer(help="Ratings collected outside Label Studio (a pilot, an earlier study).",

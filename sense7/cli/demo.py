@@ -20,12 +20,13 @@ from pathlib import Path
 
 import typer
 
+from sense7.cli._common import console, err_console, fail, settings
 from sense7.data import synth
 from sense7.labelstudio import client as ls_client
-from sense7.cli._common import console, err_console, fail, settings
 from sense7.labelstudio.server import LabelStudioServer
 from sense7.processes import ManagedProcess, ProcessError
 from sense7.settings import Settings
+from sense7.tasks import names
 
 LIVE_FRACTION = 0.5      # of the synthetic conversations become Label Studio tasks; the rest is the pilot
 LABEL_FRACTION = 0.35    # of each rater's live tasks the simulated annotators label
@@ -54,7 +55,9 @@ class Phases:
 
 def worker_process(cfg: Settings) -> ManagedProcess:
     """The Celery worker (with beat) as a background process; healthy when it answers a ping."""
-    from sense7.tasks.celery_app import app
+    from sense7.tasks.celery_app import get_app
+
+    app = get_app()
 
     def healthy() -> bool:
         try:
@@ -110,16 +113,16 @@ def demo(
 
 
 def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started) -> None:
-    from sense7.ml_backend.registration import connect_backend
-    from sense7.ml_backend.server import BackendServer
     from sense7.data.dataset import read_ratings_csv
     from sense7.data.formats import read_conversations, read_raters
-    from sense7.labelstudio.importer import import_conversations, import_profile_tasks
-    from sense7.model.registry import ModelRegistry
-    from sense7.labelstudio.simulate import ensure_users, label_tasks
     from sense7.data.store import Store
-    from sense7.taxonomy import load_taxonomy
+    from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+    from sense7.labelstudio.protocol import connect_backend
+    from sense7.labelstudio.simulate import ensure_users, label_tasks
+    from sense7.ml_backend.server import BackendServer
+    from sense7.model.registry import ModelRegistry
     from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
+    from sense7.taxonomy import load_taxonomy
 
     phases, tax = Phases(), load_taxonomy()
     server = LabelStudioServer(cfg)
@@ -133,9 +136,11 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
         redis_url = ensure_redis(cfg)
         if not had_local and running_local_url(cfg):
             started.append(lambda: stop_local_redis(cfg))
-        os.environ["SENSE7_REDIS_URL"] = redis_url  # the Celery app in this process talks to the same broker
-    # Importing the jobs creates the Celery app from the environment: only now is the broker known.
-    from sense7.tasks.sync import LabelSync, webhook_headers
+    from sense7.tasks.celery_app import configure
+
+    celery_app = configure(cfg, redis_url)  # this process sends jobs to the same broker as the worker
+    from sense7.labelstudio.protocol import webhook_headers
+    from sense7.tasks.sync import LabelSync
     from sense7.tasks.training import Retrainer
     client = ls_client.connect(cfg)
     with phases.phase("rating and profile projects"):
@@ -192,10 +197,8 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
                 raise fail(str(exc))
             started.append(worker.stop)
 
-    from sense7.tasks.celery_app import app as celery_app
-
     with phases.phase(f"pre-annotate with {first_version}"):
-        celery_app.send_task("sense7.preannotate").get(timeout=300)
+        celery_app.send_task(names.PREANNOTATE).get(timeout=300)
 
     if ratings is not None:
         with phases.phase("simulated annotators label tasks through the API"):
@@ -204,13 +207,13 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
             tasks = list(client.tasks.list(project=rating_id, include="id,data,total_annotations", page_size=1000))
             labelled = label_tasks(client, tasks, ratings, users, tax, LABEL_FRACTION)
         with phases.phase(f"sync {labelled} annotations -> retrain -> new version"):
-            celery_app.send_task("sense7.reconcile").get(timeout=300)
+            celery_app.send_task(names.RECONCILE).get(timeout=300)
             _wait(lambda: store.counts()["annotations"] >= labelled, "the annotations to reach the store")
             if registry.current() == first_version:
-                celery_app.send_task("sense7.retrain", kwargs={"reason": "demo: new annotations"}).get(timeout=600)
+                celery_app.send_task(names.RETRAIN, kwargs={"reason": "demo: new annotations"}).get(timeout=600)
             new_version = registry.current()
         with phases.phase(f"refreshed pre-annotations ({new_version})"):
-            celery_app.send_task("sense7.preannotate").get(timeout=300)
+            celery_app.send_task(names.PREANNOTATE).get(timeout=300)
 
     report = cfg.home / "report.html"
     if ratings_path is not None:

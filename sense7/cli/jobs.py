@@ -14,6 +14,7 @@ import time
 import typer
 
 from sense7.cli._common import console, fail, label_studio_errors, progress, settings
+from sense7.tasks import names
 
 models_app = typer.Typer(help="Trained model versions and their held-out metrics.", no_args_is_help=True)
 
@@ -25,21 +26,18 @@ def _redis(cfg) -> str:
         url = ensure_redis(cfg)
     except RedisUnavailable as exc:
         raise fail(str(exc))
-    # Child processes (the worker) read it from the environment; this process's app is pointed at it
-    # before it ever connects.
-    os.environ["SENSE7_REDIS_URL"] = url
-    from sense7.tasks.celery_app import app
+    # This process's jobs app talks to that broker; child processes (the worker) get it in their
+    # environment (see `worker`).
+    from sense7.tasks.celery_app import configure
 
-    app.conf.update(broker_url=url, result_backend=url)
+    configure(cfg, url)
     return url
 
 
 def _check_config() -> None:
     """Reject a malformed SENSE7_* number before anything is started or changed."""
     try:
-        from sense7.tasks.celery_app import JobSettings  # builds the app, which reads the settings too
-
-        JobSettings.from_env()
+        settings()
     except ValueError as exc:
         raise fail(str(exc))
 
@@ -47,7 +45,7 @@ def _check_config() -> None:
 def _runtime():
     from sense7.tasks.runtime import Runtime
 
-    return Runtime.from_env()
+    return Runtime(settings())
 
 
 class _SdkErrors:
@@ -67,15 +65,16 @@ class _SdkErrors:
 
 
 def _enqueue(name: str, **kwargs) -> None:
-    from sense7.tasks.celery_app import app
+    from sense7.tasks.celery_app import get_app
 
-    result = app.send_task(name, kwargs=kwargs)
+    result = get_app().send_task(name, kwargs=kwargs)
     console.print(f"enqueued {name} (job id {result.id})")
 
 
 def worker(
     concurrency: int = typer.Option(1, help="Job processes (retrains are CPU-bound; the machine has 2 cores)."),
-    beat: bool = typer.Option(True, help="Also run the scheduler (reconciliation, scheduled retrain)."),
+    beat: bool = typer.Option(True, help="Also run the scheduler (reconciliation, scheduled retrain): right for "
+                                          "one machine; with several workers use --no-beat and one `sense7 beat`."),
     loglevel: str = typer.Option("info", help="Celery log level."),
 ) -> None:
     """Run the Celery worker (and beat) that syncs labels, retrains and pushes pre-annotations."""
@@ -94,6 +93,20 @@ def worker(
     os.execve(sys.executable, args, {**os.environ, "SENSE7_REDIS_URL": url})
 
 
+def beat(loglevel: str = typer.Option("info", help="Celery log level.")) -> None:
+    """Run the scheduler alone (periodic reconciliation and retrain), for setups with several workers
+    started with --no-beat: one beat per deployment, or every scheduled job runs once per scheduler."""
+    cfg = settings()
+    url = _redis(cfg)
+    run_dir = cfg.home / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "beat", "--loglevel", loglevel,
+            "--schedule", str(run_dir / "celerybeat-schedule")]
+    console.print(f"beat on {url.split('@')[-1]}")
+    sys.stdout.flush()
+    os.execve(sys.executable, args, {**os.environ, "SENSE7_REDIS_URL": url})
+
+
 def sync(
     enqueue: bool = typer.Option(False, "--enqueue", help="Hand the job to the worker instead of running it here."),
     register_webhook: bool = typer.Option(True, help="Register the Label Studio webhook (idempotent)."),
@@ -103,9 +116,10 @@ def sync(
     cfg = settings()
     _redis(cfg)
     if enqueue:
-        _enqueue("sense7.reconcile")
+        _enqueue(names.RECONCILE)
         return
-    from sense7.tasks.sync import LabelSync, webhook_headers
+    from sense7.labelstudio.protocol import webhook_headers
+    from sense7.tasks.sync import LabelSync
 
     rt = _runtime()
     with label_studio_errors(cfg), _SdkErrors():
@@ -134,7 +148,7 @@ def retrain(
     cfg = settings()
     url = _redis(cfg)
     if enqueue:
-        _enqueue("sense7.retrain", reason=reason)
+        _enqueue(names.RETRAIN, reason=reason)
         return
     from sense7.tasks.training import run_retrain
 
@@ -155,7 +169,7 @@ def preannotate(
     cfg = settings()
     _redis(cfg)
     if enqueue:
-        _enqueue("sense7.preannotate")
+        _enqueue(names.PREANNOTATE)
         return
     from sense7.ml_backend.model import ModelUnavailable
     from sense7.tasks.preannotate import Preannotator
@@ -210,6 +224,7 @@ def list_models() -> None:
 
 def register(app: typer.Typer) -> None:
     app.command()(worker)
+    app.command()(beat)
     app.command()(sync)
     app.command()(retrain)
     app.command()(preannotate)

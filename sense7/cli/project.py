@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from sense7.labelstudio import client as ls_client
 from sense7.cli._common import console, fail, label_studio_errors, settings
+from sense7.labelstudio import client as ls_client
 from sense7.taxonomy import TaxonomyError, load_taxonomy, render_all
 
 project_app = typer.Typer(help="The rating and profile projects in Label Studio.", no_args_is_help=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from sense7.data.conversations import Conversation
-from sense7.labelstudio.protocol import START_PLACEHOLDER
 from sense7.taxonomy import Taxonomy, load_taxonomy
 
 ITEM_KEYS = ["conversation_id", "turn_index", "rater_id"]
@@ -240,9 +238,6 @@ def context_columns(frame: pd.DataFrame) -> list[str]:
 # ---------------------------------------------------------------------------------------------------
 # Items: one row per (conversation_id, turn_index, rater_id)
 
-_POSITION = re.compile(r"(\d+)\D+(\d+)")
-
-
 def _join(messages) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
@@ -334,37 +329,3 @@ def build_items(data: RatingData, taxonomy: Taxonomy | None = None) -> tuple[pd.
     Y = pd.DataFrame(wide.to_numpy(), columns=controls)
     Y.columns.name = None
     return X, Y
-
-
-def task_columns(task_datas: list[dict], contexts: dict, taxonomy: Taxonomy | None = None) -> dict[str, list]:
-    """The item columns of Label Studio task data (DESIGN.md) as plain lists, contexts included, traits
-    not: what `items_from_tasks` turns into its frame, and what the serving path
-    (`sense7.model.serving`) reads directly, since building a DataFrame costs more than predicting."""
-    tax = taxonomy or load_taxonomy()
-    rows = []
-    for data in task_datas:
-        match = _POSITION.search(str(data.get("position", "")))
-        position, n_turns = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
-        # The "start of conversation" placeholder is display only: training items have an empty history.
-        history = [m for m in data.get("history") or [] if m != START_PLACEHOLDER]
-        turn_index = data.get("turn_index")
-        turn_index = pd.NA if turn_index in (None, "") else int(turn_index)
-        # The assistant (ratee), when the task data or the stored context names it; else unknown.
-        assistant_id = data.get("assistant_id")
-        if _assistant_id(assistant_id) is None:
-            assistant_id = (contexts.get((str(data["conversation_id"]), str(data["rater_id"]))) or {}).get("assistant_id")
-        rows.append(_item_row(data["conversation_id"], turn_index, data["rater_id"], history,
-                              data.get("turn") or [], position, n_turns, assistant_id))
-    columns = {name: [row[name] for row in rows] for name in ITEM_COLUMNS}
-    columns.update(_context_columns(columns["conversation_id"], columns["rater_id"], contexts, tax))
-    return columns
-
-
-def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dict,
-                     taxonomy: Taxonomy | None = None) -> pd.DataFrame:
-    """X for Label Studio task data (DESIGN.md): raters = raw trait frame, contexts = store.contexts_for."""
-    tax = taxonomy or load_taxonomy()
-    columns = task_columns(task_datas, contexts, tax)
-    X = pd.DataFrame({name: columns[name] for name in ITEM_COLUMNS}, columns=ITEM_COLUMNS)
-    context = {name: values for name, values in columns.items() if name not in X.columns}
-    return _attach(X, raters, context, tax)

@@ -13,7 +13,18 @@ from datetime import datetime, timezone
 
 import pandas as pd
 from sqlalchemy import (
-    JSON, Boolean, Column, DateTime, Integer, MetaData, String, Table, Text, create_engine, delete, select,
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    select,
     update,
 )
 from sqlalchemy.engine import Engine

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from label_studio_sdk import LabelStudio
 
-from sense7.labelstudio import client as ls_client
 from sense7.data.conversations import Conversation
-from sense7.labelstudio.protocol import profile_task, rating_tasks
 from sense7.data.store import Store
+from sense7.labelstudio import client as ls_client
+from sense7.labelstudio.protocol import profile_task, rating_tasks
 
 
 @dataclass

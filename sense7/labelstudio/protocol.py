@@ -1,10 +1,34 @@
-"""The shape of sense7 data inside Label Studio: task data built from conversations, annotations parsed
-back into ratings. Both directions live here so they cannot drift apart."""
+"""sense7's side of Label Studio's protocol, in one place so that no two parts can drift apart:
+
+- task data: built from conversations (`rating_tasks`, `profile_task`), validated (`task_problem`) and
+  parsed back into model items (`task_columns`, `items_from_tasks`); DESIGN.md describes the shape;
+- annotations parsed into ratings and questionnaire answers (`parse_annotation`, ...);
+- webhooks: the actions we listen to, the headers they carry and their idempotent registration, and the
+  ML backend's registration on a project (`connect_backend`).
+
+Functions that talk to Label Studio take its SDK client as an argument: this module imports no client.
+"""
 
 from __future__ import annotations
 
+import base64
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+
 from sense7.data.conversations import Conversation, task_key
-from sense7.taxonomy import PROFILE_OBJECT_TAG, Taxonomy
+from sense7.data.dataset import ITEM_COLUMNS, _assistant_id, _attach, _context_columns, _item_row
+from sense7.taxonomy import PROFILE_OBJECT_TAG, Taxonomy, load_taxonomy
+
+# START_TRAINING is not a webhook action: Label Studio's ML API sends it to the backend's /webhook itself.
+WEBHOOK_ACTIONS = ["ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"]
+SECRET_HEADER = "X-Sense7-Secret"
+BACKEND_TITLE = "sense7 rater model"
+REQUIRED_TASK_FIELDS = ("conversation_id", "turn_index", "rater_id", "turn")
+_POSITION = re.compile(r"(\d+)\D+(\d+)")
 
 START_PLACEHOLDER = {"role": "system", "content": "(This is the start of the conversation.)"}
 PROFILE_INTRO = ("Please answer a few questions about yourself. Your answers are used only to model how "
@@ -79,3 +103,144 @@ def parse_profile_annotation(result: list[dict], taxonomy: Taxonomy) -> dict:
         except ValueError:
             continue
     return answers
+
+
+# ---------------------------------------------------------------------------------------------------
+# Task data read back: validated, then turned into model items
+
+def task_problem(task: Any) -> str | None:
+    """Why a task cannot be predicted, or None. Messages name the field, never its value."""
+    if not isinstance(task, dict):
+        return "task is not a JSON object"
+    data = task.get("data")
+    if not isinstance(data, dict):
+        return "task has no 'data' object"
+    for key in REQUIRED_TASK_FIELDS:
+        if data.get(key) in (None, "", []):
+            return f"task data has no '{key}' (tasks must be imported by `sense7 data import`)"
+    if not isinstance(data["rater_id"], (str, int)) or not isinstance(data["conversation_id"], (str, int)):
+        return "task data 'rater_id' and 'conversation_id' must be strings"
+    if isinstance(data["turn_index"], bool) or not isinstance(data["turn_index"], int):
+        return "task data 'turn_index' must be an integer"
+    turn = data["turn"]
+    if not isinstance(turn, list) or not all(isinstance(m, dict) and isinstance(m.get("content"), str)
+                                             and isinstance(m.get("role"), str) for m in turn):
+        return "task data 'turn' must be a list of {role, content} messages"
+    history = data.get("history", [])
+    if not isinstance(history, list) or not all(isinstance(m, dict) and "content" in m for m in history):
+        return "task data 'history' must be a list of {role, content} messages"
+    return None
+
+
+def task_columns(task_datas: list[dict], contexts: dict, taxonomy: Taxonomy | None = None) -> dict[str, list]:
+    """The item columns of Label Studio task data (DESIGN.md) as plain lists, contexts included, traits
+    not: what `items_from_tasks` turns into its frame, and what the serving path
+    (`sense7.model.serving`) reads directly, since building a DataFrame costs more than predicting."""
+    tax = taxonomy or load_taxonomy()
+    rows = []
+    for data in task_datas:
+        match = _POSITION.search(str(data.get("position", "")))
+        position, n_turns = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+        # The "start of conversation" placeholder is display only: training items have an empty history.
+        history = [m for m in data.get("history") or [] if m != START_PLACEHOLDER]
+        turn_index = data.get("turn_index")
+        turn_index = pd.NA if turn_index in (None, "") else int(turn_index)
+        # The assistant (ratee), when the task data or the stored context names it; else unknown.
+        assistant_id = data.get("assistant_id")
+        if _assistant_id(assistant_id) is None:
+            assistant_id = (contexts.get((str(data["conversation_id"]), str(data["rater_id"]))) or {}).get("assistant_id")
+        rows.append(_item_row(data["conversation_id"], turn_index, data["rater_id"], history,
+                              data.get("turn") or [], position, n_turns, assistant_id))
+    columns = {name: [row[name] for row in rows] for name in ITEM_COLUMNS}
+    columns.update(_context_columns(columns["conversation_id"], columns["rater_id"], contexts, tax))
+    return columns
+
+
+def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dict,
+                     taxonomy: Taxonomy | None = None) -> pd.DataFrame:
+    """X for Label Studio task data (DESIGN.md): raters = raw trait frame, contexts = store.contexts_for."""
+    tax = taxonomy or load_taxonomy()
+    columns = task_columns(task_datas, contexts, tax)
+    X = pd.DataFrame({name: columns[name] for name in ITEM_COLUMNS}, columns=ITEM_COLUMNS)
+    context = {name: values for name, values in columns.items() if name not in X.columns}
+    return _attach(X, raters, context, tax)
+
+
+def iso_time(value) -> str:
+    """One text form for Label Studio times (the store compares them as text): UTC, microseconds, Z."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Webhooks and the ML backend's registration
+
+def webhook_headers(settings) -> dict:
+    """What every webhook of ours sends to the ML backend's /webhook: the shared secret, and basic auth
+    when the backend requires it."""
+    headers = {SECRET_HEADER: settings.webhook_secret}
+    if settings.backend_user and settings.backend_password:
+        token = base64.b64encode(f"{settings.backend_user}:{settings.backend_password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    return headers
+
+
+def ensure_webhook(client, project: int, url: str, headers: dict) -> int:
+    """The project's webhook to `url` with our actions and headers, created or mended; returns its id.
+    Running it again changes nothing; duplicates (which would deliver every event twice) are removed."""
+    url = url.rstrip("/")
+    hooks = [h for h in client.webhooks.list(project=str(project))
+             if h.project == project and (h.url or "").rstrip("/") == url]
+    options = dict(actions=WEBHOOK_ACTIONS, send_for_all_actions=False, send_payload=True, headers=headers,
+                   is_active=True)
+    if not hooks:
+        return client.webhooks.create(url=url, project=project, **options).id
+    hook = hooks[0]
+    if not (set(hook.actions or []) >= set(WEBHOOK_ACTIONS) and hook.send_payload and hook.is_active
+            and not hook.send_for_all_actions and (hook.headers or {}) == headers):
+        client.webhooks.update(hook.id, url=url, **options)
+    for extra in hooks[1:]:
+        client.webhooks.delete(extra.id)
+    return hook.id
+
+
+@dataclass
+class Registration:
+    ml_backend_id: int
+    created: bool
+    webhook_id: int
+    state: str | None
+
+
+def connect_backend(client, project_id: int, settings, url: str | None = None,
+                    title: str = BACKEND_TITLE, is_interactive: bool = False) -> Registration:
+    """Add (or update) the ML backend on the project, idempotently; returns its ids and Label Studio's
+    view of its state.
+
+    Label Studio creates a webhook to `<backend>/webhook` when a backend is added (if local URLs are
+    allowed), but without headers, so its deliveries would be refused by our secret check: we mend that
+    webhook (or create it) with our headers and actions, so annotation events reach the jobs."""
+    url = (url or settings.backend_url).rstrip("/")
+    if settings.backend_user and settings.backend_password:
+        auth = {"auth_method": "BASIC_AUTH", "basic_auth_user": settings.backend_user,
+                "basic_auth_pass": settings.backend_password}
+    else:
+        auth = {"auth_method": "NONE"}
+    existing = [m for m in client.ml.list(project=project_id) if (m.url or "").rstrip("/") == url]
+    if existing:
+        # project must be repeated: Label Studio 1.23 validates a PATCH by calling setup_(url, project)
+        backend = client.ml.update(existing[0].id, project=project_id, url=url, title=title,
+                                   is_interactive=is_interactive, **auth)
+        created = False
+    else:
+        backend = client.ml.create(project=project_id, url=url, title=title, is_interactive=is_interactive,
+                                   auto_update=True, **auth)
+        created = True
+    hook_id = ensure_webhook(client, project_id, f"{url}/webhook", webhook_headers(settings))
+    state = client.ml.get(backend.id).state
+    return Registration(backend.id, created, hook_id, str(state) if state is not None else None)

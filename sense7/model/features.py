@@ -55,7 +55,7 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
         return out
 
     # _texts and _dense read X[column] only, so X may be an item frame or the plain column lists of
-    # `sense7.data.dataset.task_columns` (the serving path, sense7.model.serving): one definition for both.
+    # `sense7.labelstudio.protocol.task_columns` (the serving path, sense7.model.serving): one definition for both.
 
     def _texts(self, X, name: str) -> list[str]:
         if name == "history":

@@ -3,7 +3,7 @@
 The reference is `ModelBundle.predict_items(items_from_tasks(...))`: it builds a DataFrame, a sparse design
 matrix and pandas look-ups on every call, about 4 ms of fixed cost whatever the batch, which a serving
 process would pay on every /predict. `CompiledBundle` is built once per model version per process and
-computes the same probabilities from the plain task columns of `sense7.data.dataset.task_columns`:
+computes the same probabilities from the plain task columns of `sense7.labelstudio.protocol.task_columns`:
 
     text score    = intercept + context/position features (ItemFeatures._dense) @ their coefficients
                     + the coefficients of every term present (BulkNgramVectorizer.cells), per control
@@ -176,7 +176,7 @@ class CompiledBundle:
         return table
 
     def predict(self, columns: dict, raters: RaterTable) -> Predictions:
-        """Probabilities for the items of `columns` (sense7.data.dataset.task_columns)."""
+        """Probabilities for the items of `columns` (sense7.labelstudio.protocol.task_columns)."""
         rater_rows = np.array([raters.index.get(str(r), -1) for r in columns["rater_id"]], dtype=np.int64)
         personal = np.flatnonzero(rater_rows >= 0)
         generic = np.flatnonzero(rater_rows < 0)

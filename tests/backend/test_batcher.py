@@ -6,7 +6,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from sense7.ml_backend.batcher import MicroBatcher
 
 

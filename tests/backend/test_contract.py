@@ -7,8 +7,8 @@ import os
 import threading
 
 import pytest
-
 from sense7.ml_backend.labels import rating_controls
+
 from sense7.taxonomy import load_taxonomy
 from tests.backend.conftest import PASSWORD, SECRET, USER, auth_headers, task
 from tests.backend.fakes import FakeBundle
@@ -187,6 +187,7 @@ def test_start_training_without_basic_auth_configured_needs_the_secret(served, r
     from sense7.ml_backend.hot_model import HotModel
     from sense7.ml_backend.model import Sense7Model
     from sense7.ml_backend.rater_info import RaterInfoCache
+
     from sense7.settings import Settings
 
     settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "h2"), "SENSE7_WEBHOOK_SECRET": SECRET})

@@ -35,11 +35,12 @@ def trained(tmp_path_factory):
 
 def test_label_studio_retrieves_personalized_predictions(label_studio, rating_project, trained, tmp_path,
                                                          monkeypatch):
-    from sense7.ml_backend.registration import connect_backend
     from sense7.ml_backend.server import BackendServer
-    from sense7.labelstudio.importer import import_conversations
-    from sense7.model.registry import ModelRegistry
+
     from sense7.data.store import Store
+    from sense7.labelstudio.importer import import_conversations
+    from sense7.labelstudio.protocol import connect_backend
+    from sense7.model.registry import ModelRegistry
     from sense7.taxonomy import load_taxonomy
 
     data, bundle = trained

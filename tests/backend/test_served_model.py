@@ -1,5 +1,5 @@
 """A real trained bundle behind the HTTP app: /predict answers exactly what the reference model path
-(ModelBundle.predict_items on sense7.data.dataset.items_from_tasks) predicts, with traits and contexts from the
+(ModelBundle.predict_items on sense7.labelstudio.protocol.items_from_tasks) predicts, with traits and contexts from the
 store, for known, traits-only and unknown raters."""
 
 from __future__ import annotations
@@ -7,17 +7,17 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from sense7.ml_backend.app import create_app
 from sense7.ml_backend.hot_model import HotModel
 from sense7.ml_backend.model import Sense7Model
 from sense7.ml_backend.rater_info import RaterInfoCache
-from sense7.data.dataset import items_from_tasks
-from sense7.labelstudio.importer import plan_tasks
-from sense7.model.bundle import train_bundle
-from sense7.model.registry import ModelRegistry
+
 from sense7.data.store import Store
 from sense7.data.synth import generate
+from sense7.labelstudio.importer import plan_tasks
+from sense7.labelstudio.protocol import items_from_tasks
+from sense7.model.bundle import train_bundle
+from sense7.model.registry import ModelRegistry
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.backend.conftest import auth_headers
 

@@ -80,6 +80,7 @@ def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
     import time
 
     from sense7.ml_backend.server import BackendServer
+
     from sense7.model.registry import ModelRegistry
     from sense7.settings import Settings
     from sense7.taxonomy import load_taxonomy, render_rating_config

@@ -5,12 +5,13 @@ import json
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from sense7.cli import app
 from sense7.data import synth
 from sense7.labelstudio import client as ls_client
-from sense7.cli import app
 
 pytestmark = pytest.mark.labelstudio
 runner = CliRunner()

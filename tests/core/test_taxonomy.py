@@ -3,7 +3,13 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from sense7.taxonomy import (
-    HISTORY_TAG, TURN_TAG, TaxonomyError, load_taxonomy, render_all, render_profile_config, render_rating_config,
+    HISTORY_TAG,
+    TURN_TAG,
+    TaxonomyError,
+    load_taxonomy,
+    render_all,
+    render_profile_config,
+    render_rating_config,
 )
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from sense7.data import synth
-from sense7.labelstudio import client as ls_client
 from sense7.data.formats import read_conversations, read_raters
+from sense7.data.store import Store
+from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import import_conversations
 from sense7.settings import Settings
-from sense7.data.store import Store
 from sense7.taxonomy import load_taxonomy
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -52,10 +52,11 @@ def _wait_for(get, what: str, timeout: float = 30.0):
 def preannotated_project(label_studio, tmp_path):
     """A rating project with a small synthetic batch, the raters' traits, a trained and promoted model
     (the retrain job's own code) and pre-annotations pushed by the preannotate job's own code."""
-    from sense7.ml_backend.app import build_model
-    from sense7.model.registry import ModelRegistry
+    from sense7.ml_backend.model import build_model
     from sense7.tasks.preannotate import Preannotator
     from sense7.tasks.training import Retrainer
+
+    from sense7.model.registry import ModelRegistry
 
     settings = Settings.from_env({**label_studio.settings_env(), "SENSE7_STORE_URL": f"sqlite:///{tmp_path}/s.db",
                                   "SENSE7_MODEL_DIR": str(tmp_path / "models")})
@@ -89,7 +90,6 @@ def preannotated_project(label_studio, tmp_path):
 def test_rater_sees_the_turn_dimensions_and_preannotation_then_submits_and_it_syncs(label_studio,
                                                                                     preannotated_project):
     from playwright.sync_api import sync_playwright
-
     from sense7.tasks.sync import LabelSync
 
     settings, store, project, conversation, tax = preannotated_project

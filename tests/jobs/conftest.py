@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from sense7.tasks.redis_local import start_redis_server
 
 from sense7.processes import free_port
-from sense7.tasks.redis_local import start_redis_server
 from tests.jobs.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,7 +123,7 @@ class JobStack:
         port = int(self.env["SENSE7_BACKEND_PORT"])
         # The backend's own entry point, wired to the jobs the way docker-compose wires it.
         args = [str(VENV_BIN / "gunicorn"), "--config", str(REPO / "ml_backend" / "gunicorn_conf.py"),
-                "--workers", "1", "--bind", f"127.0.0.1:{port}", "sense7.ml_backend.wsgi:app"]
+                "--workers", "1", "--bind", f"127.0.0.1:{port}", "sense7.ml_backend.wsgi:app_from_env()"]
         env = {**self.env, "SENSE7_BACKEND_ON_EVENT": "sense7.tasks.sync:on_event"}
         proc = Proc("backend", args, env, self.tmp / "backend.log").start()
         self.procs.append(proc)

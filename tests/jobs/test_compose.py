@@ -20,7 +20,7 @@ def compose() -> dict:
 
 def test_services_and_pinned_images(compose):
     services = compose["services"]
-    assert set(services) == {"postgres", "redis", "label-studio", "ml-backend", "worker"}
+    assert set(services) == {"postgres", "redis", "label-studio", "ml-backend", "worker", "beat"}
     assert services["label-studio"]["image"] == "heartexlabs/label-studio:1.23.2"
     for name, service in services.items():
         assert PINNED.match(service["image"]), f"{name}: image {service['image']!r} is not pinned"
@@ -58,7 +58,7 @@ def test_jobs_and_backend_share_configuration_and_models(compose):
     # The worker writes model versions, the backend serves them: one volume, mounted at SENSE7_HOME.
     assert backend["volumes"] == worker["volumes"] == ["sense7-data:/data"]
     assert env["SENSE7_MODEL_DIR"].startswith(env["SENSE7_HOME"])
-    assert "sense7.ml_backend.wsgi:app" in backend["command"]
+    assert "sense7.ml_backend.wsgi:app_from_env()" in backend["command"]
     assert worker["command"][:2] == ["sense7", "worker"]
 
 
@@ -80,3 +80,17 @@ def test_entry_points_named_in_the_file_exist(compose):
     assert callable(getattr(importlib.import_module(module), name))
     assert (COMPOSE.parent / "ml_backend" / "gunicorn_conf.py").exists()
     assert "sense7.reconcile" in app.conf.beat_schedule["reconcile-labels"]["task"]
+
+
+def test_workers_scale_without_multiplying_the_schedule(compose):
+    """`docker compose up --scale worker=3` must not start three schedulers: the worker runs without
+    beat, one `beat` service runs the schedule, and nothing pins the worker to one container."""
+    worker, beat = compose["services"]["worker"], compose["services"]["beat"]
+    assert worker["command"][:2] == ["sense7", "worker"] and "--no-beat" in worker["command"]
+    assert "--beat" not in worker["command"] and "-B" not in worker["command"]
+    assert "container_name" not in worker and "ports" not in worker
+    assert beat["command"] == ["sense7", "beat"]
+    assert (beat.get("deploy") or {}).get("replicas", 1) == 1
+    # beat reaches the same broker with the same settings as the workers it feeds.
+    assert beat["environment"] == worker["environment"]
+

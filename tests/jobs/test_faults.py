@@ -108,9 +108,9 @@ def test_label_studio_unreachable_job_retries_then_succeeds(job_stack):
 
 def _fill_store(store, n_conversations: int, raters: list[str], turns: int = 4, seed: int = 1) -> int:
     """Rated conversations written straight into the store (a retrain reads only the store)."""
-    from tests.jobs.helpers import make_conversations, rating_result
     from sense7.labelstudio.protocol import parse_annotation
     from sense7.taxonomy import load_taxonomy
+    from tests.jobs.helpers import make_conversations, rating_result
 
     tax = load_taxonomy()
     convs = make_conversations(raters, per_rater=n_conversations // len(raters), turns=turns, seed=seed,
@@ -136,9 +136,9 @@ def _predict(backend_url: str, rt, task_data: dict) -> dict:
 
 def test_worker_killed_during_retrain_leaves_the_served_version_intact(job_stack):
     import redis
+    from sense7.tasks.training import LOCK_NAME
 
     from sense7.model.registry import MANIFEST_NAME, ModelRegistry
-    from sense7.tasks.training import LOCK_NAME
 
     rt = job_stack.runtime()
     raters = ["k1", "k2", "k3"]

@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import redis
-
-from sense7.settings import Settings
 from sense7.tasks.celery_app import JobSettings, celery_config
 from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
 from sense7.tasks.training import holdout_conversations
+
+from sense7.settings import Settings
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

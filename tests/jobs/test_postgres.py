@@ -102,7 +102,8 @@ def test_label_studio_and_store_on_postgresql(pg_stack):
     assert "annotations" in inspect(rt.store.engine).get_table_names()
     pg_stack.start_backend()
     pg_stack.start_worker()
-    from sense7.tasks.sync import LabelSync, webhook_headers
+    from sense7.labelstudio.protocol import webhook_headers
+    from sense7.tasks.sync import LabelSync
 
     LabelSync.from_runtime(rt).ensure_webhooks(f"{pg_stack.backend_url}/webhook", webhook_headers(rt.settings))
     tasks = project_tasks(rt.client, rt.rating_project)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from sense7.labelstudio.importer import import_conversations, import_profile_tasks
-from sense7.labelstudio.client import create_profile_project, create_rating_project
-from sense7.data.store import Store
-from sense7.taxonomy import PROFILE_OBJECT_TAG, load_taxonomy
 from sense7.tasks.sync import LabelSync, iso_time
+
+from sense7.data.store import Store
+from sense7.labelstudio.client import create_profile_project, create_rating_project
+from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+from sense7.taxonomy import PROFILE_OBJECT_TAG, load_taxonomy
 from tests.jobs.helpers import annotate, ensure_users, make_conversations, make_raters, project_tasks, rating_result
 
 pytestmark = pytest.mark.labelstudio
@@ -134,7 +134,6 @@ def test_webhook_registration_is_idempotent(synced):
 
 def test_label_studio_errors_leave_the_job_without_headers(label_studio):
     from label_studio_sdk.core.api_error import ApiError
-
     from sense7.tasks.runtime import LabelStudioError, as_retryable
 
     with pytest.raises(ApiError) as caught:

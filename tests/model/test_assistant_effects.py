@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from sklearn.base import clone
 
-from sense7.data.dataset import items_from_tasks
+from sense7.labelstudio.protocol import items_from_tasks
 from sense7.model import GenericRater, PersonalizedRater
 from sense7.model.raters import AssistantEffects
 

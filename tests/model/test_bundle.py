@@ -11,8 +11,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from sense7.model.bundle import BUNDLE_FILE, TEMP_PREFIX, BundleError, load_bundle, save_bundle, train_bundle
 from sense7.data.synth import generate
+from sense7.model.bundle import BUNDLE_FILE, TEMP_PREFIX, BundleError, load_bundle, save_bundle, train_bundle
 
 
 @pytest.fixture(scope="module")

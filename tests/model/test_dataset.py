@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sense7.data.dataset import DataError, build_items, items_from_tasks, load_native, trait_features
-from sense7.labelstudio.protocol import rating_tasks
+from sense7.data.dataset import DataError, build_items, load_native, trait_features
 from sense7.data.synth import generate, write
+from sense7.labelstudio.protocol import items_from_tasks, rating_tasks
 from sense7.taxonomy import load_taxonomy
 
 

@@ -8,9 +8,9 @@ import pytest
 from sklearn.base import clone
 
 from sense7.data.dataset import build_items
+from sense7.data.synth import generate
 from sense7.model import ControlPrediction, GenericRater, PersonalizedRater
 from sense7.model.oracle import SynthOracle, compare_with_oracle
-from sense7.data.synth import generate
 
 
 @pytest.mark.slow

@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sense7.data.dataset import items_from_tasks, task_columns, trait_features
+from sense7.data.dataset import trait_features
+from sense7.data.synth import generate
 from sense7.labelstudio.importer import plan_tasks
+from sense7.labelstudio.protocol import items_from_tasks, task_columns
 from sense7.model import GenericRater, PersonalizedRater
 from sense7.model.bundle import load_bundle, save_bundle, train_bundle
 from sense7.model.serving import CompiledBundle
-from sense7.data.synth import generate
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sense7.research.evaluation import cross_val_predictions, evaluate_items, make_folds
 from sense7.model.baselines import GlobalMean, MajorityClass, RaterMean
+from sense7.research.evaluation import cross_val_predictions, evaluate_items, make_folds
 
 from .conftest import planted_items
 

@@ -1,0 +1,13 @@
+"""The names of sense7's jobs and their modules: the one place they are spelled out.
+
+Senders (the ML backend's webhook hand-off, the CLI, other jobs) use these constants with
+`app.send_task(NAME)`, so nothing outside a job's own module needs to import it.
+"""
+
+SYNC_ANNOTATION = "sense7.sync_annotation"
+DELETE_ANNOTATIONS = "sense7.delete_annotations"
+RECONCILE = "sense7.reconcile"
+RETRAIN = "sense7.retrain"
+PREANNOTATE = "sense7.preannotate"
+
+JOB_MODULES = ("sense7.tasks.sync", "sense7.tasks.training", "sense7.tasks.preannotate")
