@@ -16,7 +16,8 @@ import json
 import time
 from pathlib import Path
 
-from sense7.research.evaluation import MODEL_ORDER, evaluate, evaluate_items
+from sense7.model.catalog import CATALOG
+from sense7.research.evaluation import evaluate, evaluate_items
 
 DEFAULT_WASSA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wassa2024"
 
@@ -31,7 +32,7 @@ def markdown(result: dict) -> str:
         lines.append(f"\n{split} ({body['n_folds']} folds by {body['cluster']}):\n")
         lines.append("| model | Spearman [95% CI] | accuracy | QWK | MAE |")
         lines.append("| --- | --- | --- | --- | --- |")
-        for name in [m for m in MODEL_ORDER if m in body["models"]]:
+        for name in CATALOG.order(body["models"]):
             o = body["models"][name]["overall"]
             ci = o["spearman_ci"]
             ci_text = "" if ci[0] is None else f" [{ci[0]:.3f}, {ci[1]:.3f}]"

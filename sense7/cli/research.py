@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sense7.cli._common import console, fail, progress
+from sense7.model.catalog import CATALOG
 
 CONVERSATIONS_HELP = "conversations.jsonl (native format)"
 RATINGS_HELP = "ratings.csv: conversation_id, turn_index, rater_id, dimension, rating"
@@ -80,8 +81,10 @@ def evaluate_command(
     folds: int = typer.Option(5, min=2, help="cross-validation folds"),
     seed: int = typer.Option(0, help="seed of the fold assignment and the bootstrap"),
     boot: int = typer.Option(1000, min=0, help="bootstrap resamples for the confidence intervals"),
-    models: str = typer.Option(",".join(("majority", "global_mean", "rater_mean", "generic", "personalized")),
-                               help="comma-separated subset of the models (quicker iterations)"),
+    models: str = typer.Option(None, show_default=False,
+                               help="comma-separated subset of the registered models (quicker iterations); "
+                                    f"default all: {', '.join(CATALOG.names())}"),
+    list_models: bool = typer.Option(False, "--list-models", help="list the registered models and exit"),
     jobs: int = typer.Option(1, min=1, help="fit folds in parallel processes (same results)"),
     json_path: Path = typer.Option(None, "--json", help="write the full result as JSON"),
     report: Path = typer.Option(None, help="write a self-contained HTML report"),
@@ -90,7 +93,13 @@ def evaluate_command(
 
     Known raters: folds grouped by conversation. Cold start: folds grouped by rater. Every model is refitted
     on each training fold."""
-    from sense7.research.evaluation import MODEL_ORDER, SPLITS, default_models, evaluate
+    from sense7.research.evaluation import SPLITS, default_models, evaluate
+
+    if list_models:
+        for kind in CATALOG:
+            console.print(f"{kind.name:<14} {kind.role:<9} {kind.label}: {kind.description}".rstrip(": "),
+                          highlight=False, markup=False, soft_wrap=True)
+        return
 
     chosen = [s.strip() for s in splits.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SPLITS]
@@ -98,7 +107,7 @@ def evaluate_command(
         raise fail(f"--splits: unknown split(s) {', '.join(unknown) or '(none given)'}; "
                    f"choose from {', '.join(SPLITS)}", 2)
     try:
-        estimators = default_models([m.strip() for m in models.split(",") if m.strip()])
+        estimators = default_models(None if models is None else [m.strip() for m in models.split(",") if m.strip()])
     except ValueError as exc:
         raise fail(f"--models: {escape(str(exc))}", 2)
     data, name = _load(conversations, ratings, raters, wassa2024)
@@ -119,7 +128,7 @@ def evaluate_command(
                       caption="acc. = accuracy; fit s = seconds to fit and predict all folds")
         for column in ("model", "Spearman", "95% CI", "acc.", "QWK", "MAE", "fit s"):
             table.add_column(column, justify="left" if column == "model" else "right")
-        for model in [m for m in MODEL_ORDER if m in split["models"]]:
+        for model in CATALOG.order(split["models"]):
             o = split["models"][model]["overall"]
             table.add_row(model, _num(o["spearman"]), _ci(o["spearman_ci"]), _num(o["accuracy"]), _num(o["qwk"]),
                           _num(o["mae"]), f"{split['fit_predict_seconds'][model]:.1f}")

@@ -39,6 +39,12 @@ class ItemPrediction:
 
 @dataclass
 class ModelBundle:
+    # The two model fields stay fixed rather than coming from sense7.model.catalog: a bundle is pickled
+    # (joblib) into the model registry and loaded by the ML backend, CompiledBundle (sense7.model.serving)
+    # compiles exactly these two estimators, and kinds()/predict_items route rows between them. A
+    # catalog-driven {name: model} field would change the served format and strand bundles already on
+    # disk. The catalog decides what is *evaluated*; the bundle is what is *served* (catalog kinds
+    # "generic" and "personalized").
     version: str
     controls: list
     levels: list

@@ -37,26 +37,27 @@ from sense7.research.metrics import (
     percentile_ci,
     point_metrics,
 )
+from sense7.model.catalog import CATALOG, Catalog
 
 SPLITS = {"known_rater": "conversation_id", "cold_start": "rater_id"}
-MODEL_ORDER = ("majority", "global_mean", "rater_mean", "generic", "personalized")
 # Bins of "how many training ratings did this rater have in this fold" for the personalization-gain curve.
 TRAIN_COUNT_EDGES = (0, 1, 5, 10, 20, 50, 100, 200, 500)
 
 Progress = Callable[[str], None]
 
 
-def default_models(names=MODEL_ORDER) -> dict:
-    """The models every evaluation reports (or the chosen subset), in report order (baselines first)."""
-    from sense7.model import GenericRater, PersonalizedRater
-    from sense7.model.baselines import GlobalMean, MajorityClass, RaterMean
+def __getattr__(name: str):
+    # MODEL_ORDER used to be a constant here; the model kinds now live in sense7.model.catalog.
+    if name == "MODEL_ORDER":
+        return CATALOG.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    unknown = [n for n in names if n not in MODEL_ORDER]
-    if unknown:
-        raise ValueError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODEL_ORDER)}")
-    makers = {"majority": MajorityClass, "global_mean": GlobalMean, "rater_mean": RaterMean,
-              "generic": GenericRater, "personalized": PersonalizedRater}
-    return {name: makers[name]() for name in MODEL_ORDER if name in names}
+
+def default_models(names=None, catalog: Catalog | None = None) -> dict:
+    """Fresh estimators of the catalog's model kinds (default: all of sense7.model.catalog.CATALOG), or of
+    the chosen subset, in catalog order (baselines first). Unknown names: UnknownModelError (a ValueError)
+    listing the catalog's names."""
+    return (catalog or CATALOG).make(names)
 
 
 def make_folds(X: pd.DataFrame, split: str, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -332,7 +333,7 @@ def _confusion(y_true, y_level, levels) -> list[list[int]]:
 def evaluate(data, splits=("known_rater", "cold_start"), n_folds: int = 5, seed: int = 0, n_boot: int = 1000,
              models: dict | None = None, dataset: str | None = None, progress: Progress | None = None,
              n_jobs: int = 1) -> dict:
-    """Cross-validate `models` (default: the five of MODEL_ORDER) on a `sense7.data.dataset.RatingData`."""
+    """Cross-validate `models` (default: every kind of sense7.model.catalog.CATALOG) on a `sense7.data.dataset.RatingData`."""
     from sense7.data.dataset import build_items
 
     X, Y = build_items(data)

@@ -18,17 +18,13 @@ matplotlib.use("Agg")  # no display, no GUI toolkit: the report must build on a 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sense7.research.evaluation import MODEL_ORDER  # noqa: E402
+from sense7.model.catalog import CATALOG, Catalog  # noqa: E402
 
 PAPER_LABEL = "SENSE-7 paper, another data set (LLM classifier)"
 PAPER_SPEARMAN = 0.369
 PAPER_ACCURACY = 0.487  # on 5 levels
-MODEL_LABELS = {"majority": "Majority class", "global_mean": "Global mean", "rater_mean": "Rater mean",
-                "generic": "Generic", "personalized": "Personalized"}
 SPLIT_LABELS = {"known_rater": "Known raters (folds by conversation)",
                 "cold_start": "Cold start (folds by rater)"}
-COLORS = {"majority": "#bbbbbb", "global_mean": "#999999", "rater_mean": "#6f6f6f",
-          "generic": "#4a7bd0", "personalized": "#d0734a"}
 
 
 def _png(fig) -> str:
@@ -38,13 +34,19 @@ def _png(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _models(split: dict) -> list[str]:
-    return [m for m in MODEL_ORDER if m in split["models"]] + [m for m in split["models"] if m not in MODEL_ORDER]
+# Model names, labels, colours, order and roles come from the catalog (sense7.model.catalog): every
+# function below takes the catalog to read, the shared CATALOG by default.
 
 
-def _bars(split: dict, metric: str, reference: float | None, reference_note: str = "") -> str:
+def _models(split: dict, catalog: Catalog = CATALOG) -> list[str]:
+    """The split's models in catalog order; models the catalog does not know come last, under their name."""
+    return catalog.order(split["models"])
+
+
+def _bars(split: dict, metric: str, reference: float | None, reference_note: str = "",
+          catalog: Catalog = CATALOG) -> str:
     """Per-control bars for each model, with the bootstrap CI on Spearman, and the paper's line."""
-    models = _models(split)
+    models = _models(split, catalog)
     controls = list(next(iter(split["models"].values()))["per_control"])
     groups = controls + (["(average)"] if len(controls) > 1 else [])
     width = 0.8 / len(models)
@@ -62,7 +64,7 @@ def _bars(split: dict, metric: str, reference: float | None, reference_note: str
             errors = np.nan_to_num(np.vstack([values - lo, hi - values]), nan=0.0).clip(0)
         positions = x + (i - (len(models) - 1) / 2) * width
         ax.bar(positions, np.nan_to_num(values), width, yerr=errors, capsize=2,
-               label=MODEL_LABELS.get(name, name), color=COLORS.get(name))
+               label=catalog.label(name), color=catalog.color(name))
         for position, value in zip(positions, values):
             if not np.isfinite(value):  # e.g. Spearman of a constant prediction: undefined, not zero
                 ax.text(position, 0.01, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
@@ -75,8 +77,9 @@ def _bars(split: dict, metric: str, reference: float | None, reference_note: str
     return _png(fig)
 
 
-def _confusions(split: dict, levels: list[int], control: str) -> str | None:
-    models = [m for m in ("generic", "personalized") if m in split.get("confusion", {})]
+def _confusions(split: dict, levels: list[int], control: str, catalog: Catalog = CATALOG) -> str | None:
+    """Confusion matrices of the rater models (role "rater" in the catalog; baselines are left out)."""
+    models = [m for m in _models(split, catalog) if catalog.role(m) == "rater" and m in split.get("confusion", {})]
     if not models:
         return None
     fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.3), squeeze=False)
@@ -91,22 +94,23 @@ def _confusions(split: dict, levels: list[int], control: str) -> str | None:
         ax.set_yticks(range(len(levels)), levels)
         ax.set_xlabel("predicted level")
         ax.set_ylabel("rated level")
-        ax.set_title(f"{MODEL_LABELS.get(name, name)}: {control}", fontsize=9)
+        ax.set_title(f"{catalog.label(name)}: {control}", fontsize=9)
     return _png(fig)
 
 
-def _gain(split: dict) -> str | None:
+def _gain(split: dict, catalog: Catalog = CATALOG) -> str | None:
     bins = [b for b in split.get("by_train_ratings", []) if b.get("gain_spearman") is not None]
     if len(bins) < 2:  # e.g. cold start: every rater has 0 training ratings, there is no curve
         return None
     fig, ax = plt.subplots(figsize=(6, 3.2))
     x = np.arange(len(bins))
-    for name in ("generic", "personalized", "rater_mean"):
+    for name in _models(split, catalog):  # models constant within a fold have no Spearman and no line
         values = [b["models"].get(name, {}).get("spearman") for b in bins]
         if any(v is not None for v in values):
-            ax.plot(x, [np.nan if v is None else v for v in values], marker="o", label=MODEL_LABELS[name],
-                    color=COLORS[name])
-    ax.bar(x, [b["gain_spearman"] for b in bins], color="#d0734a", alpha=0.25, label="gain (personalized - generic)")
+            ax.plot(x, [np.nan if v is None else v for v in values], marker="o", label=catalog.label(name),
+                    color=catalog.color(name))
+    ax.bar(x, [b["gain_spearman"] for b in bins], color=catalog.color("personalized") or "#d0734a", alpha=0.25,
+           label="gain (personalized - generic)")
     ax.set_xticks(x, [f"{b['bin']}\n({b['n_raters']} raters)" for b in bins], fontsize=7)
     ax.set_xlabel("the rater's ratings in the training folds")
     ax.set_ylabel("Spearman")
@@ -158,17 +162,17 @@ comparable){% endif %}.</p>
 """)
 
 
-def render_report(result: dict) -> str:
-    """The HTML text for an `evaluate` result."""
+def render_report(result: dict, catalog: Catalog = CATALOG) -> str:
+    """The HTML text for an `evaluate` result; model labels, colours and order from `catalog`."""
     levels = result["levels"]
     five_levels = len(levels) == 5
     splits = []
     for split_name, split in result["splits"].items():
         rows = []
-        for name in _models(split):
+        for name in _models(split, catalog):
             o = split["models"][name]["overall"]
             ci = o["spearman_ci"]
-            rows.append({"label": MODEL_LABELS.get(name, name), "spearman": _fmt(o["spearman"]),
+            rows.append({"label": catalog.label(name), "spearman": _fmt(o["spearman"]),
                          "ci": "n/a" if ci[0] is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]",
                          "accuracy": _fmt(o["accuracy"]), "qwk": _fmt(o["qwk"]), "mae": _fmt(o["mae"])})
         paired = split.get("paired", {}).get("personalized_minus_generic")
@@ -180,19 +184,20 @@ def render_report(result: dict) -> str:
         splits.append((split_name, {
             "rows": rows,
             "paired": paired_text,
-            "spearman_png": _bars(split, "spearman", PAPER_SPEARMAN),
+            "spearman_png": _bars(split, "spearman", PAPER_SPEARMAN, catalog=catalog),
             # The paper's accuracy is on 5 levels: only meaningful as a line on a 5-level scale.
-            "accuracy_png": _bars(split, "accuracy", PAPER_ACCURACY if five_levels else None, " (5 levels)"),
-            "confusion_png": _confusions(split, levels, control),
+            "accuracy_png": _bars(split, "accuracy", PAPER_ACCURACY if five_levels else None, " (5 levels)",
+                                  catalog=catalog),
+            "confusion_png": _confusions(split, levels, control, catalog),
             "confusion_control": control,
-            "gain_png": _gain(split),
+            "gain_png": _gain(split, catalog),
         }))
     return TEMPLATE.render(r=result, splits=splits, split_labels=SPLIT_LABELS, paper_label=PAPER_LABEL,
                            paper_spearman=PAPER_SPEARMAN, paper_accuracy=PAPER_ACCURACY)
 
 
-def write_report(result: dict, path: str | Path) -> Path:
+def write_report(result: dict, path: str | Path, catalog: Catalog = CATALOG) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(result), encoding="utf-8")
+    path.write_text(render_report(result, catalog), encoding="utf-8")
     return path
