@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+import traceback
+
 import typer
 
 from sense7.cli import backend, data, demo, jobs, project, research, server, synth_cmd
+from sense7.cli._common import CleanErrorsGroup, err_console
 
 app = typer.Typer(
+    cls=CleanErrorsGroup,  # expected errors (bad files, paths, data conflicts): one line, no traceback
     name="sense7",
     help="Per-turn empathy ratings in Label Studio and personalized rater models (SENSE-7 style).",
     no_args_is_help=True,
@@ -19,4 +24,11 @@ for module in (demo, server, project, data, synth_cmd, research, backend, jobs):
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception:  # expected errors never get here (CleanErrorsGroup): this is a bug in sense7
+        traceback.print_exc()
+        err_console.print("internal error: this is a bug in sense7, not a problem with your input; the traceback "
+                          "above shows where it happened (please include it in a bug report)",
+                          style="bold red", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(1)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sense7.cli._common import console, err_console, fail, label_studio_errors, progress, settings
+from sense7.cli._common import console, fail, label_studio_errors, progress, settings
 from sense7.data.formats import FORMATS, FormatError, read_assignments, read_conversations, read_raters
 from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
@@ -18,8 +18,25 @@ ratings_app = typer.Typer(help="Ratings collected outside Label Studio (a pilot,
 
 
 def _report_problems(exc: FormatError) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False)
-    return typer.Exit(2)
+    return fail(str(exc), 2)
+
+
+def _email_conflicts(store: Store, rows: list[dict]) -> list[str]:
+    """Emails of `rows` that another rater already has in the store (the store keeps emails unique).
+    Names the raters and the email only: never anybody's traits."""
+    emails = store.rater_emails()  # rater_id -> email
+    emails.update({r["rater_id"]: r["email"] for r in rows})  # as they would be after the import
+    owners: dict[str, list[str]] = {}
+    for rid, email in emails.items():
+        if email:
+            owners.setdefault(email, []).append(rid)
+    conflicts = []
+    for row in rows:
+        others = [rid for rid in owners.get(row["email"] or "", []) if rid != row["rater_id"]]
+        if others:
+            conflicts.append(f"rater {row['rater_id']}: email {row['email']} is already used by rater "
+                             f"{', '.join(sorted(others))}")
+    return conflicts
 
 
 def import_batch(
@@ -64,7 +81,11 @@ def raters_import(file: Path = typer.Argument(..., help="CSV: rater_id, email, p
         rows = read_raters(file)
     except FormatError as exc:
         raise _report_problems(exc)
-    inserted, updated = Store(settings().store_url).upsert_raters(rows)
+    store = Store(settings().store_url)
+    conflicts = _email_conflicts(store, rows)
+    if conflicts:
+        raise fail(f"{file}: {len(conflicts)} email conflict(s), nothing was imported:\n  " + "\n  ".join(conflicts), 2)
+    inserted, updated = store.upsert_raters(rows)
     console.print(f"{len(rows)} rater(s): {inserted} new, {updated} updated, "
                   f"{len(rows) - inserted - updated} unchanged")
 

@@ -32,12 +32,16 @@ def create(taxonomy: Path = typer.Option(None, help="Taxonomy YAML (default labe
 
 @config_app.command("render")
 def render(taxonomy: Path = typer.Option(None, help="Taxonomy YAML"),
-           out: Path = typer.Option(None, help="Output folder (default: next to the taxonomy)")) -> None:
+           out: Path = typer.Option(None, help="Output folder, created if missing (default: next to the taxonomy)")) -> None:
     """Write rating.xml and profile.xml from the taxonomy."""
     try:
         tax = load_taxonomy(taxonomy)
     except (TaxonomyError, OSError) as exc:
         raise fail(str(exc))
+    if out is not None:
+        if out.exists() and not out.is_dir():
+            raise fail(f"--out {out}: not a folder (give the folder for rating.xml and profile.xml)")
+        out.mkdir(parents=True, exist_ok=True)
     for path, text in render_all(tax, out or (taxonomy.parent if taxonomy else None)).items():
         path.write_text(text, encoding="utf-8")
         console.print(f"wrote {path}")

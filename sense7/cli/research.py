@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from sense7.cli._common import console, fail, progress
@@ -35,12 +34,12 @@ def _load(conversations: Path | None, ratings: Path | None, raters: Path | None,
             raise fail(f"missing {missing} (or give --wassa2024 DIR)", 2)
         for path in (conversations, ratings, raters):
             if path is not None and not Path(path).is_file():
-                raise fail(f"{escape(str(path))}: file not found", 2)
+                raise fail(f"{path}: file not found", 2)
         if conversations is None:
             return read_ratings_csv(ratings), Path(ratings).stem
         return load_native(conversations, ratings, raters), Path(ratings).parent.name or Path(ratings).stem
     except (DataError, ValueError) as exc:  # DataError, sense7.data.formats.FormatError: file:line: field: reason
-        raise fail(escape(str(exc)), 2)
+        raise fail(str(exc), 2)
 
 
 def _ci(ci) -> str:
@@ -109,7 +108,7 @@ def evaluate_command(
     try:
         estimators = default_models(None if models is None else [m.strip() for m in models.split(",") if m.strip()])
     except ValueError as exc:
-        raise fail(f"--models: {escape(str(exc))}", 2)
+        raise fail(f"--models: {exc}", 2)
     data, name = _load(conversations, ratings, raters, wassa2024)
     with progress() as bar:
         job = bar.add_task("Cross-validating", total=len(chosen) * len(estimators) * folds)
@@ -118,7 +117,7 @@ def evaluate_command(
                               n_jobs=jobs,
                               dataset=name, progress=lambda label: bar.update(job, advance=1, description=label))
         except ValueError as exc:
-            raise fail(escape(str(exc)), 2)
+            raise fail(str(exc), 2)
     console.print(f"{result['dataset']}: {result['n_ratings']} ratings, {result['n_items']} items, "
                   f"{result['n_raters']} raters, {result['n_conversations']} conversations; "
                   f"controls {', '.join(result['controls'])}; scale {result['levels'][0]}-{result['levels'][-1]}")
@@ -165,7 +164,10 @@ def analyze_command(
 
     loaded, name = _load(conversations, ratings, raters, wassa2024, need_conversations=False)
     frame = getattr(loaded, "ratings", loaded)
-    result = analyze(frame, n_boot=boot, seed=seed, dataset=name)
+    try:
+        result = analyze(frame, n_boot=boot, seed=seed, dataset=name)
+    except ValueError as exc:  # e.g. no ratings in the file
+        raise fail(str(exc), 2)
     console.print(f"{name}: {result['n_ratings']} ratings by {result['n_raters']} raters")
     components = result["variance_components"]
     levels = sorted({vc["level"] for vc in components.values()})
