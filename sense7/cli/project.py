@@ -32,7 +32,8 @@ def create(taxonomy: Path = typer.Option(None, help="Taxonomy YAML (default labe
 
 @config_app.command("render")
 def render(taxonomy: Path = typer.Option(None, help="Taxonomy YAML"),
-           out: Path = typer.Option(None, help="Output folder, created if missing (default: next to the taxonomy)")) -> None:
+           out: Path = typer.Option(None, help="Output folder, created if missing "
+                                                "(default: next to the taxonomy)")) -> None:
     """Write rating.xml and profile.xml from the taxonomy."""
     try:
         tax = load_taxonomy(taxonomy)

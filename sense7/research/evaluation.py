@@ -333,7 +333,8 @@ def _confusion(y_true, y_level, levels) -> list[list[int]]:
 def evaluate(data, splits=("known_rater", "cold_start"), n_folds: int = 5, seed: int = 0, n_boot: int = 1000,
              models: dict | None = None, dataset: str | None = None, progress: Progress | None = None,
              n_jobs: int = 1) -> dict:
-    """Cross-validate `models` (default: every kind of sense7.model.catalog.CATALOG) on a `sense7.data.dataset.RatingData`."""
+    """Cross-validate `models` on a `sense7.data.dataset.RatingData` (default: every kind of
+    sense7.model.catalog.CATALOG)."""
     from sense7.data.dataset import build_items
 
     X, Y = build_items(data)
