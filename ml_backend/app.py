@@ -4,10 +4,13 @@ Routes: GET /health, POST /setup, POST /predict, POST /webhook, GET /versions (s
 for the exact bodies). We serve the protocol ourselves because PyPI's label-studio-ml 1.0.9 pins Flask
 1.1.2 and ignores START_TRAINING, and 2.x is not on PyPI.
 
-Security: HTTP basic auth on every route when SENSE7_BACKEND_USER/PASSWORD are set (Label Studio sends
-them with auth_method=BASIC_AUTH); /webhook also wants the shared secret in X-Sense7-Secret, except for
-START_TRAINING, which Label Studio's ML API sends itself without custom headers and which is therefore
-accepted only when basic auth is configured (and passed). Bodies above `max_content_length` get 413.
+Security: HTTP basic auth on every route (on by default: generated credentials that `sense7 backend
+connect` hands to Label Studio, which sends them with auth_method=BASIC_AUTH). A webhook carries no
+authority: annotation events (with the shared secret in X-Sense7-Secret) only wake a job that re-reads the
+annotation from Label Studio, so a forged one causes at most a re-read. START_TRAINING, which Label
+Studio's ML API sends with basic auth and no custom header, is accepted only with basic auth passed: the
+secret header, which every Label Studio member can read, cannot start training. Malformed events get 400,
+bodies above `max_content_length` 413 (chunked ones too).
 Logs carry routes, counts, versions and ids, never bodies, traits, tokens or passwords.
 """
 
@@ -24,9 +27,9 @@ from flask import Flask, jsonify, request
 from flask.json.provider import JSONProvider
 from sense7.ml_backend.labels import LabelConfigError
 from sense7.ml_backend.model import ModelUnavailable, Sense7Model, build_model
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from sense7.labelstudio.protocol import SECRET_HEADER
+from sense7.labelstudio.protocol import SECRET_HEADER, MalformedEvent
 from sense7.settings import Settings
 
 log = logging.getLogger("sense7.ml_backend")
@@ -99,8 +102,21 @@ def create_app(settings: Settings | None = None, *, model: Sense7Model | None = 
         response.headers["WWW-Authenticate"] = 'Basic realm="sense7 ML backend"'
         return response
 
+    def _body() -> bytes:
+        if request.content_length is None and request.environ.get("wsgi.input_terminated"):
+            # A chunked body: werkzeug would cut it at the limit without a word (and the JSON would then
+            # look malformed); read one byte past the limit to tell "too large" apart.
+            raw = request.environ["wsgi.input"].read(max_content_length + 1)
+            if len(raw) > max_content_length:
+                raise RequestEntityTooLarge()
+            return raw
+        return request.get_data(cache=True)  # 413 when the declared length is over the limit
+
     def _json_object(what: str) -> dict:
-        body = request.get_json(silent=True)
+        try:
+            body = orjson.loads(_body())
+        except orjson.JSONDecodeError:
+            body = None
         if not isinstance(body, dict):
             raise _BadRequest(f"{what}: the body must be a JSON object (Content-Type: application/json)")
         return body
@@ -147,10 +163,15 @@ def create_app(settings: Settings | None = None, *, model: Sense7Model | None = 
         action = body.get("action")
         if not isinstance(action, str) or not action:
             raise _BadRequest("/webhook: 'action' (a string such as ANNOTATION_CREATED) is missing")
-        if not _same(request.headers.get(SECRET_HEADER), secret) and not (basic_auth and action in ML_API_ACTIONS):
+        if action in ML_API_ACTIONS:
+            if not basic_auth:  # (basic auth passed already when it is configured: see _check_basic_auth)
+                return _error(403, f"/webhook: {action} needs the backend's basic auth")
+        elif not _same(request.headers.get(SECRET_HEADER), secret):
             return _error(403, f"/webhook: missing or wrong {SECRET_HEADER} header")
         try:
             model.fit(action, body)
+        except MalformedEvent as exc:
+            return _error(400, f"/webhook: {exc}")
         except Exception as exc:
             log.error("webhook %s: event handler failed (%s)", action, type(exc).__name__)
             log.debug("event handler failure", exc_info=True)

@@ -1,8 +1,9 @@
 """Run the ML backend under gunicorn as a background process (`sense7 backend start|stop|status`).
 
-gunicorn's config is ml_backend/gunicorn_conf.py: gthread workers (SENSE7_BACKEND_WORKERS, default 2 =
-the cores of the reference machine) x threads (SENSE7_BACKEND_THREADS, default 8), bound to 127.0.0.1,
-each worker loading the served model once. Credentials reach the process through its environment only.
+gunicorn's config is ml_backend/gunicorn_conf.py: sync workers (SENSE7_BACKEND_WORKERS, default 2 = the
+cores of the reference machine), bound to SENSE7_BACKEND_HOST (127.0.0.2: loopback, and the one local
+address Label Studio's SSRF protection lets it call), each worker loading the served model once, with
+HTTP basic auth on by default. Credentials reach the process through its environment only.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class BackendServer:
     def __init__(self, settings: Settings, port: int | None = None, startup_timeout: float = 60.0):
         self.settings = settings
         self.port = port or urlparse(settings.backend_url).port or settings.backend_port
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.host = settings.serving.bind.rpartition(":")[0] or "127.0.0.2"
+        self.url = f"http://{self.host}:{self.port}"
         self.process = ManagedProcess("ml-backend", settings.home, lambda: self.health(timeout=1.0) is not None,
                                       startup_timeout)
         self.pid_file, self.log_file = self.process.pid_file, self.process.log_file
@@ -75,7 +77,7 @@ class BackendServer:
         env = dict(os.environ)
         env.update(SENSE7_HOME=str(self.settings.home), SENSE7_STORE_URL=self.settings.store_url,
                    SENSE7_MODEL_DIR=str(self.settings.model_dir), SENSE7_BACKEND_PORT=str(self.port),
-                   SENSE7_BACKEND_BIND=f"127.0.0.1:{self.port}", SENSE7_BACKEND_PIDFILE=str(self.pid_file),
+                   SENSE7_BACKEND_BIND=f"{self.host}:{self.port}", SENSE7_BACKEND_PIDFILE=str(self.pid_file),
                    SENSE7_WEBHOOK_SECRET=self.settings.webhook_secret)
         if self.auth:
             env.update(SENSE7_BACKEND_USER=self.auth[0], SENSE7_BACKEND_PASSWORD=self.auth[1])
@@ -90,7 +92,7 @@ class BackendServer:
         if running:
             raise BackendError(f"the ML backend is already running (pid {running}, {self.url}); "
                                "`sense7 backend stop` first")
-        if not port_is_free(self.port):
+        if not port_is_free(self.port, self.host):
             raise BackendError(f"port {self.port} is already in use by another program: stop it or choose another "
                                "port with SENSE7_BACKEND_PORT (or --port)")
         # Create the store's tables once here, so the workers booting together need not race to do it.

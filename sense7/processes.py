@@ -70,11 +70,13 @@ class ManagedProcess:
         """Start (or find running) and wait until healthy. Interrupted or failed: nothing is left running."""
         pid = self.pid()
         if pid is None:
-            self.pid_file.parent.mkdir(parents=True, exist_ok=True)
-            self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_file, "ab") as log:
+            self.pid_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "ab") as log:
+                # umask 077: what the service writes (its database, data files, logs) is its owner's only.
                 proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, cwd=cwd)
+                                        start_new_session=True, cwd=cwd, umask=0o077)
             pid = proc.pid
             self.pid_file.write_text(str(pid))
         try:

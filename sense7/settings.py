@@ -13,6 +13,9 @@ import secrets
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+# Label Studio may call (ML backend, webhooks) this one loopback address and no other local one: the
+# backend listens here, and Label Studio's SSRF protection stays on for everything else (sense7.labelstudio.server).
+BACKEND_HOST = "127.0.0.2"
 RATING_PROJECT_TITLE = "SENSE-7 empathy ratings"
 PROFILE_PROJECT_TITLE = "SENSE-7 rater profile"
 
@@ -62,7 +65,7 @@ class JobSettings:
 class BackendServing:
     """How gunicorn serves the ML backend (ml_backend/gunicorn_conf.py reads these, nothing else)."""
 
-    bind: str = "127.0.0.1:9090"          # SENSE7_BACKEND_BIND (default: 127.0.0.1:SENSE7_BACKEND_PORT)
+    bind: str = f"{BACKEND_HOST}:9090"    # SENSE7_BACKEND_BIND (default: SENSE7_BACKEND_HOST:SENSE7_BACKEND_PORT)
     workers: int = 2                      # SENSE7_BACKEND_WORKERS
     threads: int = 1                      # SENSE7_BACKEND_THREADS (>1: gthread workers)
     keepalive: int = 0                    # SENSE7_BACKEND_KEEPALIVE
@@ -72,9 +75,9 @@ class BackendServing:
     on_event: str | None = None           # SENSE7_BACKEND_ON_EVENT: "module:function" receiving webhooks
 
     @classmethod
-    def from_env(cls, env: dict, port: int) -> "BackendServing":
+    def from_env(cls, env: dict, host: str, port: int) -> "BackendServing":
         numbers = _numbers_from_env(cls, env, "SENSE7_BACKEND_")
-        return cls(bind=env.get("SENSE7_BACKEND_BIND") or f"127.0.0.1:{port}",
+        return cls(bind=env.get("SENSE7_BACKEND_BIND") or f"{host}:{port}",
                    pidfile=env.get("SENSE7_BACKEND_PIDFILE") or None,
                    access_log=bool(env.get("SENSE7_BACKEND_ACCESS_LOG")),
                    log_level=env.get("SENSE7_BACKEND_LOG_LEVEL") or "info",
@@ -83,6 +86,10 @@ class BackendServing:
 
 @dataclass(frozen=True)
 class Settings:
+    """Every setting of every process. Secrets not given in the environment are generated once per
+    SENSE7_HOME (0600 files in secrets/). Label Studio binds SENSE7_LS_HOST (127.0.0.1); the ML backend
+    binds SENSE7_BACKEND_HOST (127.0.0.2) with HTTP basic auth on unless SENSE7_BACKEND_AUTH=off."""
+
     home: Path
     ls_port: int
     ls_url: str
@@ -98,6 +105,7 @@ class Settings:
     webhook_secret: str
     model_dir: Path
     ls_database_url: str | None = None  # PostgreSQL for Label Studio itself; None = SQLite in home
+    ls_host: str = "127.0.0.1"          # the address Label Studio listens on (SENSE7_LS_HOST)
     rating_project_title: str = RATING_PROJECT_TITLE
     profile_project_title: str = PROFILE_PROJECT_TITLE
     jobs: JobSettings = field(default_factory=JobSettings)
@@ -109,35 +117,53 @@ class Settings:
         home = Path(env.get("SENSE7_HOME", Path.cwd() / ".sense7")).resolve()
         ls_port = int(env.get("SENSE7_LS_PORT", "8080"))
         backend_port = int(env.get("SENSE7_BACKEND_PORT", "9090"))
+        backend_host = env.get("SENSE7_BACKEND_HOST") or BACKEND_HOST
+        ls_host = env.get("SENSE7_LS_HOST") or "127.0.0.1"
+        auth = (env.get("SENSE7_BACKEND_AUTH") or "on").lower() not in ("off", "0", "false", "no")
         return cls(
             home=home,
             ls_port=ls_port,
-            ls_url=env.get("SENSE7_LS_URL", f"http://127.0.0.1:{ls_port}").rstrip("/"),
+            ls_url=env.get("SENSE7_LS_URL", f"http://{_url_host(ls_host)}:{ls_port}").rstrip("/"),
             ls_token=env.get("SENSE7_LS_TOKEN") or _local_secret(home, "ls_token"),
             ls_admin_email=env.get("SENSE7_LS_ADMIN_EMAIL", "admin@sense7.local"),
             ls_admin_password=env.get("SENSE7_LS_ADMIN_PASSWORD") or _local_secret(home, "ls_password"),
             store_url=env.get("SENSE7_STORE_URL", f"sqlite:///{home / 'store.sqlite'}"),
             redis_url=env.get("SENSE7_REDIS_URL") or env.get("CELERY_BROKER_URL") or None,
             backend_port=backend_port,
-            backend_url=env.get("SENSE7_BACKEND_URL", f"http://127.0.0.1:{backend_port}").rstrip("/"),
-            backend_user=env.get("SENSE7_BACKEND_USER") or None,
-            backend_password=env.get("SENSE7_BACKEND_PASSWORD") or None,
+            backend_url=env.get("SENSE7_BACKEND_URL", f"http://{backend_host}:{backend_port}").rstrip("/"),
+            backend_user=(env.get("SENSE7_BACKEND_USER") or "sense7") if auth else None,
+            backend_password=(env.get("SENSE7_BACKEND_PASSWORD") or _local_secret(home, "backend_password"))
+            if auth else None,
             webhook_secret=env.get("SENSE7_WEBHOOK_SECRET") or _local_secret(home, "webhook_secret"),
             model_dir=Path(env.get("SENSE7_MODEL_DIR", home / "models")).resolve(),
             ls_database_url=env.get("SENSE7_LS_DATABASE_URL") or None,
+            ls_host=ls_host,
             rating_project_title=env.get("SENSE7_RATING_PROJECT_TITLE") or RATING_PROJECT_TITLE,
             profile_project_title=env.get("SENSE7_PROFILE_PROJECT_TITLE") or PROFILE_PROJECT_TITLE,
             jobs=JobSettings.from_env(env),
-            serving=BackendServing.from_env(env, backend_port),
+            serving=BackendServing.from_env(env, backend_host, backend_port),
         )
 
 
-def _local_secret(home: Path, name: str) -> str:
+def _url_host(host: str) -> str:
+    """A host as it goes into a URL: 0.0.0.0 (listen everywhere) is reached through 127.0.0.1."""
+    return "127.0.0.1" if host in ("0.0.0.0", "") else (f"[{host}]" if ":" in host else host)
+
+
+def secure_home(home: Path) -> Path:
+    """SENSE7_HOME as a 0700 folder: it holds secrets, traits, conversations, databases and logs."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(home, 0o700)
+    return home
+
+
+def local_secret(home: Path, name: str) -> str:
     """A random secret generated once per SENSE7_HOME and kept in a 0600 file, never printed or logged."""
     path = home / "secrets" / name
     if path.exists():
         return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    secure_home(home)
+    path.parent.mkdir(exist_ok=True, mode=0o700)
     value = secrets.token_hex(20)
     # O_EXCL: two processes starting at once agree on the first value written.
     try:
@@ -147,3 +173,6 @@ def _local_secret(home: Path, name: str) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(value)
     return value
+
+
+_local_secret = local_secret

@@ -18,7 +18,7 @@ from pathlib import Path
 import redis
 
 from sense7.processes import free_port
-from sense7.settings import Settings
+from sense7.settings import Settings, local_secret
 
 
 class RedisUnavailable(RuntimeError):
@@ -51,8 +51,11 @@ def redis_url(settings: Settings) -> str | None:
     return settings.redis_url or running_local_url(settings)
 
 
-def start_redis_server(directory: Path, port: int | None = None, wait: float = 10.0) -> tuple[subprocess.Popen, str]:
+def start_redis_server(directory: Path, port: int | None = None, wait: float = 10.0,
+                       password: str | None = None) -> tuple[subprocess.Popen, str]:
     """Start `redis-server` on 127.0.0.1:`port` with its data in `directory`; return (process, url).
+    With `password`, clients must authenticate (it goes in a 0600 config file, never on the command line,
+    and in the returned URL).
 
     The caller owns the process (tests stop and restart it to cause broker faults).
     """
@@ -64,15 +67,19 @@ def start_redis_server(directory: Path, port: int | None = None, wait: float = 1
         )
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     port = port or free_port()
+    config = directory / "redis.conf"
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"requirepass {password}\n" if password else "")
     args = [
-        binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(directory),
+        binary, str(config), "--bind", "127.0.0.1", "--port", str(port), "--dir", str(directory),
         # AOF so queued jobs survive a restart of the private server.
         "--appendonly", "yes", "--save", "", "--daemonize", "no",
         "--logfile", str(directory / "redis.log"), "--protected-mode", "yes",
     ]
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    url = f"redis://127.0.0.1:{port}/0"
+                            start_new_session=True, umask=0o077)
+    url = f"redis://:{password}@127.0.0.1:{port}/0" if password else f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -90,10 +97,12 @@ def ensure_redis(settings: Settings) -> str:
     if url:
         return url
     directory = local_redis_dir(settings)
-    proc, url = start_redis_server(directory)
+    proc, url = start_redis_server(directory, password=local_secret(settings.home, "redis_password"))
     (directory / "pid").write_text(str(proc.pid))
     tmp = directory / "url.tmp"
-    tmp.write_text(url)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the URL carries the password
+    with os.fdopen(fd, "w") as fh:
+        fh.write(url)
     os.replace(tmp, directory / "url")
     return url
 

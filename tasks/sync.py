@@ -7,8 +7,11 @@ upserts are keyed by annotation id + updated time, and annotations no longer in 
 deleted in the store.
 
 Who rated: `completed_by` (a Label Studio user id) -> that user's email (users API) -> our rater id
-(`store.rater_id_for_email`). An annotation by a user whose email is not a known rater (for example the
-admin entering a paper form on a rater's behalf) falls back to the task's own `rater_id` field.
+(`store.rater_id_for_email`). Attribution is never guessed: an annotation whose author is not a known
+rater, or is a rater other than the task's own, is *quarantined*: stored with the reason, counted, never
+trained on. A questionnaire answer changes traits only when the rater it asks about wrote it. (Staff who
+enter a paper form use `sense7 ratings import`: an explicit, logged entry.) Every change is kept in the
+store's rating history.
 """
 
 from __future__ import annotations
@@ -42,12 +45,23 @@ class SyncResult:
     upserted: int = 0      # new or changed rows written
     unchanged: int = 0     # already stored at this version
     deleted: int = 0       # marked deleted in the store (gone from Label Studio, or cancelled)
-    by_task_rater: int = 0  # rater taken from the task's rater_id (completed_by's email is not a rater)
+    quarantined: int = 0   # annotations credited to nobody: author not a known rater, or not the task's rater
+    credited: int = 0      # new or changed rows credited to a rater (what counts toward a retrain)
     invalid: list[str] = field(default_factory=list)  # annotation id + reason, skipped
     profiles: int = 0      # questionnaire answers written to rater traits
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def _user_id(user) -> int | None:
+    """A Label Studio user reference (an id, or an inlined user object) as its id."""
+    if isinstance(user, dict):
+        user = user.get("id")
+    try:
+        return int(user) if user is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _get(obj, name, default=None):
@@ -103,18 +117,25 @@ class LabelSync:
                 return None
         return self._emails.get(user_id) or None
 
-    def rater_for(self, completed_by, task_data: dict, result: SyncResult) -> str | None:
+    def author_rater(self, completed_by) -> str | None:
+        """The rater who wrote an annotation, from its author's email; None when the author is no rater."""
         email = self.email_of(completed_by)
         if not email:
-            rater = None
-        elif self._rater_by_email is not None:
-            rater = self._rater_by_email.get(email)
-        else:
-            rater = self.store.rater_id_for_email(email)
-        if rater is None and task_data.get("rater_id"):
-            result.by_task_rater += 1
-            rater = str(task_data["rater_id"])
-        return rater
+            return None
+        if self._rater_by_email is not None:
+            return self._rater_by_email.get(email)
+        return self.store.rater_id_for_email(email)
+
+    def attribution(self, completed_by, task_data: dict) -> tuple[str | None, str | None]:
+        """(rater, None) when the task's own rater wrote the annotation, else (None, why not)."""
+        author = _user_id(completed_by)
+        rater = self.author_rater(completed_by)
+        owner = task_data.get("rater_id")
+        if rater is None:
+            return None, f"author (Label Studio user {author}) is not a known rater"
+        if owner not in (None, "") and str(owner) != rater:
+            return None, f"rater {rater} answered a task of rater {owner}"
+        return rater, None
 
     # -- one annotation --------------------------------------------------------------------------------
     def apply(self, annotation: dict, task_data: dict, project: int, result: SyncResult) -> None:
@@ -136,14 +157,18 @@ class LabelSync:
         except (ValueError, KeyError, TypeError) as exc:
             result.invalid.append(f"annotation {ann_id}: {exc}")
             return
-        rater = self.rater_for(annotation.get("completed_by"), task_data, result)
+        rater, quarantine = self.attribution(annotation.get("completed_by"), task_data)
+        result.quarantined += quarantine is not None
         updated_at = iso_time(annotation.get("updated_at"))
         if self._stored is not None and self._stored.get(ann_id) == (updated_at, rater):
             result.unchanged += 1  # the same version is stored: skip the write transaction
             return
+        author = _user_id(annotation.get("completed_by"))
         changed = self.store.upsert_annotation(
             ann_id, int(annotation["task"]), conversation_id, turn_index, rater,
-            updated_at, values, expectation, comment)
+            updated_at, values, expectation, comment, author_id=author, quarantine=quarantine,
+            changed_by=_user_id(annotation.get("updated_by")) or author)
+        result.credited += bool(changed and rater is not None)
         if changed:
             result.upserted += 1
         else:
@@ -153,9 +178,10 @@ class LabelSync:
         answers, bad = parse_profile_result(annotation.get("result") or [], self.taxonomy)
         if bad:  # the valid answers are still kept
             result.invalid.append(f"profile annotation {annotation['id']}: invalid answer for {', '.join(bad)}")
-        rater = self.rater_for(annotation.get("completed_by"), task_data, result)
-        if rater is None:
-            result.invalid.append(f"profile annotation {annotation['id']}: no rater for this user")
+        rater, quarantine = self.attribution(annotation.get("completed_by"), task_data)
+        if rater is None:  # nobody's traits change on a stranger's word
+            result.quarantined += 1
+            result.invalid.append(f"profile annotation {annotation['id']}: {quarantine}")
             return
         self.store.update_traits(rater, answers)
         result.profiles += 1
@@ -188,6 +214,39 @@ class LabelSync:
             result.upserted += one.upserted
             result.unchanged += one.unchanged
         return result
+
+    # -- history ---------------------------------------------------------------------------------------
+    def revert(self, change_id: int) -> SyncResult:
+        """Undo one recorded change in Label Studio (the system of record), then sync the annotation so the
+        store follows: an edit gets its earlier result back, a deletion is re-created with its original
+        author (so it stays attributed to its rater), a creation is deleted. The revert itself is a new
+        change in the history."""
+        from sense7.labelstudio.protocol import rating_result
+
+        entries = self.store.history(change_id=change_id)
+        if not entries:
+            raise LookupError(f"no rating change #{change_id} (see `sense7 ratings history`)")
+        entry = entries[0]
+        before, ann_id = entry["old"], entry["annotation_id"]
+        try:
+            current = self.client.annotations.get(ann_id)
+        except ApiError as exc:
+            if exc.status_code != 404:
+                raise
+            current = None
+        if before is None:  # the change created it: remove it
+            if current is not None:
+                self.client.annotations.delete(ann_id)
+            return self.sync_annotation(ann_id)
+        result = rating_result(before["values"], self.taxonomy, before.get("expectation"), before.get("comment"))
+        if current is not None:
+            self.client.annotations.update(ann_id, result=result)
+            return self.sync_annotation(ann_id)
+        if entry["task_id"] is None:
+            raise LookupError(f"change #{change_id} does not record its task: it cannot be re-created")
+        created = self.client.annotations.create(entry["task_id"], result=result,
+                                                 completed_by=before.get("author_id"))
+        return self.sync_annotation(created.id)
 
     # -- reconciliation --------------------------------------------------------------------------------
     def exported_tasks(self, project: int) -> list[dict]:
@@ -252,13 +311,14 @@ def _run(fn):
 def _count_new(rt: Runtime, result: SyncResult) -> None:
     """After N new annotations (SENSE7_RETRAIN_EVERY), enqueue a retrain."""
     app = get_app()
-    total = note_new_ratings(app.conf.broker_url, result.upserted, rt.jobs.retrain_every)
+    total = note_new_ratings(app.conf.broker_url, result.credited, rt.jobs.retrain_every)
     if total:
         app.send_task(names.RETRAIN, kwargs={"reason": f"{total} new annotations"})
 
 
 @shared_task(name=names.SYNC_ANNOTATION, **RETRY)
 def sync_annotation_task(annotation_id: int) -> dict:
+    clear_pending(int(annotation_id))
     rt = current_runtime()
     result = _run(lambda: LabelSync.from_runtime(rt).sync_annotation(int(annotation_id)))
     _count_new(rt, result)
@@ -288,7 +348,8 @@ def reconcile_task(self) -> dict:
     return {**result.as_dict(), "retries": self.request.retries}
 
 
-def _enqueue(name: str, args: tuple = (), kwargs: dict | None = None) -> None:
+def _broker():
+    """This process's jobs app, with a broker (a home's private Redis may have started after it was built)."""
     app = get_app()
     if not app.conf.broker_url:
         # Built before this home's private Redis was started: look again (never start one here).
@@ -298,34 +359,84 @@ def _enqueue(name: str, args: tuple = (), kwargs: dict | None = None) -> None:
         if not url:
             raise RedisUnavailable("no Redis: set SENSE7_REDIS_URL or start the jobs with `sense7 worker`")
         app = configure(app.conf.sense7_settings, url)
+    return app
+
+
+def _enqueue(name: str, args: tuple = (), kwargs: dict | None = None) -> None:
+    app = _broker()
     # retry=False: fail at once when Redis is down (the reconciliation catches up later); ignore_result:
     # nobody waits for a webhook's job, and subscribing to its result would tie this process to the
     # result backend's connection state.
     app.send_task(name, args=args, kwargs=kwargs, retry=False, ignore_result=True)
 
 
+PENDING_PREFIX = "sense7:sync-pending:"  # + annotation id: a sync job for it is queued and not yet started
+PENDING_TTL = 3600  # (s) a lost job's mark expires; the periodic reconciliation covers it meanwhile
+_redis_clients: dict = {}
+
+
+def _redis(url: str):
+    import redis
+
+    if url not in _redis_clients:
+        _redis_clients[url] = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    return _redis_clients[url]
+
+
+def _annotation_ids(payload: dict, action: str) -> list[int]:
+    """The annotation ids an event names; MalformedEvent when it names none the way its action should."""
+    from sense7.labelstudio.protocol import MalformedEvent
+
+    if action in ("ANNOTATION_CREATED", "ANNOTATION_UPDATED"):
+        items = [payload.get("annotation")]
+    else:
+        items = payload.get("annotations")
+        if not isinstance(items, list) or not items:
+            raise MalformedEvent(f"{action}: 'annotations' must be a non-empty list of {{id}} objects")
+    ids = []
+    for item in items:
+        value = item.get("id") if isinstance(item, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
+            raise MalformedEvent(f"{action}: every annotation needs an integer 'id'")
+        ids.append(int(value))
+    return ids
+
+
+def _first_pending(ids: list[int]) -> list[int]:
+    """The ids with no sync job queued yet (marking them): replayed or forged events for an annotation
+    whose job has not started add nothing, since that job reads the latest state anyway."""
+    conn = _redis(get_app().conf.broker_url)
+    pipe = conn.pipeline()
+    for ann_id in ids:
+        pipe.set(f"{PENDING_PREFIX}{ann_id}", 1, nx=True, ex=PENDING_TTL)
+    return [ann_id for ann_id, fresh in zip(ids, pipe.execute()) if fresh]
+
+
+def clear_pending(annotation_id: int) -> None:
+    """A sync job starts: events arriving from now on need a new job."""
+    _redis(get_app().conf.broker_url).delete(f"{PENDING_PREFIX}{annotation_id}")
+
+
 def on_event(action: str, payload: dict) -> dict:
     """The ML backend's /webhook calls this: it only enqueues (never touches Label Studio or the store),
-    so the webhook answers well within Label Studio's 1 s timeout. Returns what was enqueued; raises
-    (so the webhook answers 503) when the broker is unreachable."""
+    so the webhook answers well within Label Studio's 1 s timeout. An event carries no authority: it only
+    wakes a job that reads the annotation from Label Studio (at most one queued job per annotation), so a
+    forged one causes at most a re-read. Returns what was enqueued; raises MalformedEvent (400) for a
+    payload that names no annotation, and a broker error (503) when Redis is unreachable."""
     payload = payload if isinstance(payload, dict) else {}
-    if action in ("ANNOTATION_CREATED", "ANNOTATION_UPDATED"):
-        ann_id = (payload.get("annotation") or {}).get("id")
-        if ann_id is None:
-            return {"enqueued": []}
-        _enqueue(names.SYNC_ANNOTATION, (int(ann_id),))
-        return {"enqueued": [names.SYNC_ANNOTATION], "annotations": [int(ann_id)]}
-    if action in ("ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"):
-        ids = [int(a["id"]) for a in payload.get("annotations") or [] if isinstance(a, dict) and "id" in a]
-        if not ids:
-            return {"enqueued": []}
-        if action == "ANNOTATIONS_DELETED":
-            _enqueue(names.DELETE_ANNOTATIONS, (ids,))
-            return {"enqueued": [names.DELETE_ANNOTATIONS], "annotations": ids}
-        for ann_id in ids:
+    if action in ("ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_CREATED"):
+        ids = _annotation_ids(payload, action)
+        _broker()
+        fresh = _first_pending(ids)
+        for ann_id in fresh:
             _enqueue(names.SYNC_ANNOTATION, (ann_id,))
-        return {"enqueued": [names.SYNC_ANNOTATION] * len(ids), "annotations": ids}
+        return {"enqueued": [names.SYNC_ANNOTATION] * len(fresh), "annotations": fresh}
+    if action == "ANNOTATIONS_DELETED":
+        ids = _annotation_ids(payload, action)
+        _enqueue(names.DELETE_ANNOTATIONS, (ids,))
+        return {"enqueued": [names.DELETE_ANNOTATIONS], "annotations": ids}
     if action == "START_TRAINING":
+        # Only reaches here with the backend's basic auth (ml_backend/app.py): Label Studio's "Start training".
         _enqueue(names.RETRAIN, kwargs={"reason": "START_TRAINING"})
         return {"enqueued": [names.RETRAIN]}
     return {"enqueued": []}

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
 import typer
 
-from sense7.cli import backend, data, demo, jobs, project, research, server, synth_cmd
+from sense7.cli import backend, data, demo, jobs, project, ratings, research, server, synth_cmd
 from sense7.cli._common import CleanErrorsGroup, err_console
 
 app = typer.Typer(
@@ -19,11 +20,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (demo, server, project, data, synth_cmd, research, backend, jobs):
+for module in (demo, server, project, data, ratings, synth_cmd, research, backend, jobs):
     module.register(app)
 
 
 def main() -> None:
+    # Everything sense7 writes (store, secrets, logs, reports, the servers it starts and their databases)
+    # holds traits, conversations or secrets: readable by this user only.
+    os.umask(0o077)
     try:
         app()
     except Exception:  # expected errors never get here (CleanErrorsGroup): this is a bug in sense7

@@ -132,7 +132,8 @@ def sync(
             result = syncer.reconcile()
     console.print(f"{result.seen} annotations read in {time.perf_counter() - started:.1f} s: "
                   f"{result.upserted} new or changed, {result.unchanged} unchanged, {result.deleted} deleted, "
-                  f"{result.profiles} questionnaires, {result.by_task_rater} rated on a rater's behalf")
+                  f"{result.profiles} questionnaires, {result.quarantined} quarantined "
+                  "(author not the task's rater; `sense7 ratings quarantined` lists them)")
     for problem in result.invalid[:20]:
         console.print(f"[yellow]skipped[/] {problem}", highlight=False)
     if len(result.invalid) > 20:

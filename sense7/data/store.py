@@ -65,6 +65,25 @@ annotations = Table(
     Column("expectation", String(32), nullable=True),
     Column("comment", Text, nullable=True),
     Column("deleted", Boolean, nullable=False, default=False),
+    Column("author_id", Integer, nullable=True),  # Label Studio user id of whoever wrote it (completed_by)
+    # Why this annotation is not attributed to any rater (author not a known rater, not the task's rater):
+    # kept, listed and counted, but never trained on and never turned into traits.
+    Column("quarantine", String(300), nullable=True),
+)
+
+# Every change of a synced rating, oldest first: who (Label Studio user id), when, the state before and
+# after ({"values", "expectation", "comment", "rater_id"}; None = did not exist / deleted).
+rating_history = Table(
+    "rating_history", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("annotation_id", Integer, nullable=False, index=True),
+    Column("task_id", Integer, nullable=True),
+    Column("change", String(16), nullable=False),  # created, updated, deleted
+    Column("changed_by", Integer, nullable=True),
+    Column("changed_at", DateTime(timezone=True), nullable=False),
+    Column("ls_updated_at", String(64), nullable=True),
+    Column("old", JSON, nullable=True),
+    Column("new", JSON, nullable=True),
 )
 
 ratings = Table(
@@ -109,6 +128,18 @@ class Store:
                 cur.close()
         self._create_tables()
 
+    # Columns added after a store's first release: (table, column, SQL type) added to older databases.
+    _ADDED_COLUMNS = (("annotations", "author_id", "INTEGER"), ("annotations", "quarantine", "VARCHAR(300)"))
+
+    def _add_missing_columns(self) -> None:
+        from sqlalchemy import inspect, text
+
+        present = {c["name"] for c in inspect(self.engine).get_columns("annotations")}
+        with self.engine.begin() as conn:
+            for table, column, sql_type in self._ADDED_COLUMNS:
+                if column not in present:
+                    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+
     def _create_tables(self, attempts: int = 5) -> None:
         """Create missing tables. Several processes (gunicorn workers, Celery) may start on a fresh
         database at once: whoever loses the race sees "already exists" and simply checks again."""
@@ -117,6 +148,7 @@ class Store:
         for attempt in range(attempts):
             try:
                 metadata.create_all(self.engine)
+                self._add_missing_columns()
                 return
             except (OperationalError, ProgrammingError, IntegrityError):
                 if attempt == attempts - 1:
@@ -215,29 +247,85 @@ class Store:
     # -- annotations and ratings -----------------------------------------------------------------------
     def upsert_annotation(self, annotation_id: int, task_id: int, conversation_id: str, turn_index: int | None,
                           rater_id: str | None, updated_at: str, values: dict[str, int],
-                          expectation: str | None = None, comment: str | None = None) -> bool:
-        """Insert or update one annotation with its ratings. Returns False when nothing changed (the
-        same or an older version was already stored), so a replayed webhook is a no-op."""
+                          expectation: str | None = None, comment: str | None = None, *,
+                          author_id: int | None = None, changed_by: int | None = None,
+                          quarantine: str | None = None) -> bool:
+        """Insert or update one annotation with its ratings, keeping the change in the history. Returns
+        False when nothing changed (the same or an older version was already stored), so a replayed
+        webhook is a no-op. `quarantine`: why no rater is credited (then rater_id must be None)."""
         with self.engine.begin() as conn:
-            current = conn.execute(select(annotations.c.updated_at, annotations.c.deleted, annotations.c.rater_id)
+            current = conn.execute(select(annotations.c.updated_at, annotations.c.deleted, annotations.c.rater_id,
+                                          annotations.c.quarantine)
                                    .where(annotations.c.annotation_id == annotation_id)).first()
-            if current and not current.deleted and current.updated_at >= updated_at and current.rater_id == rater_id:
+            if (current and not current.deleted and current.updated_at >= updated_at and current.rater_id == rater_id
+                    and current.quarantine == quarantine):
                 return False
+            old = self._state(conn, annotation_id) if current and not current.deleted else None
             self._upsert(conn, annotations, [{
                 "annotation_id": annotation_id, "task_id": task_id, "conversation_id": conversation_id,
                 "turn_index": turn_index, "rater_id": rater_id, "updated_at": updated_at,
-                "expectation": expectation, "comment": comment, "deleted": False}], ["annotation_id"])
+                "expectation": expectation, "comment": comment, "deleted": False, "author_id": author_id,
+                "quarantine": quarantine}], ["annotation_id"])
             conn.execute(delete(ratings).where(ratings.c.annotation_id == annotation_id))
             if values:
                 conn.execute(ratings.insert(), [{"annotation_id": annotation_id, "control": k, "value": int(v)}
                                                 for k, v in values.items()])
+            new = {"values": {k: int(v) for k, v in sorted(values.items())}, "expectation": expectation,
+                   "comment": comment, "rater_id": rater_id, "quarantine": quarantine, "author_id": author_id}
+            if old != new:
+                conn.execute(rating_history.insert().values(
+                    annotation_id=annotation_id, task_id=task_id, change="updated" if old else "created",
+                    changed_by=changed_by if changed_by is not None else author_id, changed_at=_now(),
+                    ls_updated_at=updated_at, old=old, new=new))
         return True
 
-    def delete_annotation(self, annotation_id: int) -> bool:
+    @staticmethod
+    def _state(conn, annotation_id: int) -> dict | None:
+        row = conn.execute(select(annotations).where(annotations.c.annotation_id == annotation_id)).mappings().first()
+        if row is None:
+            return None
+        values = dict(conn.execute(select(ratings.c.control, ratings.c.value)
+                                   .where(ratings.c.annotation_id == annotation_id)).all())
+        return {"values": {k: int(v) for k, v in sorted(values.items())}, "expectation": row["expectation"],
+                "comment": row["comment"], "rater_id": row["rater_id"], "quarantine": row["quarantine"],
+                "author_id": row["author_id"]}
+
+    def delete_annotation(self, annotation_id: int, changed_by: int | None = None) -> bool:
+        """Mark an annotation deleted (its rows stay, and the history keeps what it said)."""
         with self.engine.begin() as conn:
+            old = self._state(conn, annotation_id)
             result = conn.execute(update(annotations).where(annotations.c.annotation_id == annotation_id,
                                                             annotations.c.deleted.is_(False)).values(deleted=True))
+            if result.rowcount:
+                task_id = conn.scalar(select(annotations.c.task_id).where(annotations.c.annotation_id == annotation_id))
+                conn.execute(rating_history.insert().values(
+                    annotation_id=annotation_id, task_id=task_id, change="deleted", changed_by=changed_by,
+                    changed_at=_now(), old=old, new=None))
         return result.rowcount > 0
+
+    def history(self, annotation_id: int | None = None, rater_id: str | None = None,
+                change_id: int | None = None) -> list[dict]:
+        """Changes of synced ratings, oldest first (filtered by annotation, by rater before or after the
+        change, or one change by its id)."""
+        query = select(rating_history).order_by(rating_history.c.id)
+        if annotation_id is not None:
+            query = query.where(rating_history.c.annotation_id == annotation_id)
+        if change_id is not None:
+            query = query.where(rating_history.c.id == change_id)
+        with self.engine.connect() as conn:
+            rows = [dict(r) for r in conn.execute(query).mappings()]
+        if rater_id is not None:
+            rows = [r for r in rows if rater_id in ((r["old"] or {}).get("rater_id"), (r["new"] or {}).get("rater_id"))]
+        return rows
+
+    def quarantined(self) -> list[dict]:
+        """Live annotations credited to nobody, with the reason."""
+        query = (select(annotations.c.annotation_id, annotations.c.task_id, annotations.c.conversation_id,
+                        annotations.c.turn_index, annotations.c.author_id, annotations.c.quarantine)
+                 .where(annotations.c.deleted.is_(False), annotations.c.quarantine.is_not(None))
+                 .order_by(annotations.c.annotation_id))
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(query).mappings()]
 
     def annotation_versions(self, include_deleted: bool = False) -> dict[int, str]:
         """annotation_id -> updated_at, for reconciliation against the Label Studio API."""
@@ -259,7 +347,8 @@ class Store:
         query = (select(annotations.c.conversation_id, annotations.c.turn_index, annotations.c.rater_id,
                         ratings.c.control, ratings.c.value)
                  .join(ratings, ratings.c.annotation_id == annotations.c.annotation_id)
-                 .where(annotations.c.deleted.is_(False), annotations.c.rater_id.is_not(None)))
+                 .where(annotations.c.deleted.is_(False), annotations.c.rater_id.is_not(None),
+                        annotations.c.quarantine.is_(None)))
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
         frame = pd.DataFrame(rows, columns=RATING_COLUMNS)
@@ -288,7 +377,7 @@ class Store:
         query = (select(annotations.c.conversation_id, annotations.c.turn_index, annotations.c.rater_id,
                         annotations.c.expectation)
                  .where(annotations.c.deleted.is_(False), annotations.c.rater_id.is_not(None),
-                        annotations.c.expectation.is_not(None)))
+                        annotations.c.quarantine.is_(None), annotations.c.expectation.is_not(None)))
         with self.engine.connect() as conn:
             return pd.DataFrame(conn.execute(query).all(),
                                 columns=["conversation_id", "turn_index", "rater_id", "expectation"])
@@ -333,6 +422,8 @@ class Store:
                     annotations, annotations.c.annotation_id == ratings.c.annotation_id)
                     .where(annotations.c.deleted.is_(False))),
                 "imported_ratings": conn.scalar(select(func.count()).select_from(imported_ratings)),
+                "quarantined": conn.scalar(select(func.count()).select_from(annotations).where(
+                    annotations.c.deleted.is_(False), annotations.c.quarantine.is_not(None))),
             }
 
     def snapshot(self) -> str:

@@ -21,13 +21,17 @@ import pandas as pd
 
 from sense7.data.conversations import Conversation, task_key
 from sense7.data.dataset import ITEM_COLUMNS, _assistant_id, _attach, _context_columns, _item_row
-from sense7.taxonomy import PROFILE_OBJECT_TAG, Taxonomy, load_taxonomy
+from sense7.taxonomy import PROFILE_OBJECT_TAG, TURN_TAG, Taxonomy, load_taxonomy
 
 # START_TRAINING is not a webhook action: Label Studio's ML API sends it to the backend's /webhook itself.
 WEBHOOK_ACTIONS = ["ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"]
 SECRET_HEADER = "X-Sense7-Secret"
 BACKEND_TITLE = "sense7 rater model"
 REQUIRED_TASK_FIELDS = ("conversation_id", "turn_index", "rater_id", "turn")
+
+
+class MalformedEvent(ValueError):
+    """A webhook payload without what its action promises (answered 400, never retried)."""
 _POSITION = re.compile(r"(\d+)\D+(\d+)")
 
 START_PLACEHOLDER = {"role": "system", "content": "(This is the start of the conversation.)"}
@@ -85,6 +89,20 @@ def parse_annotation(result: list[dict], taxonomy: Taxonomy) -> tuple[dict[str, 
             texts = value.get("text") or []
             comment = "\n".join(str(t) for t in texts) if texts else None
     return values, expectation, comment
+
+
+def rating_result(values: dict[str, int], taxonomy: Taxonomy, expectation: str | None = None,
+                  comment: str | None = None) -> list[dict]:
+    """A rating annotation's result as the rating interface produces it: the inverse of parse_annotation."""
+    result = [{"from_name": control, "to_name": TURN_TAG, "type": "rating", "value": {"rating": int(level)}}
+              for control, level in values.items() if control in taxonomy.controls]
+    if expectation:
+        result.append({"from_name": taxonomy.expectation_key, "to_name": TURN_TAG, "type": "choices",
+                       "value": {"choices": [expectation]}})
+    if comment:
+        result.append({"from_name": taxonomy.comment_key, "to_name": TURN_TAG, "type": "textarea",
+                       "value": {"text": [comment]}})
+    return result
 
 
 def parse_profile_annotation(result: list[dict], taxonomy: Taxonomy) -> dict:

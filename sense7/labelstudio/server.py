@@ -1,5 +1,10 @@
 """Run a real Label Studio (its own virtualenv) as a background process bound to 127.0.0.1.
 
+Locked down by default (docs/SECURITY.md): no sign-up without the organization's invite link (every
+account is staff: Label Studio Community lets any member read and change everything), and its SSRF
+protection on, allowing only the address the ML backend listens on (Label Studio 1.23.2 has no allow-list:
+we replace its default banned subnets by the same list minus that one address).
+
 Idempotent: `start` on a running server returns it as it is. Refuses when the port is taken by something
 else, because Label Studio would otherwise move silently to the next port (8080 -> 8081) and every client
 would talk to the wrong server.
@@ -7,6 +12,7 @@ would talk to the wrong server.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +24,38 @@ from sense7.processes import ManagedProcess, ProcessError, port_is_free
 from sense7.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # sense7/labelstudio/server.py -> the repository
+
+
+# Label Studio 1.23.2's default banned subnets (core/utils/io.py validate_ip), which it drops when
+# USE_DEFAULT_BANNED_SUBNETS=false: we then hand back this list minus the addresses sense7 registers.
+DEFAULT_BANNED_SUBNETS = (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24",
+    "203.0.113.0/24", "224.0.0.0/4", "233.252.0.0/24", "240.0.0.0/4", "255.255.255.255/32", "::/128", "::1/128",
+    "::ffff:0:0/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001:0000::/32",
+    "2001:20::/28", "2001:db8::/32", "2002::/16", "fc00::/7", "fe80::/10", "ff00::/8",
+)
+
+
+def banned_subnets(allowed: list[str]) -> list[str]:
+    """Label Studio's default banned subnets with the `allowed` IP addresses cut out (host names and
+    public addresses need no exception)."""
+    holes = []
+    for host in allowed:
+        try:
+            holes.append(ipaddress.ip_network(host))
+        except ValueError:
+            continue  # a name: Label Studio resolves it and checks the address against this list
+    result = []
+    for subnet in map(ipaddress.ip_network, DEFAULT_BANNED_SUBNETS):
+        pieces = [subnet]
+        for hole in holes:
+            if hole.version != subnet.version:
+                continue
+            pieces = [rest for piece in pieces
+                      for rest in (piece.address_exclude(hole) if hole.subnet_of(piece) else [piece])]
+        result.extend(str(p) for p in pieces)
+    return result
 
 
 class ServerError(RuntimeError):
@@ -87,11 +125,14 @@ class LabelStudioServer:
             LABEL_STUDIO_PASSWORD=self.settings.ls_admin_password,
             LABEL_STUDIO_USER_TOKEN=self.settings.ls_token,
             LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN="true",
-            # Our backend and webhooks live on 127.0.0.1: 1.23 blocks local addresses by default.
-            ML_BLOCK_LOCAL_IP="false",
-            SSRF_PROTECTION_ENABLED="false",
+            # SSRF protection stays on: Label Studio may call the ML backend's address and no other local
+            # one (not Redis, PostgreSQL, itself or any other service on this machine).
+            ML_BLOCK_LOCAL_IP="true",
+            SSRF_PROTECTION_ENABLED="true",
             USE_DEFAULT_BANNED_SUBNETS="false",
-            LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK="false",
+            USER_ADDITIONAL_BANNED_SUBNETS=",".join(banned_subnets([urlparse(self.settings.backend_url).hostname or ""])),
+            # Staff only: accounts are created by the invite link (`sense7 server invite-staff`) or by us.
+            LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK="true",
             SENTRY_DSN="",
             FRONTEND_SENTRY_DSN="",
             COLLECT_ANALYTICS="false",
@@ -119,7 +160,7 @@ class LabelStudioServer:
                     f"port {port} is already in use by another program: Label Studio would silently move to "
                     f"another port. Stop that program or choose another port with SENSE7_LS_PORT.")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [str(label_studio_executable()), "start", "--no-browser", "--internal-host", "127.0.0.1",
+        cmd = [str(label_studio_executable()), "start", "--no-browser", "--internal-host", self.settings.ls_host,
                "--port", str(urlparse(self.settings.ls_url).port or 80), "--data-dir", str(self.data_dir),
                "--enable-legacy-api-token", "--log-level", "WARNING"]
         try:
@@ -127,6 +168,14 @@ class LabelStudioServer:
         except ProcessError as exc:
             raise ServerError(str(exc)) from None
         return self.status()
+
+    def invite_link(self) -> str:
+        """The organization's sign-up link for a new staff member (Label Studio's own invite token; the
+        endpoint is not in the SDK)."""
+        response = requests.get(f"{self.settings.ls_url}/api/invite",
+                                headers={"Authorization": f"Token {self.settings.ls_token}"}, timeout=10)
+        response.raise_for_status()
+        return f"{self.settings.ls_url}{response.json()['invite_url']}"
 
     def stop(self) -> bool:
         """Stop the server and its children. Returns True if something was running."""

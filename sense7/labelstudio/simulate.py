@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pandas as pd
 from label_studio_sdk import LabelStudio
 
-from sense7.taxonomy import TURN_TAG, Taxonomy
+from sense7.labelstudio.protocol import rating_result
+from sense7.taxonomy import Taxonomy
 
 
 def ensure_users(client: LabelStudio, emails: dict[str, str]) -> dict[str, int]:
@@ -28,14 +29,10 @@ def ensure_users(client: LabelStudio, emails: dict[str, str]) -> dict[str, int]:
 
 
 def annotation_result(ratings: dict[str, int], taxonomy: Taxonomy) -> list[dict]:
-    """A Label Studio result as the rating interface produces it."""
-    result = [{"from_name": control, "to_name": TURN_TAG, "type": "rating", "value": {"rating": int(level)}}
-              for control, level in ratings.items() if control in taxonomy.controls]
+    """A Label Studio result as the rating interface produces it (ratings.csv scores expectation 1..3)."""
     expectation = ratings.get(taxonomy.expectation_key)
-    if expectation:
-        result.append({"from_name": taxonomy.expectation_key, "to_name": TURN_TAG, "type": "choices",
-                       "value": {"choices": [taxonomy.expectation_values[int(expectation) - 1]]}})
-    return result
+    return rating_result(ratings, taxonomy,
+                         expectation=taxonomy.expectation_values[int(expectation) - 1] if expectation else None)
 
 
 def label_tasks(client: LabelStudio, tasks: list, ratings: pd.DataFrame, users: dict[str, int],

@@ -182,7 +182,9 @@ def test_start_training_from_label_studio_is_accepted_with_basic_auth(client, ev
     assert events == [("START_TRAINING", payload)]
 
 
-def test_start_training_without_basic_auth_configured_needs_the_secret(served, registry, store, tmp_path):
+def test_start_training_needs_basic_auth_not_the_secret_every_member_can_read(served, registry, store, tmp_path):
+    """The X-Sense7-Secret header is readable by any Label Studio member (/api/webhooks): it wakes a
+    re-read at most and never starts training; without basic auth configured, nothing does."""
     from sense7.ml_backend.app import create_app
     from sense7.ml_backend.hot_model import HotModel
     from sense7.ml_backend.model import Sense7Model
@@ -190,16 +192,54 @@ def test_start_training_without_basic_auth_configured_needs_the_secret(served, r
 
     from sense7.settings import Settings
 
-    settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "h2"), "SENSE7_WEBHOOK_SECRET": SECRET})
+    settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "h2"), "SENSE7_WEBHOOK_SECRET": SECRET,
+                                  "SENSE7_BACKEND_AUTH": "off"})
     got = []
     app = create_app(settings, model=Sense7Model(HotModel(registry), RaterInfoCache(store)),
                      on_event=lambda a, p: got.append(a))
     client = app.test_client()
-    assert client.get("/health").status_code == 200  # no basic auth configured: open
+    assert client.get("/health").status_code == 200  # basic auth switched off explicitly: open
     assert client.post("/webhook", json={"action": "START_TRAINING"}).status_code == 403
-    assert client.post("/webhook", json={"action": "START_TRAINING"},
-                       headers={"X-Sense7-Secret": SECRET}).status_code == 202
-    assert got == ["START_TRAINING"]
+    forged = client.post("/webhook", json={"action": "START_TRAINING"}, headers={"X-Sense7-Secret": SECRET})
+    assert forged.status_code == 403 and "basic auth" in forged.get_json()["error"]
+    assert got == []
+
+
+def test_basic_auth_is_on_by_default_with_generated_credentials(served, registry, store, tmp_path, label_config):
+    import base64
+    import stat
+
+    from sense7.ml_backend.app import create_app
+    from sense7.ml_backend.hot_model import HotModel
+    from sense7.ml_backend.model import Sense7Model
+    from sense7.ml_backend.rater_info import RaterInfoCache
+    from sense7.settings import Settings
+
+    settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "h3")})
+    assert settings.backend_user and len(settings.backend_password) >= 32
+    secret_file = tmp_path / "h3" / "secrets" / "backend_password"
+    assert secret_file.read_text() == settings.backend_password
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600 and stat.S_IMODE((tmp_path / "h3").stat().st_mode) == 0o700
+    client = create_app(settings, model=Sense7Model(HotModel(registry), RaterInfoCache(store))).test_client()
+    body = {"tasks": [task(1)], "label_config": label_config}
+    stranger = client.post("/predict", json=body)
+    assert stranger.status_code == 401 and b"results" not in stranger.data
+    creds = base64.b64encode(f"{settings.backend_user}:{settings.backend_password}".encode()).decode()
+    assert client.post("/predict", json=body, headers={"Authorization": f"Basic {creds}"}).status_code == 200
+
+
+def test_malformed_events_are_400_not_503(client, served, make_app):
+    """A payload that names no annotation is the sender's fault (400); only a broker outage is a 503."""
+    from sense7.tasks.sync import on_event
+
+    app = make_app()
+    app.extensions["sense7_model"].on_event = on_event  # raises MalformedEvent before touching Redis
+    events = app.test_client()
+    for payload in ({"action": "ANNOTATION_CREATED"}, {"action": "ANNOTATION_UPDATED", "annotation": {"id": "x"}},
+                    {"action": "ANNOTATIONS_DELETED", "annotations": "all"}):
+        answer = events.post("/webhook", json=payload, headers={"X-Sense7-Secret": SECRET, **auth_headers()})
+        assert answer.status_code == 400, (payload, answer.get_json())
+        assert "annotation" in answer.get_json()["error"]
 
 
 def test_webhook_malformed_and_failing_handler(client, served, make_app):
@@ -218,6 +258,17 @@ def test_request_size_limit(served, make_app, label_config):
     response = client.post("/predict", json={"tasks": big, "label_config": label_config}, headers=auth_headers())
     assert response.status_code == 413
     assert "larger than 10000 bytes" in response.get_json()["error"]
+    # The same body sent chunked (no Content-Length; gunicorn marks such input terminated) is also a 413,
+    # not a 400 "not a JSON object".
+    import io
+    import json
+
+    raw = json.dumps({"tasks": big, "label_config": label_config}).encode()
+    chunked = client.post("/predict", input_stream=io.BytesIO(raw),
+                          headers={**auth_headers(), "Content-Type": "application/json",
+                                   "Transfer-Encoding": "chunked"},
+                          environ_overrides={"wsgi.input_terminated": True})
+    assert chunked.status_code == 413, chunked.get_json()
 
 
 def test_unknown_route_and_method_are_json(client):

@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from sense7.processes import free_port
+from sense7.settings import BACKEND_HOST
 from tests.backend.conftest import PASSWORD, SECRET, USER
 
 
@@ -34,14 +35,14 @@ def test_start_status_stop_and_port_taken(tmp_path):
     try:
         started = _cli(env, "backend", "start")
         assert started.returncode == 0, started.stderr
-        assert f"running at http://127.0.0.1:{port}" in started.stdout and "untrained" in started.stdout
+        assert f"running at http://{BACKEND_HOST}:{port}" in started.stdout and "untrained" in started.stdout
         pid_file = tmp_path / "home" / "run" / "ml-backend.pid"
         pid = int(pid_file.read_text())
         status = _cli(env, "backend", "status")
         assert status.returncode == 0 and f"pid {pid}" in status.stdout
         # the real process enforces auth and answers the protocol
-        assert requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 401
-        health = requests.get(f"http://127.0.0.1:{port}/health", auth=(USER, PASSWORD), timeout=5)
+        assert requests.get(f"http://{BACKEND_HOST}:{port}/health", timeout=5).status_code == 401
+        health = requests.get(f"http://{BACKEND_HOST}:{port}/health", auth=(USER, PASSWORD), timeout=5)
         assert health.json()["model_version"] == "untrained"
         again = _cli(env, "backend", "start")
         assert again.returncode == 1 and "already running" in again.stderr
@@ -56,7 +57,7 @@ def test_start_status_stop_and_port_taken(tmp_path):
 
 def test_start_refuses_a_taken_port(tmp_path):
     with socket.socket() as blocker:
-        blocker.bind(("127.0.0.1", 0))
+        blocker.bind((BACKEND_HOST, 0))
         blocker.listen()
         port = blocker.getsockname()[1]
         result = _cli(_env(tmp_path, port), "backend", "start")

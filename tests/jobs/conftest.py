@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import requests
 from sense7.tasks.redis_local import start_redis_server
 
 from sense7.processes import free_port
+from sense7.settings import BACKEND_HOST
 from tests.jobs.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,22 +125,26 @@ class JobStack:
         port = int(self.env["SENSE7_BACKEND_PORT"])
         # The backend's own entry point, wired to the jobs the way docker-compose wires it.
         args = [str(VENV_BIN / "gunicorn"), "--config", str(REPO / "ml_backend" / "gunicorn_conf.py"),
-                "--workers", "1", "--bind", f"127.0.0.1:{port}", "sense7.ml_backend.wsgi:app_from_env()"]
+                "--workers", "1", "--bind", f"{BACKEND_HOST}:{port}", "sense7.ml_backend.wsgi:app_from_env()"]
         env = {**self.env, "SENSE7_BACKEND_ON_EVENT": "sense7.tasks.sync:on_event"}
         proc = Proc("backend", args, env, self.tmp / "backend.log").start()
         self.procs.append(proc)
-        self.backend_url = f"http://127.0.0.1:{port}"
+        self.backend_url = f"http://{BACKEND_HOST}:{port}"
 
         def up():
             if not proc.alive():
                 raise AssertionError(f"backend exited:\n{proc.log()}")
             try:
-                return requests.get(f"{self.backend_url}/health", timeout=1).status_code == 200
+                return requests.get(f"{self.backend_url}/health", auth=self.backend_auth, timeout=1).status_code == 200
             except requests.RequestException:
                 return False
 
         wait_for(up, timeout=90, what="ML backend /health")
         return proc
+
+    @property
+    def backend_auth(self) -> tuple[str, str]:
+        return self.env["SENSE7_BACKEND_USER"], self.env["SENSE7_BACKEND_PASSWORD"]
 
     def celery(self):
         """A Celery client on this stack's broker (the test process's own, not sense7.tasks.celery_app.app)."""
@@ -184,7 +190,9 @@ def job_stack(label_studio, redis_server, tmp_path) -> JobStack:
         "SENSE7_MODEL_DIR": str(tmp_path / "models"),
         "SENSE7_REDIS_URL": redis_server.url,
         "SENSE7_BACKEND_PORT": str(backend_port),
-        "SENSE7_BACKEND_URL": f"http://127.0.0.1:{backend_port}",
+        "SENSE7_BACKEND_URL": f"http://{BACKEND_HOST}:{backend_port}",
+        "SENSE7_BACKEND_USER": "sense7-test",
+        "SENSE7_BACKEND_PASSWORD": secrets.token_hex(12),
         "SENSE7_RATING_PROJECT_TITLE": f"jobs rating {n} {os.getpid()}",
         "SENSE7_PROFILE_PROJECT_TITLE": f"jobs profile {n} {os.getpid()}",
         # Fast retries so fault tests recover in seconds (production default: 2 s doubling to 300 s).

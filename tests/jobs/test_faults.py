@@ -42,7 +42,7 @@ def test_annotations_made_while_redis_is_down_arrive_after_reconciliation(job_st
     tasks = project_tasks(rt.client, rt.rating_project)
     made = {}
     for i, task in enumerate(tasks[:20]):
-        made[annotate(rt.client, task, users[raters[i % 3]["rater_id"]]).id] = raters[i % 3]["rater_id"]
+        made[annotate(rt.client, task, users[task.data["rater_id"]]).id] = task.data["rater_id"]
     # Every webhook reached the backend, which could not enqueue: nothing can have been stored.
     assert stored_raters(rt.store) == {}
     assert "event handler failed" in (job_stack.tmp / "backend.log").read_text()
@@ -51,7 +51,7 @@ def test_annotations_made_while_redis_is_down_arrive_after_reconciliation(job_st
     wait_for(lambda: stored_raters(rt.store) == made, timeout=180, what="reconciliation after Redis came back")
     # The backend process enqueues again without a restart.
     body = {"action": "ANNOTATION_UPDATED", "annotation": {"id": next(iter(made))}}
-    response = requests.post(f"{job_stack.backend_url}/webhook", json=body,
+    response = requests.post(f"{job_stack.backend_url}/webhook", json=body, auth=job_stack.backend_auth,
                              headers={"X-Sense7-Secret": rt.settings.webhook_secret}, timeout=5)
     assert response.status_code == 202, response.text
 
@@ -60,13 +60,14 @@ def test_same_webhook_three_times_gives_one_row(job_stack):
     rt, raters, users = seed(job_stack, prefix="d")
     job_stack.start_backend()
     job_stack.start_worker()
-    task = project_tasks(rt.client, rt.rating_project)[0]
+    task = next(t for t in project_tasks(rt.client, rt.rating_project) if t.data["rater_id"] == "d2")
     ann = annotate(rt.client, task, users["d2"])
     body = {"action": "ANNOTATION_CREATED", "project": {"id": rt.rating_project},
             "annotation": {"id": ann.id, "task": task.id}}
     headers = {"X-Sense7-Secret": rt.settings.webhook_secret}
     for _ in range(3):
-        response = requests.post(f"{job_stack.backend_url}/webhook", json=body, headers=headers, timeout=5)
+        response = requests.post(f"{job_stack.backend_url}/webhook", json=body, headers=headers,
+                                 auth=job_stack.backend_auth, timeout=5)
         assert response.status_code == 202, response.text
     celery = job_stack.celery()
 
@@ -88,7 +89,7 @@ def test_same_webhook_three_times_gives_one_row(job_stack):
 def test_label_studio_unreachable_job_retries_then_succeeds(job_stack):
     rt, raters, users = seed(job_stack, prefix="u")
     tasks = project_tasks(rt.client, rt.rating_project)
-    made = {annotate(rt.client, t, users[raters[i % 3]["rater_id"]]).id for i, t in enumerate(tasks[:5])}
+    made = {annotate(rt.client, t, users[t.data["rater_id"]]).id for t in tasks[:5]}
     ls = urlparse(rt.settings.ls_url)
     proxy = TcpProxy(free_port(), ls.hostname, ls.port)
     # The worker reaches Label Studio only through the proxy, which is down when the job starts.
@@ -129,7 +130,8 @@ def _fill_store(store, n_conversations: int, raters: list[str], turns: int = 4, 
 def _predict(backend_url: str, rt, task_data: dict) -> dict:
     config = rt.client.projects.get(rt.rating_project).label_config
     response = requests.post(f"{backend_url}/predict", json={"tasks": [{"id": 1, "data": task_data}],
-                                                            "label_config": config}, timeout=30)
+                                                            "label_config": config},
+                             auth=(rt.settings.backend_user, rt.settings.backend_password), timeout=30)
     assert response.status_code == 200, response.text
     return response.json()["results"][0]
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
+from urllib.parse import urlparse
 
+import pytest
 import redis
-from sense7.tasks.celery_app import JobSettings, celery_config
+from sense7.tasks.celery_app import celery_config
 from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
 from sense7.tasks.training import holdout_conversations
 
-from sense7.settings import Settings
+from sense7.settings import JobSettings, Settings
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -47,8 +50,6 @@ def test_celery_config_is_reliable_by_default():
 
 
 def test_bad_job_setting_is_named_and_the_cli_changes_nothing(tmp_path):
-    import pytest
-
     with pytest.raises(ValueError, match="SENSE7_RETRAIN_EVERY"):
         JobSettings.from_env({"SENSE7_RETRAIN_EVERY": "often"})
     env = {**os.environ, "SENSE7_HOME": str(tmp_path), "SENSE7_RETRAIN_EVERY": "often"}
@@ -71,27 +72,37 @@ def test_holdout_is_stable_and_never_empty_or_everything():
 
 
 def test_on_event_enqueues_only_what_each_action_needs(tmp_path, redis_server):
-    """In a fresh interpreter (the backend's situation): events become messages on the broker."""
+    """In a fresh interpreter (the backend's situation): events become messages on the broker; a second
+    event for an annotation whose job is still queued adds nothing (forged or replayed events cost at
+    most one re-read), and a malformed payload is refused with MalformedEvent (the webhook's 400)."""
     code = """
 import json
+from sense7.labelstudio.protocol import MalformedEvent
 from sense7.tasks.sync import on_event
 out = [on_event("ANNOTATION_CREATED", {"annotation": {"id": 7}}),
        on_event("ANNOTATION_UPDATED", {"annotation": {"id": 7}}),
+       *[on_event("ANNOTATION_UPDATED", {"annotation": {"id": 7}}) for _ in range(50)],
        on_event("ANNOTATIONS_DELETED", {"annotations": [{"id": 8}, {"id": 9}]}),
        on_event("START_TRAINING", {"project": {"id": 1}}),
-       on_event("PROJECT_UPDATED", {"project": {"id": 1}}),
-       on_event("ANNOTATION_CREATED", {"nothing": 1})]
-print(json.dumps(out))
+       on_event("PROJECT_UPDATED", {"project": {"id": 1}})]
+bad = []
+for payload in ({"nothing": 1}, {"annotation": {"id": "x"}}, {"annotation": 5}):
+    try:
+        on_event("ANNOTATION_CREATED", payload)
+    except MalformedEvent:
+        bad.append(True)
+print(json.dumps({"out": out, "bad": bad}))
 """
     env = {**os.environ, "SENSE7_HOME": str(tmp_path), "SENSE7_REDIS_URL": redis_server.url}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
     answers = json.loads(done.stdout)
-    assert [a["enqueued"] for a in answers] == [["sense7.sync_annotation"], ["sense7.sync_annotation"],
-                                                ["sense7.delete_annotations"], ["sense7.retrain"], [], []]
+    assert answers["bad"] == [True, True, True]
+    assert [a["enqueued"] for a in answers["out"]] == [["sense7.sync_annotation"]] + [[]] * 51 + [
+        ["sense7.delete_annotations"], ["sense7.retrain"], []]
     queued = [json.loads(m) for m in redis.Redis.from_url(redis_server.url).lrange("celery", 0, -1)]
     sent = sorted((m["headers"]["task"], m["headers"]["argsrepr"]) for m in queued)
-    assert sent == sorted([("sense7.sync_annotation", "(7,)"), ("sense7.sync_annotation", "(7,)"),
+    assert sent == sorted([("sense7.sync_annotation", "(7,)"),
                            ("sense7.delete_annotations", "([8, 9],)"), ("sense7.retrain", "()")])
 
 
@@ -119,6 +130,14 @@ def test_sense7_worker_on_a_fresh_machine_starts_its_own_redis(tmp_path):
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
     try:
         url = wait_for(lambda: running_local_url(settings), timeout=60, what="the private redis-server")
+        # It wants the generated password: a client with only the address is refused.
+        parsed = urlparse(url)
+        assert parsed.hostname == "127.0.0.1" and parsed.password
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(host=parsed.hostname, port=parsed.port, socket_timeout=5).ping()
+        assert stat.S_IMODE((tmp_path / "redis" / "url").stat().st_mode) == 0o600
+        assert stat.S_IMODE((tmp_path / "secrets" / "redis_password").stat().st_mode) == 0o600
+        assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o700
         app = Celery("probe", broker=url, backend=url)
         wait_for(lambda: app.control.ping(timeout=0.5), timeout=90, what="the worker to answer")
         # A job runs on it: a retrain with an empty store is skipped with a reason, not an error.

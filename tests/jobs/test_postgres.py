@@ -4,12 +4,13 @@ fresh databases for this run, dropped afterwards. Webhooks, an update and a dele
 from __future__ import annotations
 
 import os
+import secrets
 import uuid
 
 import pytest
 
-from sense7.settings import Settings
 from sense7.processes import free_port
+from sense7.settings import BACKEND_HOST, Settings
 from tests.jobs.conftest import JobStack, RedisHandle
 from tests.jobs.helpers import annotate, project_tasks, rating_result, wait_for
 from tests.jobs.test_pipeline import seed, stored_raters
@@ -80,7 +81,8 @@ def pg_stack(pg_databases, tmp_path, monkeypatch):
         "SENSE7_LS_TOKEN": settings.ls_token,
         "SENSE7_STORE_URL": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{pg_databases['store']}",
         "SENSE7_MODEL_DIR": str(tmp_path / "models"), "SENSE7_REDIS_URL": redis.url,
-        "SENSE7_BACKEND_PORT": str(backend_port), "SENSE7_BACKEND_URL": f"http://127.0.0.1:{backend_port}",
+        "SENSE7_BACKEND_PORT": str(backend_port), "SENSE7_BACKEND_URL": f"http://{BACKEND_HOST}:{backend_port}",
+        "SENSE7_BACKEND_USER": "sense7-test", "SENSE7_BACKEND_PASSWORD": secrets.token_hex(12),
         "SENSE7_SYNC_INTERVAL": "3600", "SENSE7_RETRAIN_EVERY": "0", "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0",
         "SENSE7_RETRY_BACKOFF": "1", "SENSE7_RETRY_BACKOFF_MAX": "4", "PYTHONUNBUFFERED": "1",
     })
@@ -102,14 +104,15 @@ def test_label_studio_and_store_on_postgresql(pg_stack):
     assert "annotations" in inspect(rt.store.engine).get_table_names()
     pg_stack.start_backend()
     pg_stack.start_worker()
-    from sense7.labelstudio.protocol import webhook_headers
     from sense7.tasks.sync import LabelSync
+
+    from sense7.labelstudio.protocol import webhook_headers
 
     LabelSync.from_runtime(rt).ensure_webhooks(f"{pg_stack.backend_url}/webhook", webhook_headers(rt.settings))
     tasks = project_tasks(rt.client, rt.rating_project)
     made = {}
     for i, task in enumerate(tasks[:12]):
-        rater = raters[i % 3]["rater_id"]
+        rater = task.data["rater_id"]
         made[annotate(rt.client, task, users[rater]).id] = rater
     wait_for(lambda: stored_raters(rt.store) == made, timeout=180, what="12 annotations via webhooks")
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from sense7.tasks.sync import LabelSync, iso_time
+from sense7.tasks.sync import LabelSync
 
 from sense7.data.store import Store
 from sense7.labelstudio.client import create_profile_project, create_rating_project
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+from sense7.labelstudio.protocol import iso_time
 from sense7.taxonomy import PROFILE_OBJECT_TAG, load_taxonomy
 from tests.jobs.helpers import annotate, ensure_users, make_conversations, make_raters, project_tasks, rating_result
 
@@ -38,7 +39,7 @@ def test_reconcile_is_idempotent_and_follows_updates_and_deletions(synced):
     syncer, raters, users = synced
     client, store = syncer.client, syncer.store
     tasks = project_tasks(client, syncer.rating_project)
-    anns = [annotate(client, t, users[raters[i % 3]["rater_id"]]) for i, t in enumerate(tasks[:6])]
+    anns = [annotate(client, t, users[t.data["rater_id"]]) for t in tasks[:6]]
     first = syncer.reconcile()
     assert (first.seen, first.upserted, first.unchanged, first.deleted) == (6, 6, 0, 0)
     again = syncer.reconcile()
@@ -67,13 +68,12 @@ def test_single_annotation_sync_fetches_the_truth_and_maps_the_rater(synced):
     syncer, raters, users = synced
     client = syncer.client
     task = project_tasks(client, syncer.rating_project)[0]
-    # Rated by a user who is a different rater than the task's own rater_id: completed_by wins.
-    other = next(r["rater_id"] for r in raters if r["rater_id"] != task.data["rater_id"])
-    ann = annotate(client, task, users[other])
+    owner = task.data["rater_id"]
+    ann = annotate(client, task, users[owner])
     result = syncer.sync_annotation(ann.id)
-    assert result.upserted == 1 and result.by_task_rater == 0
+    assert result.upserted == 1 and result.quarantined == 0
     assert syncer.store.annotation_versions() == {ann.id: iso_time(client.annotations.get(ann.id).updated_at)}
-    assert set(syncer.store.ratings_frame()["rater_id"]) == {other}
+    assert set(syncer.store.ratings_frame()["rater_id"]) == {owner}
     assert syncer.sync_annotation(ann.id).unchanged == 1
     # Deleted: the id alone (as in an ANNOTATIONS_DELETED webhook) is checked against the API.
     client.annotations.delete(ann.id)
@@ -81,17 +81,85 @@ def test_single_annotation_sync_fetches_the_truth_and_maps_the_rater(synced):
     assert syncer.store.annotation_versions() == {}
 
 
-def test_admin_annotation_falls_back_to_task_rater_and_cancelled_is_not_a_rating(synced):
+def test_attribution_is_never_guessed_a_strangers_annotation_is_quarantined(synced):
+    """The admin (any staff account) and a rater answering another rater's task are credited to nobody:
+    the annotation is kept with the reason and counted, but never reaches the training data."""
     syncer, raters, users = synced
-    client = syncer.client
+    client, store = syncer.client, syncer.store
     tasks = project_tasks(client, syncer.rating_project)
     admin = client.users.whoami().id
     by_admin = annotate(client, tasks[0], admin)
+    owner = tasks[2].data["rater_id"]
+    other = next(r["rater_id"] for r in raters if r["rater_id"] != owner)
+    by_other = annotate(client, tasks[2], users[other])
+    by_owner = annotate(client, tasks[3], users[tasks[3].data["rater_id"]])
     client.annotations.create(tasks[1].id, result=[], was_cancelled=True, completed_by=users[raters[0]["rater_id"]])
     result = syncer.reconcile()
-    assert result.upserted == 1 and result.by_task_rater == 1
-    assert set(syncer.store.annotation_versions()) == {by_admin.id}
-    assert set(syncer.store.ratings_frame()["rater_id"]) == {tasks[0].data["rater_id"]}
+    assert (result.upserted, result.quarantined) == (3, 2)
+    assert set(store.annotation_versions()) == {by_admin.id, by_other.id, by_owner.id}
+    reasons = {row["annotation_id"]: row["quarantine"] for row in store.quarantined()}
+    assert set(reasons) == {by_admin.id, by_other.id}
+    assert "not a known rater" in reasons[by_admin.id] and f"rater {other} answered a task of rater {owner}" == reasons[by_other.id]
+    # Never trained on: the training data holds the owner's rating only.
+    data = store.rating_data(syncer.taxonomy)
+    assert set(data.ratings["rater_id"]) == {tasks[3].data["rater_id"]}
+    turns = set(zip(data.ratings["conversation_id"], data.ratings["turn_index"].astype(int)))
+    assert turns == {(tasks[3].data["conversation_id"], tasks[3].data["turn_index"])}
+    assert store.counts()["quarantined"] == 2
+
+
+def test_a_strangers_questionnaire_answers_leave_traits_unchanged(synced):
+    syncer, raters, users = synced
+    client = syncer.client
+    rater, other = raters[0]["rater_id"], raters[2]["rater_id"]
+    import_profile_tasks(client, syncer.profile_project, [rater])
+    task = next(iter(client.tasks.list(project=syncer.profile_project, include="id,data")))
+    before = syncer.store.raters_frame([rater]).loc[rater].to_dict()
+    forged = [{"from_name": "age_band", "to_name": PROFILE_OBJECT_TAG, "type": "choices",
+               "value": {"choices": ["65+" if before.get("age_band") != "65+" else "18-24"]}}]
+    client.annotations.create(task.id, result=forged, completed_by=client.users.whoami().id)  # staff
+    client.annotations.create(task.id, result=forged, completed_by=users[other])  # another rater
+    outcome = syncer.reconcile()
+    assert (outcome.profiles, outcome.quarantined) == (0, 2)
+    assert syncer.store.raters_frame([rater]).loc[rater].to_dict() == before
+
+
+def test_edits_and_deletions_keep_history_and_revert_restores_them(synced):
+    syncer, raters, users = synced
+    client, store = syncer.client, syncer.store
+    task = project_tasks(client, syncer.rating_project)[0]
+    owner = task.data["rater_id"]
+    ann = annotate(client, task, users[owner])
+    syncer.sync_annotation(ann.id)
+    original = store.ratings_frame().sort_values("dimension").reset_index(drop=True)
+    client.annotations.update(ann.id, result=rating_result("no such text", bias=3))
+    syncer.sync_annotation(ann.id)
+    edited = store.ratings_frame()
+    assert not edited.sort_values("dimension").reset_index(drop=True).equals(original)
+    changes = store.history(annotation_id=ann.id)
+    assert [c["change"] for c in changes] == ["created", "updated"]
+    assert changes[1]["old"]["values"] == {r.dimension: r.rating for r in original.itertuples()}
+    assert changes[1]["old"]["rater_id"] == changes[1]["new"]["rater_id"] == owner
+
+    # Revert the edit: Label Studio gets the old result back, the store follows, history grows.
+    syncer.revert(changes[1]["id"])
+    assert store.ratings_frame().sort_values("dimension").reset_index(drop=True).equals(original)
+    assert [c["change"] for c in store.history(annotation_id=ann.id)] == ["created", "updated", "updated"]
+
+    # A deletion is kept too, and reverting it re-creates the rating with its rater as author.
+    client.annotations.delete(ann.id)
+    syncer.delete_annotations([ann.id])
+    assert store.ratings_frame().empty
+    deleted = store.history(annotation_id=ann.id)[-1]
+    assert deleted["change"] == "deleted" and deleted["old"]["rater_id"] == owner
+    syncer.revert(deleted["id"])
+    restored = store.ratings_frame()
+    assert set(restored["rater_id"]) == {owner}
+    assert restored.sort_values("dimension").reset_index(drop=True)[["dimension", "rating"]].equals(
+        original[["dimension", "rating"]])
+    assert store.quarantined() == []
+    with pytest.raises(LookupError):
+        syncer.revert(10_000_000)
 
 
 def test_questionnaire_answers_become_traits_and_bad_answers_are_named(synced):
@@ -118,7 +186,7 @@ def test_questionnaire_answers_become_traits_and_bad_answers_are_named(synced):
 
 def test_webhook_registration_is_idempotent(synced):
     syncer, _, _ = synced
-    url = "http://127.0.0.1:9/webhook"
+    url = "http://127.0.0.2:9/webhook"  # the one local address Label Studio may call
     ids = syncer.ensure_webhooks(url, {"X-Sense7-Secret": "s3cret"})
     assert len(ids) == 2 and syncer.ensure_webhooks(url, {"X-Sense7-Secret": "s3cret"}) == ids
     hooks = syncer.client.webhooks.list(project=str(syncer.rating_project))

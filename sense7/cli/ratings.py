@@ -1,0 +1,81 @@
+"""`sense7 ratings history | revert | quarantined`: every change of a synced rating, and its undo.
+
+Label Studio Community lets any member edit or delete any annotation, so the store keeps each change
+(who, when, before and after); a project manager lists them and reverts one in Label Studio, after which
+the store follows. Quarantined annotations (author not the task's rater) are listed with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from sense7.cli._common import console, fail, label_studio_errors, settings
+from sense7.cli.data import ratings_app
+
+
+def _summary(state: dict | None) -> str:
+    if state is None:
+        return "-"
+    values = " ".join(f"{k}={v}" for k, v in (state.get("values") or {}).items())
+    extra = f" expectation={state['expectation']}" if state.get("expectation") else ""
+    who = state.get("rater_id") or f"quarantined ({state.get('quarantine')})"
+    return f"{who}: {values}{extra}"
+
+
+@ratings_app.command("history")
+def history(
+    annotation: int = typer.Option(None, help="Only this Label Studio annotation id."),
+    rater: str = typer.Option(None, help="Only changes of this rater's ratings."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per change."),
+) -> None:
+    """Every change of a synced rating, oldest first: id, when, who (Label Studio user id), before -> after."""
+    from sense7.data.store import Store
+
+    rows = Store(settings().store_url).history(annotation_id=annotation, rater_id=rater)
+    for row in rows:
+        if as_json:
+            console.print_json(json.dumps({**row, "changed_at": row["changed_at"].isoformat()}, default=str))
+            continue
+        console.print(f"#{row['id']} {row['changed_at']:%Y-%m-%d %H:%M:%S} annotation {row['annotation_id']} "
+                      f"{row['change']} by user {row['changed_by'] if row['changed_by'] is not None else '?'}: "
+                      f"{_summary(row['old'])} -> {_summary(row['new'])}", highlight=False, markup=False)
+    if not rows and not as_json:
+        console.print("no changes recorded")
+
+
+@ratings_app.command("revert")
+def revert(change: int = typer.Argument(..., help="The change's id (#N in `sense7 ratings history`).")) -> None:
+    """Undo one change in Label Studio and sync the annotation back into the store."""
+    from label_studio_sdk.core.api_error import ApiError
+
+    from sense7.tasks.runtime import Runtime, describe_error
+    from sense7.tasks.sync import LabelSync
+
+    cfg = settings()
+    with label_studio_errors(cfg):
+        try:
+            result = LabelSync.from_runtime(Runtime(cfg)).revert(change)
+        except LookupError as exc:
+            raise fail(str(exc))
+        except ApiError as exc:
+            raise fail(describe_error(exc)) from None
+    console.print(f"change #{change} reverted: {result.upserted} annotation(s) written, {result.deleted} deleted")
+
+
+@ratings_app.command("quarantined")
+def quarantined() -> None:
+    """Annotations credited to no rater (the author is not a known rater, or not the task's rater)."""
+    from sense7.data.store import Store
+
+    rows = Store(settings().store_url).quarantined()
+    for row in rows:
+        console.print(f"annotation {row['annotation_id']} (task {row['task_id']}, conversation "
+                      f"{row['conversation_id']} turn {row['turn_index']}): {row['quarantine']}",
+                      highlight=False, markup=False)
+    console.print(f"{len(rows)} quarantined annotation(s); they are kept, never trained on")
+
+
+def register(app: typer.Typer) -> None:
+    """The commands attach to `sense7 ratings` (defined with `ratings import` in sense7.cli.data)."""
