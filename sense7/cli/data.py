@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 
-from sense7.cli._common import console, fail, label_studio_errors, progress, settings
+from sense7.cli._common import console, err_console, fail, label_studio_errors, progress, settings
 from sense7.data.formats import FORMATS, FormatError, read_assignments, read_conversations, read_raters
 from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
-from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+from sense7.labelstudio.importer import ReimportConflict, import_conversations, import_profile_tasks
 
 raters_app = typer.Typer(help="Rater traits (answers to the profile questionnaire).", no_args_is_help=True)
 ratings_app = typer.Typer(help="Ratings collected outside Label Studio (a pilot, an earlier study).",
@@ -39,11 +39,24 @@ def _email_conflicts(store: Store, rows: list[dict]) -> list[str]:
     return conflicts
 
 
+def _report_conflict(file: Path, exc: ReimportConflict) -> typer.Exit:
+    """One line per conversation whose text changed, as file:line: conversation, message: what to do."""
+    for change in exc.changes:
+        where = f"{file}:{change.line}" if change.line else str(file)
+        what = ("its turns from there on have ratings: nothing can be replaced" if change.rated else
+                "the text differs from the imported one (pass --replace to update turns nobody has rated)")
+        err_console.print(f"{where}: conversation {change.conversation_id}, message {change.message_index}: {what}",
+                          highlight=False, markup=False, soft_wrap=True)
+    return fail(f"{exc}; nothing was written", 2)
+
+
 def import_batch(
     file: Path = typer.Argument(..., help="conversations: native JSONL, CSV (one message per row) or OpenAI-style JSONL"),
     fmt: str = typer.Option(None, "--format", help=f"one of {', '.join(FORMATS)} (default: detected)"),
     rater: str = typer.Option(None, "--rater", help="rater id for files that name none (OpenAI exports, CSV)"),
     assignments: Path = typer.Option(None, help="CSV conversation_id,rater_id: give a conversation to more raters"),
+    replace: bool = typer.Option(False, "--replace", help="Update conversations whose text changed since their import "
+                                 "(tasks without ratings only; refuses, writing nothing, where ratings exist)."),
 ) -> None:
     """Import a batch of conversations as one rating task per (assistant turn, rater).
 
@@ -64,12 +77,16 @@ def import_batch(
         rating_id, profile_id = ls_client.ensure_projects(client, cfg)
         with progress() as bar:
             job = bar.add_task("Importing tasks", total=None)
-            result = import_conversations(client, rating_id, conversations, store,
-                                          on_progress=lambda n: bar.advance(job, n),
-                                          on_total=lambda n: bar.update(job, total=n))
+            try:
+                result = import_conversations(client, rating_id, conversations, store, replace=replace,
+                                              on_progress=lambda n: bar.advance(job, n),
+                                              on_total=lambda n: bar.update(job, total=n))
+            except ReimportConflict as exc:
+                raise _report_conflict(file, exc)
         new_profiles = import_profile_tasks(client, profile_id, sorted({c.rater_id for c in conversations}))
     console.print(f"{result.conversations} conversation(s), {result.tasks_in_batch} task(s) in the batch: "
-                  f"{result.created} created, {result.skipped_existing} already in Label Studio; "
+                  f"{result.created} created, {result.skipped_existing} already in Label Studio, "
+                  f"{result.replaced} replaced (changed text); "
                   f"{new_profiles} new profile questionnaire task(s)")
     console.print(f"Project: {cfg.ls_url}/projects/{rating_id}")
 

@@ -290,6 +290,17 @@ class Store:
                 "comment": row["comment"], "rater_id": row["rater_id"], "quarantine": row["quarantine"],
                 "author_id": row["author_id"]}
 
+    def has_ratings_from(self, conversation_id: str, message_index: int) -> bool:
+        """Whether a turn of the conversation at or after `message_index` has a live or imported rating."""
+        with self.engine.connect() as conn:
+            synced = conn.scalar(select(annotations.c.annotation_id).where(
+                annotations.c.conversation_id == conversation_id, annotations.c.deleted.is_(False),
+                annotations.c.turn_index >= message_index).limit(1))
+            imported = conn.scalar(select(imported_ratings.c.rater_id).where(
+                imported_ratings.c.conversation_id == conversation_id,
+                imported_ratings.c.turn_index >= message_index).limit(1))
+        return synced is not None or imported is not None
+
     def delete_annotation(self, annotation_id: int, changed_by: int | None = None) -> bool:
         """Mark an annotation deleted (its rows stay, and the history keeps what it said)."""
         with self.engine.begin() as conn:

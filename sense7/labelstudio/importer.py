@@ -1,5 +1,9 @@
 """Import a validated batch of conversations into the rating project: one task per (assistant turn,
-rater), skipping tasks that already exist, so importing the same batch twice creates nothing new."""
+rater), skipping tasks that already exist, so importing the same batch twice creates nothing new.
+
+Re-import never diverges silently: a conversation whose text differs from the one imported before is an
+error (nothing is written) unless `replace=True`, which re-creates the tasks from the first changed
+message on, for turns nobody has rated yet, and refuses (again writing nothing) where ratings exist."""
 
 from __future__ import annotations
 
@@ -20,6 +24,54 @@ class ImportResult:
     tasks_in_batch: int
     created: int
     skipped_existing: int
+    replaced: int = 0  # tasks re-created because their conversation's text changed (replace=True)
+
+
+@dataclass(frozen=True)
+class TextChange:
+    conversation_id: str
+    line: int | None       # the conversation's line in the file being imported
+    message_index: int     # the first message whose text (or role) differs; later turns are affected
+    rated: bool = False    # a turn from that message on has ratings
+
+
+class ReimportConflict(ValueError):
+    """Conversations whose text differs from the imported one (see TextChange)."""
+
+    def __init__(self, changes: list[TextChange], replace: bool):
+        self.changes, self.replace = changes, replace
+        what = "has ratings on the changed turns" if replace else "differs from the imported text"
+        super().__init__(f"{len(changes)} conversation(s) {what}")
+
+
+def text_changes(conversations: list[Conversation], store: Store) -> list[TextChange]:
+    """Conversations of the batch whose messages differ from those the store holds from an earlier import."""
+    stored = store.conversations_by_id()
+    changes, seen = [], set()
+    for conv in conversations:
+        before = stored.get(conv.conversation_id)
+        if before is None or conv.conversation_id in seen:
+            continue
+        seen.add(conv.conversation_id)
+        now = [(m.role, m.content) for m in conv.messages]
+        old = [(m.role, m.content) for m in before]
+        if now == old:
+            continue
+        first = next((i for i, (a, b) in enumerate(zip(now, old)) if a != b), min(len(now), len(old)))
+        changes.append(TextChange(conv.conversation_id, conv.line, first))
+    return changes
+
+
+def _affected_tasks(client: LabelStudio, project_id: int, changes: list[TextChange]) -> dict[str, list]:
+    """conversation id -> its tasks from the first changed message on (any rater)."""
+    first = {c.conversation_id: c.message_index for c in changes}
+    affected: dict[str, list] = {cid: [] for cid in first}
+    for task in client.tasks.list(project=project_id, include="id,data,total_annotations", page_size=1000):
+        data = task.data or {}
+        cid = str(data.get("conversation_id"))
+        if cid in first and int(data.get("turn_index", -1)) >= first[cid]:
+            affected[cid].append(task)
+    return affected
 
 
 def plan_tasks(conversations: list[Conversation]) -> list[dict]:
@@ -28,11 +80,27 @@ def plan_tasks(conversations: list[Conversation]) -> list[dict]:
 
 def import_conversations(client: LabelStudio, project_id: int, conversations: list[Conversation],
                          store: Store, on_progress: Callable[[int], None] | None = None,
-                         on_total: Callable[[int], None] | None = None) -> ImportResult:
-    """`conversations` must already be validated (sense7.data.formats): nothing here can fail on user data.
+                         on_total: Callable[[int], None] | None = None, replace: bool = False) -> ImportResult:
+    """`conversations` must already be validated (sense7.data.formats). Raises ReimportConflict, having
+    written nothing, when a conversation's text changed (see the module's docstring).
 
     Our store gets the texts and contexts first: if Label Studio then fails half-way, a retry skips
     what was imported and the store upsert is a no-op, so retries are idempotent."""
+    changes = text_changes(conversations, store)
+    replaced = 0
+    if changes:
+        if not replace:
+            raise ReimportConflict(changes, replace=False)
+        affected = _affected_tasks(client, project_id, changes)
+        rated = [TextChange(c.conversation_id, c.line, c.message_index, rated=True) for c in changes
+                 if any(t.total_annotations for t in affected[c.conversation_id])
+                 or store.has_ratings_from(c.conversation_id, c.message_index)]
+        if rated:
+            raise ReimportConflict(rated, replace=True)
+        for tasks_of_conversation in affected.values():
+            for task in tasks_of_conversation:  # re-created below from the new text
+                client.tasks.delete(task.id)
+                replaced += 1
     tasks = plan_tasks(conversations)
     existing = ls_client.task_keys(client, project_id)
     new = [t for t in tasks if t["data"]["task_key"] not in existing]
@@ -41,7 +109,7 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
     store.upsert_conversations(conversations)
     ls_client.import_tasks(client, project_id, new, on_chunk=on_progress)
     return ImportResult(len({(c.conversation_id, c.rater_id) for c in conversations}), len(tasks), len(new),
-                        len(tasks) - len(new))
+                        len(tasks) - len(new), replaced)
 
 
 def import_profile_tasks(client: LabelStudio, project_id: int, rater_ids: list[str]) -> int:

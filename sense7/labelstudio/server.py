@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 import requests
 
 from sense7.processes import ManagedProcess, ProcessError, port_is_free
-from sense7.settings import Settings
+from sense7.settings import Settings, secure_home
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # sense7/labelstudio/server.py -> the repository
 
@@ -159,7 +159,9 @@ class LabelStudioServer:
                 raise ServerError(
                     f"port {port} is already in use by another program: Label Studio would silently move to "
                     f"another port. Stop that program or choose another port with SENSE7_LS_PORT.")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        secure_home(self.settings.home)
+        self.data_dir.mkdir(exist_ok=True, mode=0o700)
+        os.chmod(self.data_dir, 0o700)
         cmd = [str(label_studio_executable()), "start", "--no-browser", "--internal-host", self.settings.ls_host,
                "--port", str(urlparse(self.settings.ls_url).port or 80), "--data-dir", str(self.data_dir),
                "--enable-legacy-api-token", "--log-level", "WARNING"]

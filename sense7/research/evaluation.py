@@ -29,6 +29,7 @@ from joblib import Parallel, delayed
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold
 
+from sense7.model.catalog import CATALOG, Catalog
 from sense7.research.metrics import (
     METRIC_NAMES,
     RankStructure,
@@ -37,7 +38,6 @@ from sense7.research.metrics import (
     percentile_ci,
     point_metrics,
 )
-from sense7.model.catalog import CATALOG, Catalog
 
 SPLITS = {"known_rater": "conversation_id", "cold_start": "rater_id"}
 # Bins of "how many training ratings did this rater have in this fold" for the personalization-gain curve.

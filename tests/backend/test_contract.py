@@ -213,6 +213,7 @@ def test_basic_auth_is_on_by_default_with_generated_credentials(served, registry
     from sense7.ml_backend.hot_model import HotModel
     from sense7.ml_backend.model import Sense7Model
     from sense7.ml_backend.rater_info import RaterInfoCache
+
     from sense7.settings import Settings
 
     settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "h3")})

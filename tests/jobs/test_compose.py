@@ -28,12 +28,29 @@ def test_services_and_pinned_images(compose):
     assert PINNED.match(base), base
 
 
-def test_label_studio_allows_the_local_backend_and_uses_postgres(compose):
+def test_label_studio_is_locked_down_and_uses_postgres(compose):
+    """SSRF protection on, with exactly the ML backend's fixed address allowed; staff-only sign-up;
+    published on this machine only; the jobs' Redis wants a password."""
+    import ipaddress
+
+    from sense7.labelstudio.server import banned_subnets
+
     env = compose["services"]["label-studio"]["environment"]
-    assert env["ML_BLOCK_LOCAL_IP"] == "false" and env["SSRF_PROTECTION_ENABLED"] == "false"
+    assert env["ML_BLOCK_LOCAL_IP"] == "true" and env["SSRF_PROTECTION_ENABLED"] == "true"
+    backend_ip = compose["services"]["ml-backend"]["networks"]["default"]["ipv4_address"]
+    assert ipaddress.ip_address(backend_ip) in ipaddress.ip_network(
+        compose["networks"]["default"]["ipam"]["config"][0]["subnet"])
+    banned = env["USER_ADDITIONAL_BANNED_SUBNETS"].split(",")
+    assert banned == banned_subnets([backend_ip])
+    def blocked(ip):
+        return any(ipaddress.ip_address(ip) in ipaddress.ip_network(s) for s in banned)
+    assert not blocked(backend_ip) and blocked("172.28.0.11") and blocked("127.0.0.1") and blocked("10.0.0.1")
+    assert env["LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK"] == "true"
     assert env["DJANGO_DB"] == "postgresql" and env["POSTGRE_HOST"] == "postgres"
     assert env["LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN"] == "true"
-    assert compose["services"]["label-studio"]["ports"] == ["8080:8080"]
+    assert compose["services"]["label-studio"]["ports"] == ["127.0.0.1:8080:8080"]
+    assert "--requirepass" in " ".join(compose["services"]["redis"]["command"])
+    assert "${SENSE7_REDIS_PASSWORD" in COMPOSE.read_text() and ":${SENSE7_REDIS_PASSWORD" in COMPOSE.read_text()
 
 
 def test_every_service_has_a_healthcheck_and_waits_for_healthy_dependencies(compose):
@@ -51,7 +68,7 @@ def test_jobs_and_backend_share_configuration_and_models(compose):
     env = worker["environment"]
     assert {k: v for k, v in backend["environment"].items() if k in env} == env
     assert backend["environment"]["SENSE7_BACKEND_ON_EVENT"] == "sense7.tasks.sync:on_event"
-    assert env["SENSE7_REDIS_URL"].startswith("redis://redis:")
+    assert env["SENSE7_REDIS_URL"].startswith("redis://:${SENSE7_REDIS_PASSWORD") and "@redis:6379/" in env["SENSE7_REDIS_URL"]
     assert env["SENSE7_LS_URL"] == "http://label-studio:8080"
     assert env["SENSE7_STORE_URL"].startswith("postgresql") and "@postgres:5432/" in env["SENSE7_STORE_URL"]
     assert env["SENSE7_BACKEND_URL"] == "http://ml-backend:9090"
