@@ -43,10 +43,13 @@ def build_model(settings: Settings, on_event: Callable[[str, dict], Any] | None 
                 check_interval: float = 1.0, refresh_seconds: float = 30.0) -> Sense7Model:
     """The model of one serving process: the registry's current version loaded now, once."""
     from sense7.model.registry import ModelRegistry
+    from sense7.taxonomy import study_taxonomy
 
     hot = HotModel(ModelRegistry(settings.model_dir), check_interval=check_interval)
     hot.reload()
-    return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), refresh_seconds), on_event=on_event)
+    taxonomy = study_taxonomy(settings)
+    return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), refresh_seconds, taxonomy), on_event=on_event,
+                       taxonomy=taxonomy)
 
 
 class OrjsonProvider(JSONProvider):

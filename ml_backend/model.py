@@ -28,7 +28,7 @@ from sense7.ml_backend.hot_model import HotModel, LoadedModel
 from sense7.ml_backend.labels import RatingControl, rating_controls
 from sense7.ml_backend.rater_info import RaterInfoCache
 from sense7.data.dataset import task_columns
-from sense7.taxonomy import load_taxonomy
+from sense7.taxonomy import Taxonomy, load_taxonomy
 
 log = logging.getLogger("sense7.ml_backend")
 
@@ -74,15 +74,16 @@ class Sense7Model:
     """Answers Label Studio's /setup, /predict and /webhook calls for one serving process."""
 
     def __init__(self, hot_model: HotModel, rater_info: RaterInfoCache,
-                 on_event: Callable[[str, dict], Any] | None = None):
+                 on_event: Callable[[str, dict], Any] | None = None, taxonomy: Taxonomy | None = None):
         self.hot_model = hot_model
         self.rater_info = rater_info
         self.on_event = on_event or log_event
         self._schemas: dict[str, str] = {}  # project uid -> label config from the last /setup
         self._plans: dict = {}  # (label config controls, predictor) -> which predicted control fills which Rating
         # Which context fields to read from the store: once per process (a model uses only the fields it
-        # was trained on, and re-reading the taxonomy file cost ~0.1 ms a request).
-        self.taxonomy = load_taxonomy()
+        # was trained on, and re-reading the taxonomy file cost ~0.1 ms a request). The study's taxonomy
+        # (settings.taxonomy_path) comes from build_model; the packaged one otherwise.
+        self.taxonomy = taxonomy or load_taxonomy()
         # Concurrent requests of this process share model calls (see ml_backend/batcher.py).
         self.batcher = MicroBatcher(self._predict_data)
 

@@ -34,6 +34,7 @@ class Settings:
     ls_database_url: str | None = None  # PostgreSQL for Label Studio itself; None = SQLite in home
     rating_project_title: str = RATING_PROJECT_TITLE
     profile_project_title: str = PROFILE_PROJECT_TITLE
+    taxonomy_path: Path | None = None  # the study's taxonomy YAML (SENSE7_TAXONOMY); None = the packaged one
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> "Settings":
@@ -59,7 +60,16 @@ class Settings:
             ls_database_url=env.get("SENSE7_LS_DATABASE_URL") or None,
             rating_project_title=env.get("SENSE7_RATING_PROJECT_TITLE") or RATING_PROJECT_TITLE,
             profile_project_title=env.get("SENSE7_PROFILE_PROJECT_TITLE") or PROFILE_PROJECT_TITLE,
+            taxonomy_path=taxonomy_path_from_env(env),
         )
+
+
+def taxonomy_path_from_env(env: dict | None = None) -> Path | None:
+    """SENSE7_TAXONOMY (the study's taxonomy YAML) without building a whole Settings (which creates the
+    local secrets): for commands such as `sense7 evaluate` that need nothing else. None = packaged file."""
+    env = os.environ if env is None else env
+    value = env.get("SENSE7_TAXONOMY")
+    return Path(value).expanduser().resolve() if value else None
 
 
 def _local_secret(home: Path, name: str) -> str:

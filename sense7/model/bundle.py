@@ -20,6 +20,7 @@ import pandas as pd
 
 from sense7.data.dataset import RatingData, build_items
 from sense7.model.estimators import GenericRater, PersonalizedRater, controls_from_proba
+from sense7.model.registry import fsync_dir
 from sense7.taxonomy import Taxonomy, load_taxonomy
 
 BUNDLE_FILE = "bundle.joblib"
@@ -106,14 +107,6 @@ def train_bundle(data: RatingData, version: str, taxonomy: Taxonomy | None = Non
                        known_raters=frozenset(str(r) for r in personalized.known_raters_), metrics=metrics)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save_bundle(bundle: ModelBundle, model_dir) -> Path:
     """Write `model_dir/bundle.joblib` atomically; returns its path."""
     model_dir = Path(model_dir)
@@ -129,7 +122,7 @@ def save_bundle(bundle: ModelBundle, model_dir) -> Path:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    _fsync_dir(model_dir)  # make the rename itself durable
+    fsync_dir(model_dir)  # make the rename itself durable
     return final
 
 

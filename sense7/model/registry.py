@@ -68,7 +68,8 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in `path` durable (best effort: some file systems cannot)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -136,9 +137,9 @@ class ModelRegistry:
                 metrics = getattr(bundle, "metrics", None) or {}
             (staging / METRICS_NAME).write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str))
             self._write_manifest(staging, version)
-            _fsync_dir(staging)
+            fsync_dir(staging)
             os.rename(staging, final)  # atomic on one file system; fails if `final` appeared meanwhile
-            _fsync_dir(self.model_dir)
+            fsync_dir(self.model_dir)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -250,7 +251,7 @@ class ModelRegistry:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-        _fsync_dir(self.model_dir)
+        fsync_dir(self.model_dir)
         return self._describe(self.path(version), version)
 
     def prune(self, keep: int = 3) -> list[str]:
