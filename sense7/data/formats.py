@@ -455,7 +455,7 @@ def read_ratings(path: str | Path, taxonomy: Taxonomy | None = None, conversatio
     known = tax.controls + [tax.expectation_key]
     n_expect = len(tax.expectation_choices)
     unknown_dims: dict[str, list[int]] = {}
-    records, first_seen = [], {}
+    records, first_seen, hinted = [], {}, False
     for number, row in _csv_rows(path, problems, RATING_COLUMNS):
         ok = True
         cid = _check_id(row["conversation_id"], number, "conversation_id", problems)
@@ -478,7 +478,11 @@ def read_ratings(path: str | Path, taxonomy: Taxonomy | None = None, conversatio
         top = n_expect if dim == tax.expectation_key else tax.levels
         raw_rating = row["rating"]
         if not raw_rating.isdigit() or not 1 <= int(raw_rating) <= top:
-            problems.add(number, "rating", f"expected an integer 1-{top}, got {raw_rating!r}")
+            hint = ""
+            if raw_rating.isdigit() and int(raw_rating) > top and dim != tax.expectation_key and not hinted:
+                # Probably another study's scale: say once how to pass the right taxonomy.
+                hint, hinted = f" (taxonomy {tax.source.name} has a {top}-point scale; {TAXONOMY_HINT})", True
+            problems.add(number, "rating", f"expected an integer 1-{top}, got {raw_rating!r}{hint}")
             ok = False
         if conversations is not None and cid and rid:
             conv = conversations.get((cid, rid))
