@@ -17,7 +17,7 @@ import requests
 from sense7.processes import ManagedProcess, ProcessError, port_is_free
 from sense7.settings import Settings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # sense7/labelstudio/server.py -> the repository
 
 
 class ServerError(RuntimeError):
