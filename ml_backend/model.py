@@ -29,7 +29,7 @@ from sense7.ml_backend.labels import RatingControl, rating_controls
 from sense7.ml_backend.rater_info import RaterInfoCache
 
 from sense7.labelstudio.protocol import task_columns, task_problem
-from sense7.taxonomy import load_taxonomy
+from sense7.taxonomy import Taxonomy, load_taxonomy
 
 log = logging.getLogger("sense7.ml_backend")
 
@@ -48,15 +48,16 @@ class Sense7Model:
     """Answers Label Studio's /setup, /predict and /webhook calls for one serving process."""
 
     def __init__(self, hot_model: HotModel, rater_info: RaterInfoCache,
-                 on_event: Callable[[str, dict], Any] | None = None):
+                 on_event: Callable[[str, dict], Any] | None = None, taxonomy: Taxonomy | None = None):
         self.hot_model = hot_model
         self.rater_info = rater_info
         self.on_event = on_event or log_event
         self._schemas: dict[str, str] = {}  # project uid -> label config from the last /setup
         self._plans: dict = {}  # (label config controls, predictor) -> which predicted control fills which Rating
         # Which context fields to read from the store: once per process (a model uses only the fields it
-        # was trained on, and re-reading the taxonomy file cost ~0.1 ms a request).
-        self.taxonomy = load_taxonomy()
+        # was trained on, and re-reading the taxonomy file cost ~0.1 ms a request). The study's taxonomy
+        # (settings.taxonomy_path) comes from build_model; the packaged one otherwise.
+        self.taxonomy = taxonomy or load_taxonomy()
         # Concurrent requests of this process share model calls (see ml_backend/batcher.py).
         self.batcher = MicroBatcher(self._predict_data)
 
@@ -179,7 +180,10 @@ def build_model(settings, on_event: Callable[[str, dict], Any] | None = None,
     pre-annotations): the registry's current version loaded now, once."""
     from sense7.data.store import Store
     from sense7.model.registry import ModelRegistry
+    from sense7.taxonomy import study_taxonomy
 
     hot = HotModel(ModelRegistry(settings.model_dir), check_interval=check_interval)
     hot.reload()
-    return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), refresh_seconds), on_event=on_event)
+    taxonomy = study_taxonomy(settings)
+    return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), refresh_seconds, taxonomy), on_event=on_event,
+                       taxonomy=taxonomy)

@@ -110,6 +110,7 @@ class Settings:
     profile_project_title: str = PROFILE_PROJECT_TITLE
     jobs: JobSettings = field(default_factory=JobSettings)
     serving: BackendServing = field(default_factory=BackendServing)
+    taxonomy_path: Path | None = None  # the study's taxonomy YAML (SENSE7_TAXONOMY); None = the packaged one
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> "Settings":
@@ -140,6 +141,7 @@ class Settings:
             ls_host=ls_host,
             rating_project_title=env.get("SENSE7_RATING_PROJECT_TITLE") or RATING_PROJECT_TITLE,
             profile_project_title=env.get("SENSE7_PROFILE_PROJECT_TITLE") or PROFILE_PROJECT_TITLE,
+            taxonomy_path=taxonomy_path_from_env(env),
             jobs=JobSettings.from_env(env),
             serving=BackendServing.from_env(env, backend_host, backend_port),
         )
@@ -155,6 +157,14 @@ def secure_home(home: Path) -> Path:
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(home, 0o700)
     return home
+
+
+def taxonomy_path_from_env(env: dict | None = None) -> Path | None:
+    """SENSE7_TAXONOMY (the study's taxonomy YAML) without building a whole Settings (which creates the
+    local secrets): for commands such as `sense7 evaluate` that need nothing else. None = packaged file."""
+    env = os.environ if env is None else env
+    value = env.get("SENSE7_TAXONOMY")
+    return Path(value).expanduser().resolve() if value else None
 
 
 def local_secret(home: Path, name: str) -> str:

@@ -115,8 +115,28 @@ def _field(raw: dict, where: str) -> Field:
 
 
 def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
+    """The taxonomy in `path` (default: the packaged labeling_config/taxonomy.yaml), cached until the file
+    changes. A missing or unreadable file is a TaxonomyError naming it."""
     path = Path(path) if path else DEFAULT_TAXONOMY_PATH
-    return _load_cached(path.resolve(), path.stat().st_mtime_ns)
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError as exc:
+        raise TaxonomyError(f"{path}: cannot read the taxonomy ({exc.strerror})") from None
+    return _load_cached(path.resolve(), mtime)
+
+
+def study_taxonomy(settings=None, path: str | Path | None = None) -> Taxonomy:
+    """The running study's taxonomy: `path` when given (a command's --taxonomy), else settings.taxonomy_path
+    (SENSE7_TAXONOMY; read from the environment when no settings are given), else the packaged default.
+    Every part of a stack (Label Studio projects, import, sync, retrain, ML backend, evaluation) reads its
+    taxonomy through this, so one setting changes them all."""
+    if path:
+        return load_taxonomy(path)
+    if settings is None:
+        from sense7.settings import taxonomy_path_from_env
+
+        return load_taxonomy(taxonomy_path_from_env())
+    return load_taxonomy(settings.taxonomy_path)
 
 
 @lru_cache(maxsize=8)
@@ -188,7 +208,7 @@ def render_rating_config(tax: Taxonomy) -> str:
         box = _sub(root, "View", className="s7-dim")
         _sub(box, "Header", value=dim.title, size=5)
         _sub(box, "View", className="s7-def").append(
-            ET.Element("Header", {"value": f"{dim.definition}  1: {dim.low}  5: {dim.high}", "size": "6",
+            ET.Element("Header", {"value": f"{dim.definition}  1: {dim.low}  {n}: {dim.high}", "size": "6",
                                   "underline": "false"}))
         _sub(box, "Rating", name=dim.key, toName=TURN_TAG, maxRating=n, required="true")
     box = _sub(root, "View", className="s7-dim")

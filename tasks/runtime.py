@@ -14,7 +14,7 @@ import httpx
 from label_studio_sdk.core.api_error import ApiError
 
 from sense7.settings import JobSettings, Settings
-from sense7.taxonomy import Taxonomy, load_taxonomy
+from sense7.taxonomy import Taxonomy, study_taxonomy
 
 
 class LabelStudioUnavailable(RuntimeError):
@@ -67,7 +67,7 @@ class Runtime:
 
     @cached_property
     def taxonomy(self) -> Taxonomy:
-        return load_taxonomy()
+        return study_taxonomy(self.settings)
 
     @cached_property
     def client(self):
@@ -93,7 +93,7 @@ class Runtime:
         """(rating project id, profile project id), created in Label Studio if missing."""
         from sense7.labelstudio.client import ensure_projects
 
-        return ensure_projects(self.client, self.settings)
+        return ensure_projects(self.client, self.settings, self.taxonomy)
 
     @property
     def rating_project(self) -> int:

@@ -23,7 +23,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 from celery import shared_task
 from sense7.tasks import names
@@ -32,7 +31,7 @@ from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import current_runtime
 
 from sense7.model.registry import STAGING_PREFIX, ModelRegistry, RegistryError
-from sense7.research.metrics import point_metrics
+from sense7.research.metrics import macro_metrics, point_metrics
 from sense7.taxonomy import Taxonomy
 
 log = logging.getLogger(__name__)
@@ -69,14 +68,6 @@ def subset(data, conversation_ids: set[str], keep: bool):
     return RatingData(conversations=convs, ratings=ratings, raters=data.raters)
 
 
-def _macro(per_control: dict) -> dict:
-    out = {}
-    for name in ("spearman", "accuracy", "qwk", "mae"):
-        values = [m[name] for m in per_control.values() if m.get(name) is not None and not math.isnan(m[name])]
-        out[name] = float(np.mean(values)) if values else None
-    return out
-
-
 def score_bundle(bundle, X: pd.DataFrame, Y: pd.DataFrame, levels) -> dict:
     """Per-control and macro metrics of a bundle's served predictions on (X, Y)."""
     preds = bundle.predict_items(X)
@@ -92,7 +83,7 @@ def score_bundle(bundle, X: pd.DataFrame, Y: pd.DataFrame, levels) -> dict:
                                 [c.expected for c in chosen], levels)
         per_control[control] = {k: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
                                 for k, v in metrics.items()}
-    return {"macro": _macro(per_control), "per_control": per_control, "n_items": int(len(X))}
+    return {"macro": macro_metrics(per_control, undefined=None), "per_control": per_control, "n_items": int(len(X))}
 
 
 def score_baseline(X_train, Y_train, X, Y, levels) -> dict:
@@ -111,7 +102,7 @@ def score_baseline(X_train, Y_train, X, Y, levels) -> dict:
                                 expected[control].to_numpy()[rated], levels)
         per_control[control] = {k: (None if isinstance(v, float) and math.isnan(v) else float(v))
                                 for k, v in metrics.items()}
-    return {"macro": _macro(per_control), "per_control": per_control}
+    return {"macro": macro_metrics(per_control, undefined=None), "per_control": per_control}
 
 
 def _primary(metrics: dict | None) -> float:
@@ -178,7 +169,7 @@ class Retrainer:
         Y_test = Y_test.reindex(columns=[c for c in Y_train.columns if c in Y_test.columns])
         version = self.registry.next_version()
         started = time.perf_counter()
-        bundle = train_bundle(train, version)
+        bundle = train_bundle(train, version, self.taxonomy)
         train_seconds = time.perf_counter() - started
         levels = list(range(1, self.taxonomy.levels + 1))
         candidate = score_bundle(bundle, X_test, Y_test, levels)

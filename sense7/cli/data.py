@@ -7,18 +7,23 @@ from pathlib import Path
 import typer
 
 from sense7.cli._common import console, err_console, fail, label_studio_errors, progress, settings
-from sense7.data.formats import FORMATS, FormatError, read_assignments, read_conversations, read_raters
+from sense7.data.formats import FORMATS, FormatError, read_assignments, read_conversations, read_raters, read_ratings
 from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import ReimportConflict, import_conversations, import_profile_tasks
+from sense7.taxonomy import TaxonomyError, study_taxonomy
 
 raters_app = typer.Typer(help="Rater traits (answers to the profile questionnaire).", no_args_is_help=True)
 ratings_app = typer.Typer(help="Ratings collected outside Label Studio (a pilot, an earlier study).",
                           no_args_is_help=True)
 
 
+TAXONOMY_HELP = "the study's taxonomy YAML (default: SENSE7_TAXONOMY, else the packaged one)"
+
+
 def _report_problems(exc: FormatError) -> typer.Exit:
-    return fail(str(exc), 2)
+    """Every problem of the file as file:line: field: reason (the import commands write nothing then)."""
+    return fail(f"{exc}\nnothing was imported", 2)
 
 
 def _email_conflicts(store: Store, rows: list[dict]) -> list[str]:
@@ -50,6 +55,13 @@ def _report_conflict(file: Path, exc: ReimportConflict) -> typer.Exit:
     return fail(f"{exc}; nothing was written", 2)
 
 
+def _taxonomy(path: Path | None, cfg=None):
+    try:
+        return study_taxonomy(cfg, path)
+    except TaxonomyError as exc:
+        raise fail(str(exc), 2)
+
+
 def import_batch(
     file: Path = typer.Argument(..., help="conversations: native JSONL, CSV (one message per row) or OpenAI-style JSONL"),
     fmt: str = typer.Option(None, "--format", help=f"one of {', '.join(FORMATS)} (default: detected)"),
@@ -57,24 +69,26 @@ def import_batch(
     assignments: Path = typer.Option(None, help="CSV conversation_id,rater_id: give a conversation to more raters"),
     replace: bool = typer.Option(False, "--replace", help="Update conversations whose text changed since their import "
                                  "(tasks without ratings only; refuses, writing nothing, where ratings exist)."),
+    taxonomy: Path = typer.Option(None, help=TAXONOMY_HELP),
 ) -> None:
     """Import a batch of conversations as one rating task per (assistant turn, rater).
 
     The whole file is validated first: any problem is reported as file:line: field: reason, the command
     exits 2 and nothing is written. Importing the same batch again creates nothing new."""
+    cfg = settings()
+    tax = _taxonomy(taxonomy, cfg)
     try:
-        conversations = read_conversations(file, fmt, rater)
+        conversations = read_conversations(file, fmt, rater, tax)
         if assignments:
             conversations = read_assignments(assignments, conversations)
     except FormatError as exc:
         raise _report_problems(exc)
     except ValueError as exc:
         raise fail(str(exc), 2)
-    cfg = settings()
     store = Store(cfg.store_url)
     with label_studio_errors(cfg):
         client = ls_client.connect(cfg)
-        rating_id, profile_id = ls_client.ensure_projects(client, cfg)
+        rating_id, profile_id = ls_client.ensure_projects(client, cfg, tax)
         with progress() as bar:
             job = bar.add_task("Importing tasks", total=None)
             try:
@@ -92,13 +106,15 @@ def import_batch(
 
 
 @raters_app.command("import")
-def raters_import(file: Path = typer.Argument(..., help="CSV: rater_id, email, profile fields of the taxonomy")) -> None:
+def raters_import(file: Path = typer.Argument(..., help="CSV: rater_id, email, profile fields of the taxonomy"),
+                  taxonomy: Path = typer.Option(None, help=TAXONOMY_HELP)) -> None:
     """Register or update rater traits in sense7's store (never in Label Studio task data)."""
+    cfg = settings()
     try:
-        rows = read_raters(file)
+        rows = read_raters(file, _taxonomy(taxonomy, cfg))
     except FormatError as exc:
         raise _report_problems(exc)
-    store = Store(settings().store_url)
+    store = Store(cfg.store_url)
     conflicts = _email_conflicts(store, rows)
     if conflicts:
         raise fail(f"{file}: {len(conflicts)} email conflict(s), nothing was imported:\n  " + "\n  ".join(conflicts), 2)
@@ -111,21 +127,20 @@ def raters_import(file: Path = typer.Argument(..., help="CSV: rater_id, email, p
 def ratings_import(
     ratings: Path = typer.Argument(..., help="ratings.csv: conversation_id, turn_index, rater_id, dimension, rating"),
     conversations: Path = typer.Option(..., help="the conversations the ratings refer to (native JSONL)"),
+    taxonomy: Path = typer.Option(None, help=TAXONOMY_HELP),
 ) -> None:
     """Add earlier ratings to the training data (they never become Label Studio tasks).
 
     Both files are validated first (every rating must point at an assistant turn of a conversation of
     that rater); on any problem nothing is written."""
-    from sense7.data.dataset import DataError, read_ratings_csv
-
+    cfg = settings()
+    tax = _taxonomy(taxonomy, cfg)
     try:
-        convs = read_conversations(conversations)
-        frame = read_ratings_csv(ratings, conversations={(c.conversation_id, c.rater_id): c for c in convs})
+        convs = read_conversations(conversations, taxonomy=tax)
+        frame = read_ratings(ratings, tax, convs)
     except FormatError as exc:
         raise _report_problems(exc)
-    except DataError as exc:
-        raise fail(str(exc), 2)
-    store = Store(settings().store_url)
+    store = Store(cfg.store_url)
     store.upsert_conversations(convs)
     console.print(f"{store.import_ratings(frame)} rating(s) from {frame['rater_id'].nunique()} rater(s) stored")
 

@@ -113,8 +113,7 @@ def demo(
 
 
 def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started) -> None:
-    from sense7.data.dataset import read_ratings_csv
-    from sense7.data.formats import read_conversations, read_raters
+    from sense7.data.formats import read_conversations, read_raters, read_ratings
     from sense7.data.store import Store
     from sense7.labelstudio.importer import import_conversations, import_profile_tasks
     from sense7.labelstudio.protocol import connect_backend
@@ -122,9 +121,9 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
     from sense7.ml_backend.server import BackendServer
     from sense7.model.registry import ModelRegistry
     from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
-    from sense7.taxonomy import load_taxonomy
+    from sense7.taxonomy import study_taxonomy
 
-    phases, tax = Phases(), load_taxonomy()
+    phases, tax = Phases(), study_taxonomy(cfg)
     server = LabelStudioServer(cfg)
     with phases.phase(f"Label Studio on {cfg.ls_url}"):
         was_running = server.status().running
@@ -150,16 +149,16 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
     data_dir = cfg.home / "demo-data"
     with phases.phase("study data"):
         if conversations is None:
-            synth.write(synth.generate(n_conversations, n_raters, seed), data_dir)
+            synth.write(synth.generate(n_conversations, n_raters, seed, taxonomy=tax), data_dir)
             conversations, raters, ratings_path = (data_dir / "conversations.jsonl", data_dir / "raters.csv",
                                                    data_dir / "ratings.csv")
         else:
             ratings_path = None
-        batch = read_conversations(conversations)
-        traits = read_raters(raters) if raters else []
+        batch = read_conversations(conversations, taxonomy=tax)
+        traits = read_raters(raters, tax) if raters else []
         store.upsert_raters(traits)
         store.upsert_conversations(batch)
-        ratings = read_ratings_csv(ratings_path) if ratings_path else None
+        ratings = read_ratings(ratings_path, tax) if ratings_path else None
         ids = sorted({c.conversation_id for c in batch})
         live_ids = set(ids[: max(1, int(len(ids) * LIVE_FRACTION))]) if ratings is not None else set(ids)
         live = [c for c in batch if c.conversation_id in live_ids]
@@ -238,10 +237,12 @@ def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: 
     from sense7.data.dataset import load_native
     from sense7.research.evaluation import evaluate
     from sense7.research.report import write_report
+    from sense7.taxonomy import study_taxonomy
 
-    data = load_native(conversations, ratings, raters)
+    tax = study_taxonomy()
+    data = load_native(conversations, ratings, raters, tax)
     results = evaluate(data, splits=("known_rater", "cold_start"), n_folds=3, seed=0, n_boot=200,
-                       dataset="sense7 demo (synthetic)")
+                       dataset="sense7 demo (synthetic)", taxonomy=tax)
     write_report(results, out)
 
 

@@ -16,11 +16,12 @@ config_app = typer.Typer(help="Render the Label Studio configs from labeling_con
 
 
 @project_app.command("create")
-def create(taxonomy: Path = typer.Option(None, help="Taxonomy YAML (default labeling_config/taxonomy.yaml)")) -> None:
+def create(taxonomy: Path = typer.Option(None, help="Taxonomy YAML (default: SENSE7_TAXONOMY, else "
+                                                         "labeling_config/taxonomy.yaml)")) -> None:
     """Create (or find and update) the SENSE-7 rating project and the rater-profile project."""
     cfg = settings()
     try:
-        tax = load_taxonomy(taxonomy)
+        tax = load_taxonomy(taxonomy or cfg.taxonomy_path)
     except (TaxonomyError, OSError) as exc:
         raise fail(str(exc))
     with label_studio_errors(cfg):

@@ -15,12 +15,24 @@ CONVERSATIONS_HELP = "conversations.jsonl (native format)"
 RATINGS_HELP = "ratings.csv: conversation_id, turn_index, rater_id, dimension, rating"
 RATERS_HELP = "raters.csv: rater_id, email, profile fields (optional)"
 WASSA_HELP = "a directory with the WASSA 2024 CSV files (instead of the native files)"
+TAXONOMY_HELP = "the study's taxonomy YAML: its controls and scale (default: SENSE7_TAXONOMY, else the packaged one)"
+
+
+def _taxonomy(path: Path | None):
+    """The study's taxonomy (--taxonomy, else SENSE7_TAXONOMY, else the packaged file); exits 2 when bad."""
+    from sense7.taxonomy import TaxonomyError, study_taxonomy
+
+    try:
+        return study_taxonomy(path=path)
+    except TaxonomyError as exc:
+        raise fail(str(exc), 2)
 
 
 def _load(conversations: Path | None, ratings: Path | None, raters: Path | None, wassa: Path | None,
-          need_conversations: bool = True):
+          need_conversations: bool = True, taxonomy=None):
     """(RatingData or ratings frame, data set name); exits 2 with file:line: field: reason on bad input."""
-    from sense7.data.dataset import DataError, load_native, read_ratings_csv
+    from sense7.data.dataset import load_native
+    from sense7.data.formats import read_ratings
 
     if wassa and (conversations or ratings or raters):
         raise fail("give either --wassa2024 or the native files (--conversations/--ratings/--raters), not both", 2)
@@ -36,9 +48,9 @@ def _load(conversations: Path | None, ratings: Path | None, raters: Path | None,
             if path is not None and not Path(path).is_file():
                 raise fail(f"{path}: file not found", 2)
         if conversations is None:
-            return read_ratings_csv(ratings), Path(ratings).stem
-        return load_native(conversations, ratings, raters), Path(ratings).parent.name or Path(ratings).stem
-    except (DataError, ValueError) as exc:  # DataError, sense7.data.formats.FormatError: file:line: field: reason
+            return read_ratings(ratings, taxonomy), Path(ratings).stem
+        return load_native(conversations, ratings, raters, taxonomy), Path(ratings).parent.name or Path(ratings).stem
+    except ValueError as exc:  # sense7.data.formats.FormatError: file:line: field: reason
         raise fail(str(exc), 2)
 
 
@@ -87,6 +99,7 @@ def evaluate_command(
     jobs: int = typer.Option(1, min=1, help="fit folds in parallel processes (same results)"),
     json_path: Path = typer.Option(None, "--json", help="write the full result as JSON"),
     report: Path = typer.Option(None, help="write a self-contained HTML report"),
+    taxonomy: Path = typer.Option(None, help=TAXONOMY_HELP),
 ) -> None:
     """Cross-validate the rater models and the trivial baselines; print metrics with 95% CIs.
 
@@ -109,12 +122,13 @@ def evaluate_command(
         estimators = default_models(None if models is None else [m.strip() for m in models.split(",") if m.strip()])
     except ValueError as exc:
         raise fail(f"--models: {exc}", 2)
-    data, name = _load(conversations, ratings, raters, wassa2024)
+    tax = _taxonomy(taxonomy)
+    data, name = _load(conversations, ratings, raters, wassa2024, taxonomy=tax)
     with progress() as bar:
         job = bar.add_task("Cross-validating", total=len(chosen) * len(estimators) * folds)
         try:
             result = evaluate(data, splits=chosen, n_folds=folds, seed=seed, n_boot=boot, models=estimators,
-                              n_jobs=jobs,
+                              n_jobs=jobs, taxonomy=tax,
                               dataset=name, progress=lambda label: bar.update(job, advance=1, description=label))
         except ValueError as exc:
             raise fail(str(exc), 2)
@@ -154,6 +168,7 @@ def analyze_command(
     seed: int = typer.Option(0, help="bootstrap seed"),
     boot: int = typer.Option(1000, min=10, help="bootstrap resamples for the confidence intervals"),
     json_path: Path = typer.Option(None, "--json", help="write the full result as JSON"),
+    taxonomy: Path = typer.Option(None, help=TAXONOMY_HELP),
 ) -> None:
     """Variance shares (rater / conversation / turn) and rating changes after failures.
 
@@ -162,10 +177,11 @@ def analyze_command(
     expectation, against the rater's baseline and against the same conversation's earlier turns."""
     from sense7.research.analysis import analyze
 
-    loaded, name = _load(conversations, ratings, raters, wassa2024, need_conversations=False)
+    tax = _taxonomy(taxonomy)
+    loaded, name = _load(conversations, ratings, raters, wassa2024, need_conversations=False, taxonomy=tax)
     frame = getattr(loaded, "ratings", loaded)
     try:
-        result = analyze(frame, n_boot=boot, seed=seed, dataset=name)
+        result = analyze(frame, n_boot=boot, seed=seed, dataset=name, taxonomy=tax)
     except ValueError as exc:  # e.g. no ratings in the file
         raise fail(str(exc), 2)
     console.print(f"{name}: {result['n_ratings']} ratings by {result['n_raters']} raters")

@@ -7,20 +7,17 @@ predicts.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sense7.data.conversations import Conversation
+from sense7.data.formats import raters_frame, read_conversations, read_raters, read_ratings
 from sense7.taxonomy import Taxonomy, load_taxonomy
 
 ITEM_KEYS = ["conversation_id", "turn_index", "rater_id"]
-RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
 # Ordinal profile answers: position in the taxonomy's choice list is the number.
 ORDINAL_PROFILE_FIELDS = ("age_band", "llm_use")
 # TIPI (Gosling et al., 2003): each Big Five score is the mean of one item and one reverse-keyed item.
@@ -34,9 +31,6 @@ TIPI_SCALES = {
 # Columns of raters.csv that are identities, not traits.
 NON_TRAIT_COLUMNS = {"rater_id", "email"}
 
-
-class DataError(ValueError):
-    """A user file is invalid; the message names the file, the line and the column."""
 
 
 @dataclass
@@ -58,133 +52,22 @@ def _controls_of(ratings: pd.DataFrame, taxonomy: Taxonomy | None) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Reading the native files
-
-
-def read_conversations_file(path: str | Path) -> list[Conversation]:
-    """Validated reading through sense7.data.formats when it exists; otherwise trust our own JSONL."""
-    try:
-        from sense7.data.formats import read_conversations
-    except ImportError:  # the lead's formats module is not there yet
-        read_conversations = None
-    if read_conversations is not None:
-        return read_conversations(path)
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if line.strip():
-                try:
-                    out.append(Conversation.from_json(json.loads(line), line=line_no))
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise DataError(f"{path}:{line_no}: invalid conversation: {exc}") from None
-    return out
+# Reading the native files (through sense7.data.formats, the one reader of user files)
 
 
 def load_native(conversations_path, ratings_path, raters_path=None, taxonomy: Taxonomy | None = None) -> RatingData:
+    """conversations.jsonl + ratings.csv (+ raters.csv) validated against the taxonomy. Raises FormatError
+    listing every problem of a file as file:line: field: reason."""
     tax = taxonomy or load_taxonomy()
     conversations = {}
-    for conv in read_conversations_file(conversations_path):
+    for conv in read_conversations(conversations_path, taxonomy=tax):
         conversations[(conv.conversation_id, conv.rater_id)] = conv
-    raters = read_raters_csv(raters_path, tax) if raters_path else pd.DataFrame(index=pd.Index([], name="rater_id"))
-    ratings = read_ratings_csv(ratings_path, tax, conversations)
+    if raters_path:
+        raters = raters_frame(read_raters(raters_path, tax, extra_columns=True), tax)
+    else:
+        raters = pd.DataFrame(index=pd.Index([], name="rater_id"))
+    ratings = read_ratings(ratings_path, tax, conversations)
     return RatingData(conversations, ratings, raters)
-
-
-def _rows(path: Path, required: list[str]):
-    """Yield (line number, row dict) with a clear error when the header lacks a required column."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(f"{path}:1: missing column(s) {', '.join(missing)} (header: {reader.fieldnames})")
-        for row in reader:
-            yield reader.line_num, row
-
-
-def read_ratings_csv(path, taxonomy: Taxonomy | None = None, conversations: dict | None = None) -> pd.DataFrame:
-    """Validate ratings.csv; every error names file:line, the column and the reason."""
-    tax = taxonomy or load_taxonomy()
-    path = Path(path)
-    n_expect = len(tax.expectation_choices)
-    records = []
-    for line, row in _rows(path, RATING_COLUMNS):
-        def fail(column, reason):
-            raise DataError(f"{path}:{line}: column {column}: {reason}")
-
-        conv_id = (row["conversation_id"] or "").strip()
-        rater_id = (row["rater_id"] or "").strip()
-        dim = (row["dimension"] or "").strip()
-        if not conv_id:
-            fail("conversation_id", "is empty")
-        if not rater_id:
-            fail("rater_id", "is empty")
-        if dim not in tax.controls and dim != tax.expectation_key:
-            fail("dimension", f"{dim!r} is not one of {', '.join(tax.controls + [tax.expectation_key])}")
-        raw_turn = (row["turn_index"] or "").strip()
-        turn = pd.NA
-        if raw_turn:
-            if not raw_turn.isdigit():
-                fail("turn_index", f"expected a non-negative integer or blank, got {raw_turn!r}")
-            turn = int(raw_turn)
-        top = n_expect if dim == tax.expectation_key else tax.levels
-        raw_rating = (row["rating"] or "").strip()
-        if not raw_rating.isdigit() or not 1 <= int(raw_rating) <= top:
-            fail("rating", f"expected an integer 1-{top}, got {raw_rating!r}")
-        if conversations is not None:
-            conv = conversations.get((conv_id, rater_id))
-            if conv is None:
-                fail("conversation_id", f"no conversation {conv_id!r} for rater {rater_id!r} in the conversations file")
-            if turn is not pd.NA and turn not in conv.assistant_turns():
-                fail("turn_index", f"{turn} is not an assistant turn of conversation {conv_id!r}")
-        records.append((conv_id, turn, rater_id, dim, int(raw_rating)))
-    frame = pd.DataFrame.from_records(records, columns=RATING_COLUMNS)
-    frame["turn_index"] = frame["turn_index"].astype("Int64")
-    frame["rating"] = frame["rating"].astype(int)
-    dup = frame.duplicated(["conversation_id", "turn_index", "rater_id", "dimension"])
-    if dup.any():
-        first = frame[dup].iloc[0]
-        raise DataError(f"{path}: duplicate rating for {first['conversation_id']}/{first['turn_index']}/"
-                        f"{first['rater_id']}/{first['dimension']}")
-    return frame
-
-
-def read_raters_csv(path, taxonomy: Taxonomy | None = None) -> pd.DataFrame:
-    """Validate raters.csv against the taxonomy's profile fields; blank = missing (NaN)."""
-    tax = taxonomy or load_taxonomy()
-    path = Path(path)
-    fields = {f.key: f for f in tax.profile_fields}
-    rows = {}
-    columns = None
-    for line, row in _rows(path, ["rater_id"]):
-        columns = columns or list(row)
-        rater_id = (row["rater_id"] or "").strip()
-        if not rater_id:
-            raise DataError(f"{path}:{line}: column rater_id: is empty")
-        if rater_id in rows:
-            raise DataError(f"{path}:{line}: column rater_id: duplicate rater {rater_id!r}")
-        values = {}
-        for column, raw in row.items():
-            if column == "rater_id" or column is None:
-                continue
-            text = (raw or "").strip()
-            if not text:
-                values[column] = np.nan
-            elif column in fields:
-                try:
-                    values[column] = fields[column].validate(text)
-                except ValueError as exc:
-                    raise DataError(f"{path}:{line}: column {column}: {exc}") from None
-            else:
-                values[column] = text
-        rows[rater_id] = values
-    frame = pd.DataFrame.from_dict(rows, orient="index", columns=[c for c in (columns or []) if c != "rater_id"])
-    frame.index.name = "rater_id"
-    for column in frame.columns:  # unknown extra columns: numeric when every value parses
-        if column not in fields and column != "email":
-            converted = pd.to_numeric(frame[column], errors="coerce")
-            if converted.notna().sum() == frame[column].notna().sum():
-                frame[column] = converted
-    return frame
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -321,7 +204,7 @@ def build_items(data: RatingData, taxonomy: Taxonomy | None = None) -> tuple[pd.
     for conv_id, turn, rater_id in wide.index:
         conv = data.conversations.get((conv_id, rater_id))
         if conv is None:
-            raise DataError(f"ratings name conversation {conv_id!r} for rater {rater_id!r}, which is not loaded")
+            raise ValueError(f"ratings name conversation {conv_id!r} for rater {rater_id!r}, which is not loaded")
         rows.append(_conversation_item(conv, pd.NA if turn == -1 else turn))
     X = pd.DataFrame(rows, columns=ITEM_COLUMNS)
     contexts = {key: conv.context for key, conv in data.conversations.items()}

@@ -1,5 +1,6 @@
 """Read and validate the files users give us: conversations (native JSONL, CSV, OpenAI-style JSONL),
-assignments and rater traits.
+assignments, rater traits (raters.csv) and ratings (ratings.csv). This is the one reader of every user
+file: the importer, `sense7 evaluate`/`analyze` and the dataset layer (sense7.data.dataset) all call it.
 
 The whole file is checked before anything is written anywhere. Every problem names the file, the line,
 the field and the reason; all problems are collected (up to a cap) so a user fixes a file in one pass.
@@ -38,13 +39,18 @@ class Problem:
 
 
 class FormatError(ValueError):
-    """One or more problems in an input file; nothing has been written."""
+    """One or more problems in an input file (each file:line: field: reason); nothing has been written.
+
+    One problem is one line of text; several are listed one a line (at most MAX_PROBLEMS of them)."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
+        if len(problems) == 1:
+            super().__init__(str(problems[0]))
+            return
         shown = "\n".join(f"  {p}" for p in problems[:MAX_PROBLEMS])
         more = f"\n  ... and {len(problems) - MAX_PROBLEMS} more" if len(problems) > MAX_PROBLEMS else ""
-        super().__init__(f"{len(problems)} problem(s), nothing was imported:\n{shown}{more}")
+        super().__init__(f"{len(problems)} problems:\n{shown}{more}")
 
 
 class _Collector:
@@ -349,19 +355,25 @@ def read_assignments(path: str | Path, conversations: list[Conversation]) -> lis
     return conversations + extra
 
 
-def read_raters(path: str | Path, taxonomy: Taxonomy | None = None) -> list[dict]:
-    """Validate a rater-traits CSV: rater_id, optional email, and taxonomy profile fields (blank = unknown)."""
+def read_raters(path: str | Path, taxonomy: Taxonomy | None = None, extra_columns: bool = False) -> list[dict]:
+    """Validate a rater-traits CSV: rater_id, optional email, and taxonomy profile fields (blank = unknown).
+
+    Rows are {"rater_id", "email", "traits"}; traits in the file's column order. With extra_columns,
+    columns that are not profile fields (e.g. a study's own numeric traits) are kept as text instead of
+    being reported."""
     path = Path(path)
     tax = taxonomy or load_taxonomy()
     problems = _Collector(path)
     fields = {f.key: f for f in tax.profile_fields}
     rows, seen = [], {}
     header_checked = False
+    columns: list[str] = []
     for number, row in _csv_rows(path, problems, ("rater_id",)):
         if not header_checked:
             header_checked = True
-            unknown = [c for c in row if c not in fields and c not in ("rater_id", "email")]
-            if unknown:
+            columns = [c for c in row if c not in ("rater_id", "email")]
+            unknown = [c for c in columns if c not in fields]
+            if unknown and not extra_columns:
                 problems.add(1, "header", f"unknown column(s) {', '.join(unknown)}; expected rater_id, email, "
                                           f"{', '.join(fields)}")
                 break
@@ -375,12 +387,15 @@ def read_raters(path: str | Path, taxonomy: Taxonomy | None = None) -> list[dict
         if email and ("@" not in email or len(email) > 320 or " " in email):
             problems.add(number, "email", f"not an email address: {email!r}")
         traits = {}
-        for key, field in fields.items():
+        for key in columns:
             value = row.get(key, "")
             if value == "":
                 continue
+            if key not in fields:
+                traits[key] = value
+                continue
             try:
-                traits[key] = field.validate(value)
+                traits[key] = fields[key].validate(value)
             except ValueError as exc:
                 problems.add(number, key, str(exc))
         if rid:
@@ -394,3 +409,106 @@ def read_raters(path: str | Path, taxonomy: Taxonomy | None = None) -> list[dict
         emails.setdefault(row["email"], row["rater_id"])
     problems.raise_if_any()
     return rows
+
+
+def raters_frame(rows: list[dict], taxonomy: Taxonomy | None = None):
+    """read_raters' rows as the dataset layer's frame: index rater_id, columns email and the traits in file
+    order, NaN where blank; extra (non-profile) columns become numbers when every value parses."""
+    import numpy as np
+    import pandas as pd
+
+    tax = taxonomy or load_taxonomy()
+    profile = {f.key for f in tax.profile_fields}
+    columns = ["email"] if any(r["email"] for r in rows) else []
+    for row in rows:
+        columns += [k for k in row["traits"] if k not in columns]
+    records = {r["rater_id"]: {"email": r["email"] or np.nan, **r["traits"]} for r in rows}
+    frame = pd.DataFrame.from_dict(records, orient="index", columns=columns)
+    frame.index.name = "rater_id"
+    for column in frame.columns:
+        if column in profile or column == "email":
+            continue
+        converted = pd.to_numeric(frame[column], errors="coerce")
+        if converted.notna().sum() == frame[column].notna().sum():
+            frame[column] = converted
+    return frame
+
+
+RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
+TAXONOMY_HINT = "pass the study's taxonomy with --taxonomy FILE or SENSE7_TAXONOMY"
+
+
+def read_ratings(path: str | Path, taxonomy: Taxonomy | None = None, conversations=None):
+    """Validate ratings.csv (conversation_id, turn_index, rater_id, dimension, rating) against the
+    taxonomy's controls and scale, and (given the conversations, as a list or a {(conversation_id,
+    rater_id): Conversation} dict) against the rated conversations' assistant turns.
+
+    Returns a frame with those columns (turn_index Int64, NA = the whole conversation). Raises FormatError
+    listing every problem; a dimension that is not a control of the taxonomy is reported once per value."""
+    import pandas as pd
+
+    path = Path(path)
+    tax = taxonomy or load_taxonomy()
+    problems = _Collector(path)
+    if isinstance(conversations, (list, tuple)):
+        conversations = {(c.conversation_id, c.rater_id): c for c in conversations}
+    known = tax.controls + [tax.expectation_key]
+    n_expect = len(tax.expectation_choices)
+    unknown_dims: dict[str, list[int]] = {}
+    records, first_seen, hinted = [], {}, False
+    for number, row in _csv_rows(path, problems, RATING_COLUMNS):
+        ok = True
+        cid = _check_id(row["conversation_id"], number, "conversation_id", problems)
+        rid = _check_id(row["rater_id"], number, "rater_id", problems)
+        dim = row["dimension"]
+        if not dim:
+            problems.add(number, "dimension", "empty")
+            ok = False
+        elif dim not in known:
+            unknown_dims.setdefault(dim, []).append(number)
+            ok = False
+        raw_turn = row["turn_index"]
+        turn = None
+        if raw_turn:
+            if not raw_turn.isdigit():
+                problems.add(number, "turn_index", f"expected a non-negative integer or blank, got {raw_turn!r}")
+                ok = False
+            else:
+                turn = int(raw_turn)
+        top = n_expect if dim == tax.expectation_key else tax.levels
+        raw_rating = row["rating"]
+        if not raw_rating.isdigit() or not 1 <= int(raw_rating) <= top:
+            hint = ""
+            if raw_rating.isdigit() and int(raw_rating) > top and dim != tax.expectation_key and not hinted:
+                # Probably another study's scale: say once how to pass the right taxonomy.
+                hint, hinted = f" (taxonomy {tax.source.name} has a {top}-point scale; {TAXONOMY_HINT})", True
+            problems.add(number, "rating", f"expected an integer 1-{top}, got {raw_rating!r}{hint}")
+            ok = False
+        if conversations is not None and cid and rid:
+            conv = conversations.get((cid, rid))
+            if conv is None:
+                problems.add(number, "conversation_id",
+                             f"no conversation {cid!r} for rater {rid!r} in the conversations file")
+                ok = False
+            elif turn is not None and turn not in conv.assistant_turns():
+                problems.add(number, "turn_index", f"{turn} is not an assistant turn of conversation {cid!r}")
+                ok = False
+        if not (ok and cid and rid):
+            continue
+        key = (cid, turn, rid, dim)
+        if key in first_seen:
+            problems.add(number, "dimension", f"duplicate rating for {cid}/{'' if turn is None else turn}/{rid}/"
+                                              f"{dim} (first on line {first_seen[key]})")
+            continue
+        first_seen[key] = number
+        records.append((cid, pd.NA if turn is None else turn, rid, dim, int(raw_rating)))
+    for dim, lines in unknown_dims.items():
+        others = f" (and on {len(lines) - 1} more line(s))" if len(lines) > 1 else ""
+        problems.add(lines[0], "dimension", f"{dim!r} is not a control of the taxonomy {tax.source.name} "
+                                            f"({', '.join(known)}){others}; {TAXONOMY_HINT}")
+    problems.problems.sort(key=lambda p: (p.line is not None, p.line or 0))
+    problems.raise_if_any()
+    frame = pd.DataFrame.from_records(records, columns=RATING_COLUMNS)
+    frame["turn_index"] = frame["turn_index"].astype("Int64")
+    frame["rating"] = frame["rating"].astype(int)
+    return frame

@@ -367,7 +367,7 @@ class Store:
         return frame
 
     def import_ratings(self, frame: pd.DataFrame) -> int:
-        """Upsert validated ratings.csv rows (sense7.data.dataset.read_ratings_csv). Returns rows written."""
+        """Upsert validated ratings.csv rows (sense7.data.formats.read_ratings). Returns rows written."""
         rows = [{"conversation_id": r.conversation_id, "rater_id": r.rater_id, "dimension": r.dimension,
                  "turn_index": -1 if pd.isna(r.turn_index) else int(r.turn_index), "rating": int(r.rating)}
                 for r in frame.itertuples(index=False)]

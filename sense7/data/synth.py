@@ -146,7 +146,8 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy 
     dims = [d.key for d in tax.dimensions]
     controls = tax.controls
     levels = tax.levels
-    thresholds = BASE + np.arange(levels - 1) - (levels - 2) / 2  # 1..5 -> cuts 1.5..4.5 around BASE=3
+    base = (levels + 1) / 2  # the middle of the taxonomy's scale: BASE (3) on 1..5, 4 on 1..7
+    thresholds = base + np.arange(levels - 1) - (levels - 2) / 2  # 1..5 -> cuts 1.5..4.5 around 3
 
     # -- raters --------------------------------------------------------------------------------------
     rater_ids = [f"r{i:03d}" for i in range(1, n_raters + 1)]
@@ -227,9 +228,10 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy 
             wanted = float(context.get("empathy_wanted", 3))
             mood = float(context.get("emotional_state", 3))
             s = sens[rid]
-            failures = [1.0 if st["continuity"] == -1 else 0.0 for st in turn_cues]
-            unmet = [1.0 if ((wanted >= 4 and st["acknowledgement"] < 1 and st["validation"] < 1)
-                             or st["tone"] == -1) else 0.0 for st in turn_cues]
+            # Cues of dimensions a study's taxonomy leaves out still shape the text; read them as neutral.
+            failures = [1.0 if st.get("continuity", 0) == -1 else 0.0 for st in turn_cues]
+            unmet = [1.0 if ((wanted >= 4 and st.get("acknowledgement", 0) < 1 and st.get("validation", 0) < 1)
+                             or st.get("tone", 0) == -1) else 0.0 for st in turn_cues]
             overall_means = []
             for t, (turn_index, st) in enumerate(zip(turn_indices, turn_cues)):
                 penalty = s["_failure"] * sum(w * failures[t - k] for k, w in enumerate(FAILURE_PENALTY) if t - k >= 0)
@@ -241,9 +243,9 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy 
                     if d in ("acknowledgement", "validation"):
                         q *= 1 + 0.15 * (wanted - 3)
                     weighted.append(s[d] * q)
-                    means[d] = BASE + leniency[rid] + s["_offsets"][j] + s[d] * q + 0.1 * (mood - 3) - penalty
+                    means[d] = base + leniency[rid] + s["_offsets"][j] + s[d] * q + 0.1 * (mood - 3) - penalty
                 j = len(dims)
-                means[tax.overall.key] = (BASE + leniency[rid] + s["_offsets"][j] + 0.1 * (mood - 3) - penalty
+                means[tax.overall.key] = (base + leniency[rid] + s["_offsets"][j] + 0.1 * (mood - 3) - penalty
                                           + s[tax.overall.key] * 0.8 * float(np.mean(weighted)) * 2.5)
                 overall_means.append(means[tax.overall.key])
                 latent_rows.append({"conversation_id": conv_id, "turn_index": turn_index, "rater_id": rid, **means})

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from sense7.data.conversations import Conversation, Message
-from sense7.data.dataset import RATING_COLUMNS, DataError, RatingData
+from sense7.data.dataset import RatingData
+from sense7.data.formats import RATING_COLUMNS
 
 CONTROL = "perceived_empathy"
 SCALE = (1, 7)
@@ -34,12 +35,12 @@ RATING_SOURCE = "this_persons_perceived_empathy_of_other_person"
 def _read(directory: Path, name: str, required: tuple[str, ...]) -> pd.DataFrame:
     path = directory / name
     if not path.is_file():
-        raise DataError(f"{path}: file not found (expected the WASSA 2024 CSV files in {directory})")
+        raise ValueError(f"{path}: file not found (expected the WASSA 2024 CSV files in {directory})")
     # The published files escape quotes inside text with a backslash.
     frame = pd.read_csv(path, escapechar="\\")
     missing = [c for c in required if c not in frame.columns]
     if missing:
-        raise DataError(f"{path}:1: missing column(s) {', '.join(missing)}")
+        raise ValueError(f"{path}:1: missing column(s) {', '.join(missing)}")
     return frame
 
 
@@ -100,7 +101,7 @@ def _read_traits(directory: Path) -> pd.DataFrame:
             frame = _read(directory, name, ("person_id",) + TRAIT_COLUMNS)
             frames.append(frame.assign(person_id=frame["person_id"].map(_person_id)))
     if not frames:
-        raise DataError(f"{directory / TRAIT_FILES[0]}: file not found")
+        raise ValueError(f"{directory / TRAIT_FILES[0]}: file not found")
     traits = pd.concat(frames).drop_duplicates("person_id", keep="first").set_index("person_id")
     traits.index.name = "rater_id"
     # "gender" is also a taxonomy profile field (a choice of words); WASSA codes it as a number, so it

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from label_studio_sdk import LabelStudio
 
 from sense7.settings import Settings
-from sense7.taxonomy import Taxonomy, load_taxonomy, render_profile_config, render_rating_config
+from sense7.taxonomy import Taxonomy, load_taxonomy, render_profile_config, render_rating_config, study_taxonomy
 
 IMPORT_CHUNK = 5000  # tasks per bulk request: Label Studio redoes project bookkeeping per request
 
@@ -45,9 +45,11 @@ def create_profile_project(client: LabelStudio, title: str, taxonomy: Taxonomy |
 
 
 def ensure_projects(client: LabelStudio, settings: Settings, taxonomy: Taxonomy | None = None) -> tuple[int, int]:
-    """Create (or find) the rating project and the profile project. Idempotent."""
-    return (create_rating_project(client, settings.rating_project_title, taxonomy),
-            create_profile_project(client, settings.profile_project_title, taxonomy))
+    """Create (or find) the rating project and the profile project, rendered from `taxonomy` (default:
+    the study's, settings.taxonomy_path). Idempotent."""
+    tax = taxonomy or study_taxonomy(settings)
+    return (create_rating_project(client, settings.rating_project_title, tax),
+            create_profile_project(client, settings.profile_project_title, tax))
 
 
 def iter_tasks(client: LabelStudio, project_id: int, include: str = "id,data", page_size: int = 1000) -> Iterator:

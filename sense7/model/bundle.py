@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from sense7.data.dataset import RatingData, build_items
+from sense7.files import fsync_dir
 from sense7.model.estimators import GenericRater, PersonalizedRater, controls_from_proba
 from sense7.taxonomy import Taxonomy, load_taxonomy
 
@@ -112,14 +113,6 @@ def train_bundle(data: RatingData, version: str, taxonomy: Taxonomy | None = Non
                        known_raters=frozenset(str(r) for r in personalized.known_raters_), metrics=metrics)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save_bundle(bundle: ModelBundle, model_dir) -> Path:
     """Write `model_dir/bundle.joblib` atomically; returns its path."""
     model_dir = Path(model_dir)
@@ -135,7 +128,7 @@ def save_bundle(bundle: ModelBundle, model_dir) -> Path:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    _fsync_dir(model_dir)  # make the rename itself durable
+    fsync_dir(model_dir)  # make the rename itself durable
     return final
 
 

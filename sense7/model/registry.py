@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from sense7.files import fsync_dir
+
 POINTER_NAME = "CURRENT"
 MANIFEST_NAME = "MANIFEST.json"
 METRICS_NAME = "metrics.json"
@@ -66,19 +68,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def check_version_name(name: str) -> str:
@@ -136,9 +125,9 @@ class ModelRegistry:
                 metrics = getattr(bundle, "metrics", None) or {}
             (staging / METRICS_NAME).write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str))
             self._write_manifest(staging, version)
-            _fsync_dir(staging)
+            fsync_dir(staging)
             os.rename(staging, final)  # atomic on one file system; fails if `final` appeared meanwhile
-            _fsync_dir(self.model_dir)
+            fsync_dir(self.model_dir)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -250,7 +239,7 @@ class ModelRegistry:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-        _fsync_dir(self.model_dir)
+        fsync_dir(self.model_dir)
         return self._describe(self.path(version), version)
 
     def prune(self, keep: int = 3) -> list[str]:

@@ -35,6 +35,7 @@ from sense7.research.metrics import (
     RankStructure,
     cluster_draws,
     json_metrics,
+    macro_metrics,
     percentile_ci,
     point_metrics,
 )
@@ -124,15 +125,6 @@ def cross_val_predictions(model, X, Y, folds, data_levels, progress: Progress | 
         if progress:
             progress(f"{label} fold {k + 1}/{len(folds)}")
     return levels, scores, train_counts
-
-
-def _macro(per_control: dict[str, dict]) -> dict:
-    """The "overall" block: each metric averaged over controls (undefined controls skipped)."""
-    out = {}
-    for name in METRIC_NAMES:
-        values = [m[name] for m in per_control.values() if m[name] is not None and np.isfinite(m[name])]
-        out[name] = float(np.mean(values)) if values else float("nan")
-    return out
 
 
 def fold_metrics(y_true, y_level, score, fold_ids, levels) -> dict:
@@ -236,7 +228,7 @@ def _train_count_bins(y, scores, train_counts, raters, fold_ids) -> list[dict]:
 
 def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(SPLITS), n_folds: int = 5,
                    seed: int = 0, n_boot: int = 1000, dataset: str = "", progress: Progress | None = None,
-                   n_jobs: int = 1) -> dict:
+                   n_jobs: int = 1, scale=None) -> dict:
     """`evaluate` on an item frame (X, Y) already built by `sense7.data.dataset.build_items`.
 
     Returns {"dataset", "n_ratings", "n_items", "n_raters", "n_conversations", "controls", "levels", ...,
@@ -250,12 +242,16 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
         "rater_train_ratings": [mean training ratings per rater, sorted],
         "fit_predict_seconds": {name: seconds}, "n_folds", "cluster"}}}
     Undefined values (e.g. Spearman of a constant prediction) are None, so the result is strict JSON.
+    `scale`: the rating levels (e.g. a taxonomy's 1..7); default the range of the observed ratings.
     """
     X, Y = X.reset_index(drop=True), Y.reset_index(drop=True).astype(float)
     observed = Y.to_numpy(float)[np.isfinite(Y.to_numpy(float))]
     if len(observed) == 0:
         raise ValueError("no ratings to evaluate")
-    data_levels = np.arange(int(observed.min()), int(observed.max()) + 1)
+    lo, hi = int(observed.min()), int(observed.max())
+    if scale is not None:
+        lo, hi = min(lo, int(min(scale))), max(hi, int(max(scale)))
+    data_levels = np.arange(lo, hi + 1)
     result = {
         "dataset": dataset,
         "n_ratings": int(np.isfinite(Y.to_numpy(float)).sum()),
@@ -296,7 +292,7 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
                                       scores[name][c].to_numpy(float)[ok], fold_ids[ok], data_levels)
                 per_control[c] = json_metrics(values, percentile_ci(boot[name][c]))
                 split_out["confusion"][name][c] = _confusion(t[ok], levels[name][c].to_numpy(float)[ok], data_levels)
-            overall = json_metrics(_macro(per_control), percentile_ci(boot[name]["__overall__"]))
+            overall = json_metrics(macro_metrics(per_control), percentile_ci(boot[name]["__overall__"]))
             split_out["models"][name] = {"overall": overall, "per_control": per_control}
         if "personalized" in models and "generic" in models:
             split_out["paired"]["personalized_minus_generic"] = _paired(split_out["models"], boot, list(Y.columns))
@@ -332,12 +328,18 @@ def _confusion(y_true, y_level, levels) -> list[list[int]]:
 
 def evaluate(data, splits=("known_rater", "cold_start"), n_folds: int = 5, seed: int = 0, n_boot: int = 1000,
              models: dict | None = None, dataset: str | None = None, progress: Progress | None = None,
-             n_jobs: int = 1) -> dict:
-    """Cross-validate `models` on a `sense7.data.dataset.RatingData` (default: every kind of
-    sense7.model.catalog.CATALOG)."""
+             n_jobs: int = 1, taxonomy=None) -> dict:
+    """Cross-validate `models` (default: every kind of sense7.model.catalog.CATALOG) on a
+    `sense7.data.dataset.RatingData`.
+
+    `taxonomy` (the study's; default the packaged one) orders the controls and, when every rated control
+    is one of its controls, sets the scale 1..taxonomy.levels (else the scale is the data's)."""
     from sense7.data.dataset import build_items
 
-    X, Y = build_items(data)
+    X, Y = build_items(data, taxonomy)
+    scale = None
+    if taxonomy is not None and set(Y.columns) <= set(taxonomy.controls):
+        scale = range(1, taxonomy.levels + 1)
     name = dataset if dataset is not None else getattr(data, "name", "") or ""
     return evaluate_items(X, Y, models if models is not None else default_models(), splits, n_folds, seed,
-                          n_boot, dataset=name, progress=progress, n_jobs=n_jobs)
+                          n_boot, dataset=name, progress=progress, n_jobs=n_jobs, scale=scale)

@@ -24,6 +24,16 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def macro_metrics(per_control: dict[str, dict], undefined=float("nan")) -> dict:
+    """Each metric averaged over controls, leaving out controls where it is undefined (None or NaN);
+    `undefined` where no control has it."""
+    out = {}
+    for name in METRIC_NAMES:
+        values = [m[name] for m in per_control.values() if m.get(name) is not None and math.isfinite(m[name])]
+        out[name] = float(np.mean(values)) if values else undefined
+    return out
+
+
 def spearman(y_true, score) -> float:
     """Spearman rho; NaN when either side is constant (a constant prediction ranks nothing)."""
     y_true, score = np.asarray(y_true, float), np.asarray(score, float)

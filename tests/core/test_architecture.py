@@ -17,7 +17,7 @@ import pytest
 
 # Lower rank = lower layer. A module may import its own layer's package and any lower layer.
 LAYERS = {
-    "sense7.settings": 0, "sense7.taxonomy": 0, "sense7.processes": 0, "sense7.labeling_config": 0,
+    "sense7.settings": 0, "sense7.taxonomy": 0, "sense7.processes": 0, "sense7.files": 0, "sense7.labeling_config": 0,
     "sense7.data": 1,
     "sense7.model": 2, "sense7.labelstudio": 2,
     "sense7.research": 3,

@@ -89,7 +89,7 @@ def test_import_problems_render_without_literal_markup(home, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"x": 1}\n')
     out = _clean(runner.invoke(app, ["import", str(bad)]), 2)
-    assert "problem(s), nothing was imported" in out and "conversation_id: missing" in out
+    assert "3 problems" in out and "nothing was imported" in out and "conversation_id: missing" in out
 
 
 def test_messages_are_plain_text_even_with_brackets_in_paths(tmp_path):

@@ -2,9 +2,17 @@
 
 import json
 
+import pandas as pd
 import pytest
 
-from sense7.data.formats import FormatError, read_assignments, read_conversations, read_raters
+from sense7.data.formats import (
+    FormatError,
+    raters_frame,
+    read_assignments,
+    read_conversations,
+    read_raters,
+    read_ratings,
+)
 
 GOOD = {"conversation_id": "c1", "rater_id": "r1", "context": {"task_type": "advice", "emotional_state": 2},
         "messages": [{"role": "user", "content": "My cat died."}, {"role": "assistant", "content": "I'm so sorry."},
@@ -120,3 +128,58 @@ def test_raters_csv_validates_ranges_choices_and_columns(tmp_path):
     path.write_text("rater_id,favourite_colour\nr1,blue\n")
     with pytest.raises(FormatError, match="unknown column"):
         read_raters(path)
+
+
+def _ratings_fixture(tmp_path):
+    convs = read_conversations(write_jsonl(tmp_path / "c.jsonl", [GOOD]))
+    return convs, tmp_path / "ratings.csv"
+
+
+def test_ratings_csv_reports_every_bad_line_with_file_line_field(tmp_path):
+    convs, path = _ratings_fixture(tmp_path)
+    path.write_text("conversation_id,turn_index,rater_id,dimension,rating\n"
+                    "c1,1,r1,acknowledgement,4\n"
+                    "c1,1,r1,understanding,9\n"      # line 3: rating off the 1-5 scale
+                    "c1,3,r1,overall,2\n"
+                    "c1,2,r1,overall,3\n"            # line 5: turn 2 is the user's
+                    "c1,,r1,expectation_met,3\n")
+    with pytest.raises(FormatError) as info:
+        read_ratings(path, conversations=convs)
+    got = [(p.line, p.field) for p in info.value.problems]
+    assert got == [(3, "rating"), (5, "turn_index")]
+    text = str(info.value)
+    assert f"{path}:3: rating: expected an integer 1-5, got '9'" in text
+    assert f"{path}:5: turn_index: 2 is not an assistant turn of conversation 'c1'" in text
+
+
+def test_ratings_csv_reads_whole_conversation_ratings_and_rejects_duplicates(tmp_path):
+    convs, path = _ratings_fixture(tmp_path)
+    path.write_text("conversation_id,turn_index,rater_id,dimension,rating\nc1,1,r1,tone,4\nc1,,r1,overall,2\n")
+    frame = read_ratings(path, conversations=convs)
+    assert list(frame.columns) == ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
+    assert frame["turn_index"].isna().tolist() == [False, True] and frame["rating"].tolist() == [4, 2]
+    path.write_text("conversation_id,turn_index,rater_id,dimension,rating\nc1,1,r1,tone,4\nc1,1,r1,tone,5\n")
+    with pytest.raises(FormatError, match=r"ratings.csv:3: dimension: duplicate rating .*first on line 2"):
+        read_ratings(path, conversations=convs)
+
+
+def test_ratings_csv_unknown_dimension_is_one_line_naming_file_line_field_and_the_taxonomy_option(tmp_path):
+    convs, path = _ratings_fixture(tmp_path)
+    path.write_text("conversation_id,turn_index,rater_id,dimension,rating\n"
+                    "c1,1,r1,acknowledgement,4\n" + "".join(f"c1,{t},r1,empathy,{t}\n" for t in (1, 3)))
+    with pytest.raises(FormatError) as info:
+        read_ratings(path, conversations=convs)
+    message = str(info.value)
+    assert "\n" not in message  # the same unknown value on many lines is one problem
+    assert message.startswith(f"{path}:3: dimension: 'empathy' is not a control of the taxonomy")
+    assert "(acknowledgement, understanding," in message and "1 more line" in message
+    assert "pass the study's taxonomy with --taxonomy FILE or SENSE7_TAXONOMY" in message
+
+
+def test_raters_csv_extra_columns_are_kept_only_when_asked(tmp_path):
+    path = tmp_path / "raters.csv"
+    path.write_text("rater_id,email,tipi_1,iri_fantasy,note\nr1,a@x.org,7,3.5,hi\nr2,,,2,\n")
+    frame = raters_frame(read_raters(path, extra_columns=True))
+    assert list(frame.columns) == ["email", "tipi_1", "iri_fantasy", "note"]
+    assert frame.loc["r1", "iri_fantasy"] == 3.5 and frame.loc["r2", "iri_fantasy"] == 2.0  # numeric
+    assert frame.loc["r1", "note"] == "hi" and pd.isna(frame.loc["r2", "note"]) and pd.isna(frame.loc["r2", "tipi_1"])

@@ -75,8 +75,8 @@ def preannotated_project(label_studio, tmp_path):
     live = [c for c in conversations if c.rater_id == rater][:1]
     import_conversations(client, project, live, store)
     # The model learns from the other conversations' ratings (an earlier batch).
-    from sense7.data.dataset import read_ratings_csv
-    earlier = read_ratings_csv(tmp_path / "batch" / "ratings.csv")
+    from sense7.data.formats import read_ratings
+    earlier = read_ratings(tmp_path / "batch" / "ratings.csv")
     store.upsert_conversations(conversations)
     store.import_ratings(earlier[earlier.conversation_id != live[0].conversation_id])
     registry = ModelRegistry(settings.model_dir)

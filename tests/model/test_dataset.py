@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sense7.data.dataset import DataError, build_items, load_native, trait_features
+from sense7.data.dataset import build_items, load_native, trait_features
+from sense7.data.formats import FormatError
 from sense7.data.synth import generate, write
 from sense7.labelstudio.protocol import items_from_tasks, rating_tasks
 from sense7.taxonomy import load_taxonomy
@@ -28,40 +29,40 @@ def _rewrite(path, line_no, new_line):
     ("c0001,1,r001,acknowledgement,6", "rating", "1-5"),
     ("c0001,1,r001,acknowledgement,x", "rating", "1-5"),
     ("c0001,1,r001,expectation_met,4", "rating", "1-3"),
-    ("c0001,1,r001,warmth,3", "dimension", "'warmth' is not one of"),
+    ("c0001,1,r001,warmth,3", "dimension", "'warmth' is not a control of the taxonomy"),
     ("c0001,-1,r001,acknowledgement,3", "turn_index", "non-negative integer"),
     ("c0001,0,r001,acknowledgement,3", "turn_index", "not an assistant turn"),
     ("c9999,1,r001,acknowledgement,3", "conversation_id", "no conversation 'c9999'"),
-    (",1,r001,acknowledgement,3", "conversation_id", "is empty"),
+    (",1,r001,acknowledgement,3", "conversation_id", "empty"),
 ])
 def test_bad_ratings_name_file_line_and_column(files, bad_line, column, reason):
     _rewrite(files["ratings.csv"], 3, bad_line)
-    with pytest.raises(DataError) as err:
+    with pytest.raises(FormatError) as err:
         load_native(files["conversations.jsonl"], files["ratings.csv"], files["raters.csv"])
     message = str(err.value)
-    assert f"{files['ratings.csv']}:3: column {column}:" in message
+    assert f"{files['ratings.csv']}:3: {column}:" in message
     assert reason in message
 
 
 def test_duplicate_rating_is_rejected(files):
     lines = files["ratings.csv"].read_text().splitlines()
     files["ratings.csv"].write_text("\n".join(lines + [lines[1]]) + "\n")
-    with pytest.raises(DataError, match="duplicate rating"):
+    with pytest.raises(FormatError, match="duplicate rating"):
         load_native(files["conversations.jsonl"], files["ratings.csv"])
 
 
 def test_missing_column_and_bad_rater_fields(files):
     files["ratings.csv"].write_text("conversation_id,turn_index,rater_id,rating\n")
-    with pytest.raises(DataError, match=r"ratings.csv:1: missing column\(s\) dimension"):
+    with pytest.raises(FormatError, match=r"ratings.csv:1: header: missing column\(s\): dimension"):
         load_native(files["conversations.jsonl"], files["ratings.csv"])
     lines = files["raters.csv"].read_text().splitlines()
     header = lines[0].split(",")
     row = lines[2].split(",")
     row[header.index("tipi_3")] = "9"
     _rewrite(files["raters.csv"], 3, ",".join(row))
-    with pytest.raises(DataError) as err:
+    with pytest.raises(FormatError) as err:
         load_native(files["conversations.jsonl"], files["ratings.csv"], files["raters.csv"])
-    assert f"{files['raters.csv']}:3: column tipi_3: 9 is outside 1-7" in str(err.value)
+    assert f"{files['raters.csv']}:3: tipi_3: 9 is outside 1-7" in str(err.value)
 
 
 def test_trait_features_score_tipi_with_reverse_keyed_items():
