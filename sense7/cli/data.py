@@ -142,7 +142,10 @@ def ratings_import(
         raise _report_problems(exc)
     store = Store(cfg.store_url)
     store.upsert_conversations(convs)
-    console.print(f"{store.import_ratings(frame)} rating(s) from {frame['rater_id'].nunique()} rater(s) stored")
+    written = store.import_ratings(frame)
+    # An explicit staff entry on the raters' behalf: logged (`sense7 ratings history --staff`).
+    store.log_staff("ratings import", file=str(ratings), ratings=written, raters=int(frame["rater_id"].nunique()))
+    console.print(f"{written} rating(s) from {frame['rater_id'].nunique()} rater(s) stored")
 
 
 def register(app: typer.Typer) -> None:

@@ -29,11 +29,18 @@ def history(
     annotation: int = typer.Option(None, help="Only this Label Studio annotation id."),
     rater: str = typer.Option(None, help="Only changes of this rater's ratings."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per change."),
+    staff: bool = typer.Option(False, "--staff", help="The staff entries instead (ratings imported, reverts)."),
 ) -> None:
     """Every change of a synced rating, oldest first: id, when, who (Label Studio user id), before -> after."""
     from sense7.data.store import Store
 
-    rows = Store(settings().store_url).history(annotation_id=annotation, rater_id=rater)
+    store = Store(settings().store_url)
+    if staff:
+        for entry in store.staff_entries():
+            console.print(f"{entry['at']:%Y-%m-%d %H:%M:%S} {entry['actor']}: {entry['action']} "
+                          f"{json.dumps(entry['detail'], sort_keys=True)}", highlight=False, markup=False)
+        return
+    rows = store.history(annotation_id=annotation, rater_id=rater)
     for row in rows:
         if as_json:
             console.print_json(json.dumps({**row, "changed_at": row["changed_at"].isoformat()}, default=str))
@@ -61,6 +68,9 @@ def revert(change: int = typer.Argument(..., help="The change's id (#N in `sense
             raise fail(str(exc))
         except ApiError as exc:
             raise fail(describe_error(exc)) from None
+    from sense7.data.store import Store
+
+    Store(cfg.store_url).log_staff("revert", change=change, written=result.upserted, deleted=result.deleted)
     console.print(f"change #{change} reverted: {result.upserted} annotation(s) written, {result.deleted} deleted")
 
 

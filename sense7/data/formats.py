@@ -188,14 +188,16 @@ def _parse_json_line(text: str, number: int, problems: _Collector):
     return obj
 
 
+def _json_objects(path: Path, problems: _Collector):
+    """(line number, object) for every non-blank line of a JSONL file that parses to a JSON object."""
+    for number, text in _decoded_lines(path, problems):
+        if text.strip() and (obj := _parse_json_line(text, number, problems)) is not None:
+            yield number, obj
+
+
 def _read_native(path: Path, problems: _Collector, tax: Taxonomy, rater: str | None) -> list[Conversation]:
     out = []
-    for number, text in _decoded_lines(path, problems):
-        if not text.strip():
-            continue
-        obj = _parse_json_line(text, number, problems)
-        if obj is None:
-            continue
+    for number, obj in _json_objects(path, problems):
         cid = _check_id(obj.get("conversation_id"), number, "conversation_id", problems)
         rid = _check_id(obj.get("rater_id", rater), number, "rater_id", problems)
         messages = _check_messages(obj.get("messages"), number, problems)
@@ -210,12 +212,7 @@ def _read_openai(path: Path, problems: _Collector, tax: Taxonomy, rater: str | N
         problems.add(None, "--rater", "an OpenAI-style export names no rater: pass --rater RATER_ID")
     rid = _check_id(rater, None, "--rater", problems) if rater is not None else None
     out = []
-    for number, text in _decoded_lines(path, problems):
-        if not text.strip():
-            continue
-        obj = _parse_json_line(text, number, problems)
-        if obj is None:
-            continue
+    for number, obj in _json_objects(path, problems):
         messages = _check_messages(obj.get("messages"), number, problems)
         given = obj.get("conversation_id", obj.get("id"))
         if given is not None:

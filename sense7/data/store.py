@@ -104,6 +104,16 @@ imported_ratings = Table(
     Column("rating", Integer, nullable=False),
 )
 
+# Explicit staff entries (ratings imported for raters, reverted changes): who ran what, when.
+staff_log = Table(
+    "staff_log", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("actor", String(200), nullable=False),  # the operating-system user who ran the command
+    Column("action", String(100), nullable=False),
+    Column("detail", JSON, nullable=False),        # counts, file names, ids: never traits or texts
+)
+
 RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
 
 
@@ -328,6 +338,20 @@ class Store:
         if rater_id is not None:
             rows = [r for r in rows if rater_id in ((r["old"] or {}).get("rater_id"), (r["new"] or {}).get("rater_id"))]
         return rows
+
+    def log_staff(self, action: str, **detail) -> None:
+        import getpass
+
+        try:
+            actor = getpass.getuser()
+        except Exception:  # no user name in this environment (some containers)
+            actor = "unknown"
+        with self.engine.begin() as conn:
+            conn.execute(staff_log.insert().values(at=_now(), actor=actor, action=action, detail=detail))
+
+    def staff_entries(self) -> list[dict]:
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(select(staff_log).order_by(staff_log.c.id)).mappings()]
 
     def quarantined(self) -> list[dict]:
         """Live annotations credited to nobody, with the reason."""
