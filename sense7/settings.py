@@ -43,7 +43,9 @@ class JobSettings:
 
     sync_interval: float = 300.0          # seconds between reconciliations (beat)
     retrain_interval: float = 86400.0     # seconds between scheduled retrains
-    retrain_every: int = 200              # new ratings that trigger a retrain (0 = off)
+    retrain_every: int = 200              # new ratings that trigger a retrain (0 = off); grows to 10% of the
+                                          # served version's training items (tasks/cadence.py)
+    retrain_min_interval: float = 300.0   # (s) a triggered retrain waits this long after the previous one
     keep_versions: int = 5                # model versions kept on disk
     retry_backoff: int = 2                # first retry delay (s), doubled each time
     retry_backoff_max: int = 300

@@ -16,9 +16,16 @@ from __future__ import annotations
 import threading
 
 from celery import Celery
+from kombu import Queue
 from sense7.tasks import names
 
 from sense7.settings import JobSettings, Settings
+
+# One queue per kind of work, so that none waits behind thousands of another's jobs; a worker started
+# without -Q consumes them all (and Celery's default queue, where plain clients send).
+QUEUES = {names.SYNC_PENDING: "sense7.sync", names.SYNC_ANNOTATION: "sense7.sync",
+          names.DELETE_ANNOTATIONS: "sense7.sync", names.RECONCILE: "sense7.reconcile",
+          names.RETRAIN: "sense7.train", names.PREANNOTATE: "sense7.preannotate"}
 
 _lock = threading.Lock()
 _app: Celery | None = None
@@ -36,8 +43,8 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
              "max_retries": jobs.max_retries}
     sync_limits = {"soft_time_limit": jobs.sync_soft_limit, "time_limit": jobs.sync_soft_limit + 60}
     annotations = {name: {**retry, **sync_limits}
-                   for name in (names.SYNC_ANNOTATION, names.DELETE_ANNOTATIONS, names.RECONCILE,
-                                names.PREANNOTATE)}
+                   for name in (names.SYNC_PENDING, names.SYNC_ANNOTATION, names.DELETE_ANNOTATIONS,
+                                names.RECONCILE, names.PREANNOTATE)}
     annotations[names.RETRAIN] = {"soft_time_limit": jobs.retrain_soft_limit,
                                   "time_limit": jobs.retrain_soft_limit + 120}
     return {
@@ -62,6 +69,8 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
         "result_backend_transport_options": {"visibility_timeout": jobs.visibility_timeout},
         "beat_schedule": schedule,
         "task_annotations": annotations,
+        "task_queues": [Queue(q) for q in sorted(set(QUEUES.values()))] + [Queue("celery")],
+        "task_routes": {name: {"queue": queue} for name, queue in QUEUES.items()},
         "timezone": "UTC",
         "worker_hijack_root_logger": False,
     }

@@ -4,6 +4,7 @@ Senders (the ML backend's webhook hand-off, the CLI, other jobs) use these const
 `app.send_task(NAME)`, so nothing outside a job's own module needs to import it.
 """
 
+SYNC_PENDING = "sense7.sync_pending"  # drains the annotations webhooks named (coalesced)
 SYNC_ANNOTATION = "sense7.sync_annotation"
 DELETE_ANNOTATIONS = "sense7.delete_annotations"
 RECONCILE = "sense7.reconcile"

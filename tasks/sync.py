@@ -205,6 +205,35 @@ class LabelSync:
         self.apply(annotation, dict(task.data or {}), project, result)
         return result
 
+    def sync_tasks(self, project: int, annotations_by_task: dict[int, set[int]],
+                   result: SyncResult | None = None, batch: int = 200) -> SyncResult:
+        """Store every annotation of these tasks, reading up to `batch` tasks (with their annotations)
+        per Label Studio request: the coalesced form of sync_annotation. An annotation named here that its
+        task no longer holds was deleted. Tasks of another project are not ours and are skipped."""
+        result = result or SyncResult()
+        if project not in (self.rating_project, self.profile_project):
+            return result
+        ids = sorted(annotations_by_task)
+        for start in range(0, len(ids), batch):
+            part = ids[start:start + batch]
+            query = json.dumps({"selectedItems": {"all": False, "included": part}})
+            found = set()
+            for task in self.client.tasks.list(project=project, include="id,data,annotations", query=query,
+                                               page_size=len(part)):
+                found.add(task.id)
+                present = set()
+                for annotation in task.annotations or []:
+                    annotation = dict(annotation)
+                    annotation.setdefault("task", task.id)
+                    present.add(int(annotation["id"]))
+                    self.apply(annotation, dict(task.data or {}), project, result)
+                for gone in annotations_by_task[task.id] - present:
+                    result.deleted += int(self.store.delete_annotation(gone))
+            for task_id in set(part) - found:  # the task itself was deleted
+                for gone in annotations_by_task[task_id]:
+                    result.deleted += int(self.store.delete_annotation(gone))
+        return result
+
     def delete_annotations(self, annotation_ids: list[int]) -> SyncResult:
         """A deletion webhook: believe it only after the API confirms the annotation is gone."""
         result = SyncResult()
@@ -292,9 +321,19 @@ class LabelSync:
 
 # ---------------------------------------------------------------------------------------------------
 # Celery tasks. Transient failures (Label Studio down, 5xx) are retried with exponential backoff.
+#
+# Webhooks are coalesced: an event only adds "project:task:annotation" to a Redis set and makes sure one
+# drain job (sense7.sync_pending) is queued; that job reads up to 200 tasks with their annotations per
+# Label Studio request. A burst of 1,000 events is then a handful of requests, not 2,000, and replayed or
+# forged events add nothing but a re-read of what Label Studio holds.
 
 # Retry backoff, retries and time limits come from the settings (celery_app.celery_config).
 RETRY = {"autoretry_for": (LabelStudioUnavailable,), "retry_jitter": False}
+PENDING_KEY = "sense7:sync:pending"      # set of "project:task:annotation" named by webhooks
+DELETED_KEY = "sense7:sync:deleted"      # set of annotation ids a deletion webhook named
+SCHEDULED_KEY = "sense7:sync:scheduled"  # a drain job is queued or running (expires if its worker dies)
+SCHEDULED_TTL = 120                      # (s) renewed while draining
+DRAIN_BATCH = 1000                       # set members taken per round
 
 
 def _run(fn):
@@ -309,16 +348,100 @@ def _run(fn):
 
 
 def _count_new(rt: Runtime, result: SyncResult) -> None:
-    """After N new annotations (SENSE7_RETRAIN_EVERY), enqueue a retrain."""
+    """New ratings credited to raters count toward the next retrain (tasks/cadence.py decides when)."""
+    from sense7.tasks.cadence import request_retrain
+
     app = get_app()
-    total = note_new_ratings(app.conf.broker_url, result.credited, rt.jobs.retrain_every)
+    total = note_new_ratings(app.conf.broker_url, result.credited, rt.jobs.retrain_every,
+                             rt.settings.model_dir)
     if total:
-        app.send_task(names.RETRAIN, kwargs={"reason": f"{total} new annotations"})
+        request_retrain(app, f"{total} new annotations", rt.jobs.retrain_min_interval)
+
+
+_redis_clients: dict = {}
+
+
+def _redis(url: str):
+    import redis
+
+    if url not in _redis_clients:
+        _redis_clients[url] = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=2.0)
+    return _redis_clients[url]
+
+
+def backlog(conn=None) -> dict[str, int]:
+    """What the sync has not read yet: annotations named by webhooks, deletions to verify."""
+    conn = conn or _redis(get_app().conf.broker_url)
+    return {"pending": int(conn.scard(PENDING_KEY)), "deleted": int(conn.scard(DELETED_KEY))}
+
+
+def _schedule_drain(conn) -> bool:
+    """Queue one drain job unless one is queued or running. True when this call queued it."""
+    if not conn.set(SCHEDULED_KEY, 1, nx=True, ex=SCHEDULED_TTL):
+        return False
+    try:
+        get_app().send_task(names.SYNC_PENDING, retry=False, ignore_result=True)
+    except Exception:
+        conn.delete(SCHEDULED_KEY)  # nothing was queued: let the next event try again
+        raise
+    return True
+
+
+def _take(conn, key: str) -> list[str]:
+    members = [m.decode() for m in conn.srandmember(key, DRAIN_BATCH)]
+    if members:
+        conn.srem(key, *members)
+    return members
+
+
+def drain_pending(rt: Runtime, conn) -> SyncResult:
+    """Read everything the webhooks named, round after round, until the sets are empty."""
+    syncer = LabelSync.from_runtime(rt)
+    total = SyncResult()
+    while True:
+        conn.expire(SCHEDULED_KEY, SCHEDULED_TTL)
+        pending, deleted = _take(conn, PENDING_KEY), _take(conn, DELETED_KEY)
+        if not pending and not deleted:
+            return total
+        try:
+            by_project: dict[int, dict[int, set[int]]] = {}
+            for member in pending:
+                project, task, annotation = (int(x) for x in member.split(":"))
+                by_project.setdefault(project, {}).setdefault(task, set()).add(annotation)
+            for project, tasks in by_project.items():
+                syncer.sync_tasks(project, tasks, total)
+            if deleted:
+                one = syncer.delete_annotations([int(a) for a in deleted])
+                total.deleted += one.deleted
+        except BaseException:
+            # Put them back for the retry (the reconciliation would catch them up anyway).
+            if pending:
+                conn.sadd(PENDING_KEY, *pending)
+            if deleted:
+                conn.sadd(DELETED_KEY, *deleted)
+            raise
+
+
+@shared_task(name=names.SYNC_PENDING, **RETRY)
+def sync_pending_task() -> dict:
+    rt = current_runtime()
+    conn = _redis(get_app().conf.broker_url)
+    try:
+        result = _run(lambda: drain_pending(rt, conn))
+    except BaseException:
+        raise  # the flag stays (and expires): the retry of this job drains
+    conn.delete(SCHEDULED_KEY)
+    # An event that arrived after the last round but saw the flag still set: drain it too.
+    if conn.scard(PENDING_KEY) or conn.scard(DELETED_KEY):
+        _schedule_drain(conn)
+    _count_new(rt, result)
+    if result.invalid:
+        log.warning("sync skipped %d invalid annotations, first: %s", len(result.invalid), result.invalid[0])
+    return result.as_dict()
 
 
 @shared_task(name=names.SYNC_ANNOTATION, **RETRY)
 def sync_annotation_task(annotation_id: int) -> dict:
-    clear_pending(int(annotation_id))
     rt = current_runtime()
     result = _run(lambda: LabelSync.from_runtime(rt).sync_annotation(int(annotation_id)))
     _count_new(rt, result)
@@ -363,28 +486,23 @@ def _broker():
 
 
 def _enqueue(name: str, args: tuple = (), kwargs: dict | None = None) -> None:
-    app = _broker()
     # retry=False: fail at once when Redis is down (the reconciliation catches up later); ignore_result:
     # nobody waits for a webhook's job, and subscribing to its result would tie this process to the
     # result backend's connection state.
-    app.send_task(name, args=args, kwargs=kwargs, retry=False, ignore_result=True)
+    _broker().send_task(name, args=args, kwargs=kwargs, retry=False, ignore_result=True)
 
 
-PENDING_PREFIX = "sense7:sync-pending:"  # + annotation id: a sync job for it is queued and not yet started
-PENDING_TTL = 3600  # (s) a lost job's mark expires; the periodic reconciliation covers it meanwhile
-_redis_clients: dict = {}
+def _int(value, what: str) -> int:
+    from sense7.labelstudio.protocol import MalformedEvent
+
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
+        raise MalformedEvent(f"every annotation needs an integer '{what}'")
+    return int(value)
 
 
-def _redis(url: str):
-    import redis
-
-    if url not in _redis_clients:
-        _redis_clients[url] = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
-    return _redis_clients[url]
-
-
-def _annotation_ids(payload: dict, action: str) -> list[int]:
-    """The annotation ids an event names; MalformedEvent when it names none the way its action should."""
+def _named_annotations(payload: dict, action: str) -> list[tuple[int, int | None]]:
+    """(annotation id, task id or None) for every annotation an event names; MalformedEvent when it
+    names none the way its action should."""
     from sense7.labelstudio.protocol import MalformedEvent
 
     if action in ("ANNOTATION_CREATED", "ANNOTATION_UPDATED"):
@@ -393,48 +511,48 @@ def _annotation_ids(payload: dict, action: str) -> list[int]:
         items = payload.get("annotations")
         if not isinstance(items, list) or not items:
             raise MalformedEvent(f"{action}: 'annotations' must be a non-empty list of {{id}} objects")
-    ids = []
+    named = []
     for item in items:
-        value = item.get("id") if isinstance(item, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
+        if not isinstance(item, dict):
             raise MalformedEvent(f"{action}: every annotation needs an integer 'id'")
-        ids.append(int(value))
-    return ids
+        task = item.get("task")
+        task = task.get("id") if isinstance(task, dict) else task
+        named.append((_int(item.get("id"), "id"), None if task is None else _int(task, "task")))
+    return named
 
 
-def _first_pending(ids: list[int]) -> list[int]:
-    """The ids with no sync job queued yet (marking them): replayed or forged events for an annotation
-    whose job has not started add nothing, since that job reads the latest state anyway."""
-    conn = _redis(get_app().conf.broker_url)
-    pipe = conn.pipeline()
-    for ann_id in ids:
-        pipe.set(f"{PENDING_PREFIX}{ann_id}", 1, nx=True, ex=PENDING_TTL)
-    return [ann_id for ann_id, fresh in zip(ids, pipe.execute()) if fresh]
-
-
-def clear_pending(annotation_id: int) -> None:
-    """A sync job starts: events arriving from now on need a new job."""
-    _redis(get_app().conf.broker_url).delete(f"{PENDING_PREFIX}{annotation_id}")
+def _project_of(payload: dict) -> int | None:
+    project = payload.get("project")
+    project = project.get("id") if isinstance(project, dict) else project
+    try:
+        return int(project)
+    except (TypeError, ValueError):
+        return None
 
 
 def on_event(action: str, payload: dict) -> dict:
-    """The ML backend's /webhook calls this: it only enqueues (never touches Label Studio or the store),
-    so the webhook answers well within Label Studio's 1 s timeout. An event carries no authority: it only
-    wakes a job that reads the annotation from Label Studio (at most one queued job per annotation), so a
-    forged one causes at most a re-read. Returns what was enqueued; raises MalformedEvent (400) for a
-    payload that names no annotation, and a broker error (503) when Redis is unreachable."""
+    """The ML backend's /webhook calls this: it only notes what changed (never touches Label Studio or the
+    store), so the webhook answers well within Label Studio's 1 s timeout. An event carries no authority:
+    it only names annotations for the drain job to re-read from Label Studio. Returns what was noted and
+    whether a drain job was queued; raises MalformedEvent (400) for a payload that names no annotation,
+    and a broker error (503) when Redis is unreachable."""
     payload = payload if isinstance(payload, dict) else {}
-    if action in ("ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_CREATED"):
-        ids = _annotation_ids(payload, action)
-        _broker()
-        fresh = _first_pending(ids)
-        for ann_id in fresh:
-            _enqueue(names.SYNC_ANNOTATION, (ann_id,))
-        return {"enqueued": [names.SYNC_ANNOTATION] * len(fresh), "annotations": fresh}
-    if action == "ANNOTATIONS_DELETED":
-        ids = _annotation_ids(payload, action)
-        _enqueue(names.DELETE_ANNOTATIONS, (ids,))
-        return {"enqueued": [names.DELETE_ANNOTATIONS], "annotations": ids}
+    if action in ("ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"):
+        named = _named_annotations(payload, action)
+        project = _project_of(payload)
+        conn = _redis(_broker().conf.broker_url)
+        if action == "ANNOTATIONS_DELETED":
+            conn.sadd(DELETED_KEY, *[str(a) for a, _ in named])
+        else:
+            members = [f"{project}:{task}:{a}" for a, task in named if project is not None and task is not None]
+            if members:
+                conn.sadd(PENDING_KEY, *members)
+            # An event without its task or project (not what Label Studio sends): verify it on its own.
+            orphans = [str(a) for a, task in named if project is None or task is None]
+            for annotation in orphans:
+                _enqueue(names.SYNC_ANNOTATION, (int(annotation),))
+        queued = _schedule_drain(conn)
+        return {"enqueued": [names.SYNC_PENDING] if queued else [], "annotations": [a for a, _ in named]}
     if action == "START_TRAINING":
         # Only reaches here with the backend's basic auth (ml_backend/app.py): Label Studio's "Start training".
         _enqueue(names.RETRAIN, kwargs={"reason": "START_TRAINING"})

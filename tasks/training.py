@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pandas as pd
 from celery import shared_task
 from sense7.tasks import names
-from sense7.tasks.cadence import reset_new_ratings
+from sense7.tasks.cadence import retrain_finished
 from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import current_runtime
 
@@ -243,8 +243,7 @@ def run_retrain(runtime, redis_url: str, reason: str) -> dict:
             result = retrainer.run(reason)
     except RetrainBusy as exc:
         return RetrainResult("skipped", None, ModelRegistry(runtime.settings.model_dir).current(), str(exc)).as_dict()
-    if result.status != "skipped":
-        reset_new_ratings(redis_url)
+    retrain_finished(redis_url, trained=result.status != "skipped")
     return result.as_dict()
 
 

@@ -189,7 +189,7 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
     with phases.phase("Celery worker and beat"):
         if worker.pid() is None:
             cmd = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker", "--beat",
-                   "--concurrency", "1", "--loglevel", "info", "--schedule", str(cfg.home / "run" / "celerybeat")]
+                   "--concurrency", "2", "--loglevel", "info", "--schedule", str(cfg.home / "run" / "celerybeat")]
             try:
                 worker.start(cmd, _child_env(cfg, redis_url), cwd=cfg.home)
             except ProcessError as exc:

@@ -72,7 +72,7 @@ def _enqueue(name: str, **kwargs) -> None:
 
 
 def worker(
-    concurrency: int = typer.Option(1, help="Job processes (retrains are CPU-bound; the machine has 2 cores)."),
+    concurrency: int = typer.Option(2, help="Job processes: 2 lets sync keep pace while a retrain (CPU-bound) runs."),
     beat: bool = typer.Option(True, help="Also run the scheduler (reconciliation, scheduled retrain): right for "
                                           "one machine; with several workers use --no-beat and one `sense7 beat`."),
     loglevel: str = typer.Option("info", help="Celery log level."),

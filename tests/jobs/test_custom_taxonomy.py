@@ -88,7 +88,7 @@ def test_study_taxonomy_setting_drives_the_whole_stack(job_stack, tmp_path):
     # The ML backend predicts exactly the study's controls, on its scale.
     job_stack.start_backend()
     body = {"tasks": [{"id": t.id, "data": t.data} for t in tasks], "label_config": label_config}
-    answer = requests.post(f"{job_stack.backend_url}/predict", json=body, timeout=60)
+    answer = requests.post(f"{job_stack.backend_url}/predict", json=body, auth=job_stack.backend_auth, timeout=60)
     assert answer.status_code == 200, answer.text
     results = answer.json()["results"]
     assert len(results) == 54

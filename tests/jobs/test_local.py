@@ -72,17 +72,19 @@ def test_holdout_is_stable_and_never_empty_or_everything():
 
 
 def test_on_event_enqueues_only_what_each_action_needs(tmp_path, redis_server):
-    """In a fresh interpreter (the backend's situation): events become messages on the broker; a second
-    event for an annotation whose job is still queued adds nothing (forged or replayed events cost at
-    most one re-read), and a malformed payload is refused with MalformedEvent (the webhook's 400)."""
+    """In a fresh interpreter (the backend's situation): annotation events are noted in Redis and one
+    drain job is queued for any number of them (forged or replayed events cost at most a re-read);
+    deletions are noted for checking; START_TRAINING queues a retrain; a malformed payload is refused
+    with MalformedEvent (the webhook's 400)."""
     code = """
 import json
 from sense7.labelstudio.protocol import MalformedEvent
 from sense7.tasks.sync import on_event
-out = [on_event("ANNOTATION_CREATED", {"annotation": {"id": 7}}),
-       on_event("ANNOTATION_UPDATED", {"annotation": {"id": 7}}),
-       *[on_event("ANNOTATION_UPDATED", {"annotation": {"id": 7}}) for _ in range(50)],
-       on_event("ANNOTATIONS_DELETED", {"annotations": [{"id": 8}, {"id": 9}]}),
+out = [on_event("ANNOTATION_CREATED", {"project": {"id": 1}, "annotation": {"id": 7, "task": 3}}),
+       on_event("ANNOTATION_UPDATED", {"project": {"id": 1}, "annotation": {"id": 7, "task": 3}}),
+       *[on_event("ANNOTATION_CREATED", {"project": 1, "annotation": {"id": 100 + i, "task": 50 + i}})
+         for i in range(50)],
+       on_event("ANNOTATIONS_DELETED", {"project": {"id": 1}, "annotations": [{"id": 8}, {"id": 9}]}),
        on_event("START_TRAINING", {"project": {"id": 1}}),
        on_event("PROJECT_UPDATED", {"project": {"id": 1}})]
 bad = []
@@ -98,12 +100,15 @@ print(json.dumps({"out": out, "bad": bad}))
     assert done.returncode == 0, done.stderr
     answers = json.loads(done.stdout)
     assert answers["bad"] == [True, True, True]
-    assert [a["enqueued"] for a in answers["out"]] == [["sense7.sync_annotation"]] + [[]] * 51 + [
-        ["sense7.delete_annotations"], ["sense7.retrain"], []]
-    queued = [json.loads(m) for m in redis.Redis.from_url(redis_server.url).lrange("celery", 0, -1)]
-    sent = sorted((m["headers"]["task"], m["headers"]["argsrepr"]) for m in queued)
-    assert sent == sorted([("sense7.sync_annotation", "(7,)"),
-                           ("sense7.delete_annotations", "([8, 9],)"), ("sense7.retrain", "()")])
+    assert [a["enqueued"] for a in answers["out"]] == [["sense7.sync_pending"]] + [[]] * 52 + [
+        ["sense7.retrain"], []]
+    conn = redis.Redis.from_url(redis_server.url)
+    queued = {q: [json.loads(m)["headers"]["task"] for m in conn.lrange(q, 0, -1)]
+              for q in ("sense7.sync", "sense7.train", "celery")}
+    assert queued == {"sense7.sync": ["sense7.sync_pending"], "sense7.train": ["sense7.retrain"], "celery": []}
+    pending = {m.decode() for m in conn.smembers("sense7:sync:pending")}
+    assert pending == {"1:3:7"} | {f"1:{50 + i}:{100 + i}" for i in range(50)}
+    assert {m.decode() for m in conn.smembers("sense7:sync:deleted")} == {"8", "9"}
 
 
 def test_on_event_without_redis_fails_clearly(tmp_path):
