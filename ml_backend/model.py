@@ -161,10 +161,41 @@ class Sense7Model:
         label = f"task {task_id}" if task_id is not None else "task"
         return {"result": [], "score": 0.0, "model_version": version, "error": f"{label}: {problem}"}
 
+    # ------------------------------------------------------------------ bulk import
+    def import_predictor(self, label_config: str) -> "ImportPredictor | None":
+        """What `sense7.labelstudio.importer.import_conversations(predict=...)` takes: the served version's
+        predictions in Label Studio's import format. None when no version is served."""
+        loaded = self.hot_model.get()
+        return ImportPredictor(self, label_config, loaded.version) if loaded is not None else None
+
     # ------------------------------------------------------------------ /webhook
     def fit(self, event: str, data: dict, **kwargs) -> Any:
         """Hand the event to `on_event` (e.g. enqueue a sync/retrain job); never train inline."""
         return self.on_event(event, data)
+
+
+def import_prediction(answer: dict) -> dict | None:
+    """One `predict` answer as a prediction to import ({"result", "score", "model_version"}); None for an
+    error or an empty result (nothing worth pre-filling)."""
+    if answer.get("error") or not answer.get("result"):
+        return None
+    return {"result": answer["result"], "score": answer["score"], "model_version": answer["model_version"]}
+
+
+class ImportPredictor:
+    """Callable: task dicts -> one importable prediction or None each (see Sense7Model.import_predictor).
+    `version` is the version served when it was made; a promotion meanwhile is picked up by `predict`."""
+
+    def __init__(self, model: Sense7Model, label_config: str, version: str):
+        self.model, self.label_config, self.version = model, label_config, version
+
+    def __call__(self, tasks: list[dict]) -> list[dict | None]:
+        return [import_prediction(a) for a in self.model.predict(tasks, label_config=self.label_config)]
+
+
+def import_predictor(settings, label_config: str) -> ImportPredictor | None:
+    """The served version's predictor for a bulk import (None when no version was promoted)."""
+    return build_model(settings).import_predictor(label_config)
 
 
 def log_event(action: str, payload: dict) -> None:

@@ -52,7 +52,7 @@ class JobSettings:
     max_retries: int = 8
     retrain_soft_limit: int = 1800        # (s); hard limit is +120 s
     sync_soft_limit: int = 600            # (s); hard limit is +60 s
-    preannotate_chunk: int = 500          # predictions per import request
+    preannotate_chunk: int = 5000         # predictions per import request (500: 126 tasks/s at 8,700 tasks, 5000: 620)
     preannotate_after_promote: int = 1    # 1 = push predictions of a new version
     retrain_lock_ttl: float = 120.0       # (s): a dead worker's lock expires after this
     visibility_timeout: int = 3600        # (s): the unacked job of a vanished worker is delivered again

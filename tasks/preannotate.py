@@ -53,7 +53,7 @@ class Preannotator:
 
     def run(self, on_total: Callable[[int], None] | None = None,
             on_chunk: Callable[[int], None] | None = None) -> PreannotateResult:
-        from sense7.ml_backend.model import ModelUnavailable
+        from sense7.ml_backend.model import ModelUnavailable, import_prediction
 
         started = time.perf_counter()
         loaded = self.model.hot_model.get()
@@ -75,11 +75,11 @@ class Preannotator:
             result.phases["predict"] = result.phases.get("predict", 0.0) + time.perf_counter() - clock
             predictions = []
             for task, answer in zip(part, answers):
-                if answer.get("error") or not answer.get("result"):
+                prediction = import_prediction(answer)
+                if prediction is None:
                     result.failed.append(answer.get("error") or f"task {task['id']}: empty prediction")
                     continue
-                predictions.append({"task": task["id"], "result": answer["result"], "score": answer["score"],
-                                    "model_version": answer["model_version"]})
+                predictions.append({"task": task["id"], **prediction})
             if predictions:
                 clock = time.perf_counter()
                 self.client.projects.import_predictions(self.project_id, request=predictions)

@@ -70,11 +70,15 @@ def import_batch(
     replace: bool = typer.Option(False, "--replace", help="Update conversations whose text changed since their import "
                                  "(tasks without ratings only; refuses, writing nothing, where ratings exist)."),
     taxonomy: Path = typer.Option(None, help=TAXONOMY_HELP),
+    predictions: bool = typer.Option(True, "--predictions/--no-predictions",
+                                     help="Import new tasks with the served model's pre-annotations "
+                                          "(when a version is served)."),
 ) -> None:
     """Import a batch of conversations as one rating task per (assistant turn, rater).
 
     The whole file is validated first: any problem is reported as file:line: field: reason, the command
-    exits 2 and nothing is written. Importing the same batch again creates nothing new."""
+    exits 2 and nothing is written. Importing the same batch again creates nothing new. When a model
+    version is served, new tasks get its pre-annotations in the same bulk request that creates them."""
     cfg = settings()
     tax = _taxonomy(taxonomy, cfg)
     try:
@@ -89,11 +93,12 @@ def import_batch(
     with label_studio_errors(cfg):
         client = ls_client.connect(cfg)
         rating_id, profile_id = ls_client.ensure_projects(client, cfg, tax)
+        predict = _import_predictor(cfg, client, rating_id) if predictions else None
         with progress() as bar:
             job = bar.add_task("Importing tasks", total=None)
             try:
                 result = import_conversations(client, rating_id, conversations, store, replace=replace,
-                                              on_progress=lambda n: bar.advance(job, n),
+                                              predict=predict, on_progress=lambda n: bar.advance(job, n),
                                               on_total=lambda n: bar.update(job, total=n))
             except ReimportConflict as exc:
                 raise _report_conflict(file, exc)
@@ -102,7 +107,16 @@ def import_batch(
                   f"{result.created} created, {result.skipped_existing} already in Label Studio, "
                   f"{result.replaced} replaced (changed text); "
                   f"{new_profiles} new profile questionnaire task(s)")
+    if predict is not None:
+        console.print(f"{result.predicted} of the new task(s) pre-annotated by {predict.version}")
     console.print(f"Project: {cfg.ls_url}/projects/{rating_id}")
+
+
+def _import_predictor(cfg, client, rating_id: int):
+    """The served version's predictions for the new tasks, or None when no version is served."""
+    from sense7.ml_backend.model import import_predictor
+
+    return import_predictor(cfg, client.projects.get(rating_id).label_config)
 
 
 @raters_app.command("import")

@@ -94,9 +94,9 @@ def demo(
 ) -> None:
     """The main job: a running, learning, pre-annotated SENSE-7 project, then where to look.
 
-    Starts Label Studio, Redis, the ML backend and a Celery worker; creates the projects; imports a batch
-    and rater traits; trains and pre-annotates; simulates annotators, which drives sync, retrain and fresh
-    pre-annotations; writes the personalized-vs-generic report. Re-running reuses what exists."""
+    Starts Label Studio, Redis, the ML backend and a Celery worker; creates the projects; trains the first
+    model on the pilot's ratings; imports a batch, pre-annotated by it in the same requests, and rater
+    traits; simulates annotators, which drives sync, retrain and fresh pre-annotations; writes the personalized-vs-generic report. Re-running reuses what exists."""
     cfg = settings()
     started: list = []  # what this run started, stopped again on Ctrl-C or failure
     try:
@@ -118,6 +118,7 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
     from sense7.labelstudio.importer import import_conversations, import_profile_tasks
     from sense7.labelstudio.protocol import connect_backend
     from sense7.labelstudio.simulate import ensure_users, label_tasks
+    from sense7.ml_backend.model import build_model
     from sense7.ml_backend.server import BackendServer
     from sense7.model.registry import ModelRegistry
     from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
@@ -164,17 +165,18 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
         live = [c for c in batch if c.conversation_id in live_ids]
         if ratings is not None:  # the pilot half: ratings from an earlier study, never Label Studio tasks
             store.import_ratings(ratings[~ratings.conversation_id.isin(live_ids)])
-    with phases.phase(f"import {len(live)} conversations as tasks"):
-        result = import_conversations(client, rating_id, live, store)
-        import_profile_tasks(client, profile_id, sorted({c.rater_id for c in batch}))
-
     registry = ModelRegistry(cfg.model_dir)
-    with phases.phase("first model (pilot ratings)"):
+    with phases.phase("first model (pilot ratings)"):  # before any task exists: tasks arrive pre-annotated
         if registry.current() is None:
             Retrainer(store, registry, tax).run("demo: pilot ratings")
         first_version = registry.current()
         if first_version is None:
             raise fail("no model could be trained from the pilot ratings")
+    # New tasks carry the served version's pre-annotations in the same bulk request that creates them.
+    predict = build_model(cfg).import_predictor(client.projects.get(rating_id).label_config)
+    with phases.phase(f"import {len(live)} conversations as tasks with {first_version} pre-annotations"):
+        result = import_conversations(client, rating_id, live, store, predict=predict)
+        import_profile_tasks(client, profile_id, sorted({c.rater_id for c in batch}))
 
     backend = BackendServer(cfg)
     with phases.phase(f"ML backend on {backend.url}"):
@@ -196,8 +198,11 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
                 raise fail(str(exc))
             started.append(worker.stop)
 
-    with phases.phase(f"pre-annotate with {first_version}"):
-        celery_app.send_task(names.PREANNOTATE).get(timeout=300)
+    # A check, normally pushing nothing: tasks the import could not predict, or from an older demo run.
+    with phases.phase(f"pre-annotations of {first_version}: none missing"):
+        pending = celery_app.send_task(names.PREANNOTATE).get(timeout=300)["pending"]
+        if pending:
+            err_console.print(f"{pending} task(s) lacked a {first_version} prediction: pushed now", highlight=False)
 
     if ratings is not None:
         with phases.phase("simulated annotators label tasks through the API"):

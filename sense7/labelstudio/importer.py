@@ -3,7 +3,11 @@ rater), skipping tasks that already exist, so importing the same batch twice cre
 
 Re-import never diverges silently: a conversation whose text differs from the one imported before is an
 error (nothing is written) unless `replace=True`, which re-creates the tasks from the first changed
-message on, for turns nobody has rated yet, and refuses (again writing nothing) where ratings exist."""
+message on, for turns nobody has rated yet, and refuses (again writing nothing) where ratings exist.
+
+Pre-annotations travel with the tasks: given `predict` (the served model's, injected by the caller: this
+package never imports the ML backend), each new task carries its prediction in the same bulk import request
+that creates it. A task the model cannot predict is imported without one (the pre-annotate job fills it)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,11 @@ class ImportResult:
     created: int
     skipped_existing: int
     replaced: int = 0  # tasks re-created because their conversation's text changed (replace=True)
+    predicted: int = 0  # new tasks imported together with a prediction (`predict` given)
+
+
+# task dicts ({"data": ...}) -> one Label Studio prediction ({"result", "score", "model_version"}) or None each
+Predict = Callable[[list[dict]], list]
 
 
 @dataclass(frozen=True)
@@ -80,9 +89,13 @@ def plan_tasks(conversations: list[Conversation]) -> list[dict]:
 
 def import_conversations(client: LabelStudio, project_id: int, conversations: list[Conversation],
                          store: Store, on_progress: Callable[[int], None] | None = None,
-                         on_total: Callable[[int], None] | None = None, replace: bool = False) -> ImportResult:
+                         on_total: Callable[[int], None] | None = None, replace: bool = False,
+                         predict: Predict | None = None) -> ImportResult:
     """`conversations` must already be validated (sense7.data.formats). Raises ReimportConflict, having
     written nothing, when a conversation's text changed (see the module's docstring).
+
+    `predict`: see the module's docstring; called once per import chunk, after the store holds the
+    batch's contexts (the model reads them from there).
 
     Our store gets the texts and contexts first: if Label Studio then fails half-way, a retry skips
     what was imported and the store upsert is a no-op, so retries are idempotent."""
@@ -107,9 +120,47 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
     if on_total:
         on_total(len(new))
     store.upsert_conversations(conversations)
-    ls_client.import_tasks(client, project_id, new, on_chunk=on_progress)
+    predicted = 0
+    if predict is None or not new:
+        ls_client.import_tasks(client, project_id, new, on_chunk=on_progress)
+    else:
+        predicted = _import_with_predictions(client, project_id, new, predict, on_progress)
     return ImportResult(len({(c.conversation_id, c.rater_id) for c in conversations}), len(tasks), len(new),
-                        len(tasks) - len(new), replaced)
+                        len(tasks) - len(new), replaced, predicted)
+
+
+def with_predictions(tasks: list[dict], predict: Predict) -> tuple[list[dict], int]:
+    """Copies of `tasks`, each with `"predictions": [its prediction]` where `predict` gave one."""
+    answers = predict([{"data": t["data"]} for t in tasks])
+    if len(answers) != len(tasks):
+        raise RuntimeError(f"predict returned {len(answers)} predictions for {len(tasks)} tasks")
+    out, n = [], 0
+    for task, prediction in zip(tasks, answers):
+        if prediction and prediction.get("result") and not prediction.get("error"):
+            task = {**task, "predictions": [{k: prediction[k] for k in ("result", "score", "model_version")
+                                             if k in prediction}]}
+            n += 1
+        out.append(task)
+    return out, n
+
+
+def _import_with_predictions(client: LabelStudio, project_id: int, tasks: list[dict], predict: Predict,
+                             on_progress: Callable[[int], None] | None) -> int:
+    """One bulk import request per chunk, each task with its prediction. Label Studio sets an empty project
+    `model_version` to the last imported prediction's; ours stays empty (DESIGN.md: the editor then
+    pre-fills from whatever prediction a task has), so it is put back."""
+    project_version = client.projects.get(project_id).model_version
+    predicted, sent = 0, False
+    try:
+        for start in range(0, len(tasks), ls_client.IMPORT_CHUNK):
+            part, n = with_predictions(tasks[start:start + ls_client.IMPORT_CHUNK], predict)
+            sent = sent or n > 0
+            ls_client.import_tasks(client, project_id, part, on_chunk=on_progress)
+            predicted += n
+    finally:
+        if sent and not project_version:
+            client.projects.update(project_id, model_version="")
+    return predicted
 
 
 def import_profile_tasks(client: LabelStudio, project_id: int, rater_ids: list[str]) -> int:
