@@ -41,6 +41,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
+    from sense7.ml_backend.model import build_model
+    from sense7.tasks.preannotate import Preannotator
+
     from sense7.data import synth
     from sense7.data.dataset import RatingData
     from sense7.data.formats import read_conversations, read_raters, read_ratings
@@ -48,12 +51,10 @@ def main() -> None:
     from sense7.labelstudio import client as ls_client
     from sense7.labelstudio.importer import import_conversations, plan_tasks
     from sense7.labelstudio.server import LabelStudioServer
-    from sense7.ml_backend.model import build_model
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
     from sense7.processes import free_port
     from sense7.settings import Settings
-    from sense7.tasks.preannotate import Preannotator
 
     figures: dict = {"machine": f"{os.cpu_count()} cores",
                      "study": f"synth.generate({args.conversations}, {args.raters}, seed={args.seed})"}

@@ -218,7 +218,8 @@ class LabelSync:
             part = ids[start:start + batch]
             query = json.dumps({"selectedItems": {"all": False, "included": part}})
             found = set()
-            for task in self.client.tasks.list(project=project, include="id,data,annotations", query=query,
+            # fields="all": annotations in full (with `include` Label Studio drops their author and times)
+            for task in self.client.tasks.list(project=project, fields="all", query=query,
                                                page_size=len(part)):
                 found.add(task.id)
                 present = set()
