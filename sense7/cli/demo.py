@@ -214,7 +214,14 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
             celery_app.send_task(names.RECONCILE).get(timeout=300)
             _wait(lambda: store.counts()["annotations"] >= labelled, "the annotations to reach the store")
             if registry.current() == first_version:
-                celery_app.send_task(names.RETRAIN, kwargs={"reason": "demo: new annotations"}).get(timeout=600)
+                done = celery_app.send_task(names.RETRAIN, kwargs={"reason": "demo: new annotations"}).get(timeout=600)
+                if done.get("status") == "skipped":  # a retrain the new ratings triggered holds the lock
+                    import redis
+
+                    from sense7.tasks.training import LOCK_NAME
+
+                    lock = redis.Redis.from_url(redis_url)
+                    _wait(lambda: not lock.exists(LOCK_NAME), "the triggered retrain to finish", 600)
             new_version = registry.current()
         with phases.phase(f"refreshed pre-annotations ({new_version})"):
             celery_app.send_task(names.PREANNOTATE).get(timeout=300)
