@@ -127,17 +127,17 @@ class Settings:
             home=home,
             ls_port=ls_port,
             ls_url=env.get("SENSE7_LS_URL", f"http://{_url_host(ls_host)}:{ls_port}").rstrip("/"),
-            ls_token=env.get("SENSE7_LS_TOKEN") or _local_secret(home, "ls_token"),
+            ls_token=env.get("SENSE7_LS_TOKEN") or local_secret(home, "ls_token"),
             ls_admin_email=env.get("SENSE7_LS_ADMIN_EMAIL", "admin@sense7.local"),
-            ls_admin_password=env.get("SENSE7_LS_ADMIN_PASSWORD") or _local_secret(home, "ls_password"),
+            ls_admin_password=env.get("SENSE7_LS_ADMIN_PASSWORD") or local_secret(home, "ls_password"),
             store_url=env.get("SENSE7_STORE_URL", f"sqlite:///{home / 'store.sqlite'}"),
             redis_url=env.get("SENSE7_REDIS_URL") or env.get("CELERY_BROKER_URL") or None,
             backend_port=backend_port,
             backend_url=env.get("SENSE7_BACKEND_URL", f"http://{backend_host}:{backend_port}").rstrip("/"),
             backend_user=(env.get("SENSE7_BACKEND_USER") or "sense7") if auth else None,
-            backend_password=(env.get("SENSE7_BACKEND_PASSWORD") or _local_secret(home, "backend_password"))
+            backend_password=(env.get("SENSE7_BACKEND_PASSWORD") or local_secret(home, "backend_password"))
             if auth else None,
-            webhook_secret=env.get("SENSE7_WEBHOOK_SECRET") or _local_secret(home, "webhook_secret"),
+            webhook_secret=env.get("SENSE7_WEBHOOK_SECRET") or local_secret(home, "webhook_secret"),
             model_dir=Path(env.get("SENSE7_MODEL_DIR", home / "models")).resolve(),
             ls_database_url=env.get("SENSE7_LS_DATABASE_URL") or None,
             ls_host=ls_host,
@@ -186,5 +186,3 @@ def local_secret(home: Path, name: str) -> str:
         fh.write(value)
     return value
 
-
-_local_secret = local_secret

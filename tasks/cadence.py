@@ -73,6 +73,3 @@ def retrain_finished(redis_url: str, trained: bool = True) -> None:
         conn.set(LAST_KEY, time.time())
     conn.delete(REQUESTED_KEY)
 
-
-def reset_new_ratings(redis_url: str) -> None:
-    redis.Redis.from_url(redis_url).set(NEW_RATINGS_KEY, 0)

@@ -64,10 +64,6 @@ def _user_id(user) -> int | None:
         return None
 
 
-def _get(obj, name, default=None):
-    return obj.get(name, default) if isinstance(obj, dict) else getattr(obj, name, default)
-
-
 def parse_profile_result(result: list[dict], taxonomy: Taxonomy) -> tuple[dict, list[str]]:
     """Questionnaire answers -> (valid {field: value}, the profile fields whose answers were invalid)."""
     answers = parse_profile_annotation(result, taxonomy)
@@ -427,10 +423,8 @@ def drain_pending(rt: Runtime, conn) -> SyncResult:
 def sync_pending_task() -> dict:
     rt = current_runtime()
     conn = _redis(get_app().conf.broker_url)
-    try:
-        result = _run(lambda: drain_pending(rt, conn))
-    except BaseException:
-        raise  # the flag stays (and expires): the retry of this job drains
+    # On failure the flag stays (and expires): the retry of this job drains what was put back.
+    result = _run(lambda: drain_pending(rt, conn))
     conn.delete(SCHEDULED_KEY)
     # An event that arrived after the last round but saw the flag still set: drain it too.
     if conn.scard(PENDING_KEY) or conn.scard(DELETED_KEY):
