@@ -75,14 +75,30 @@ def _child_env(cfg: Settings, redis_url: str) -> dict[str, str]:
             "SENSE7_RETRAIN_EVERY": os.environ.get("SENSE7_RETRAIN_EVERY", "100")}
 
 
+def _worker_log(cfg: Settings) -> Path:
+    return worker_process(cfg).log_file
+
+
 def _wait(condition, what: str, timeout: float = 180.0):
+    from sense7.tasks.waiting import describe_state
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(0.5)
-    raise fail(f"timed out after {timeout:.0f} s waiting for {what}; see the logs in {settings().home / 'logs'}")
+    raise fail(f"gave up after {timeout:.0f} s waiting for {what}; {describe_state()}; "
+               f"read {_worker_log(settings())}")
+
+
+def _run_job(name: str, what: str, timeout: float, **kwargs) -> dict:
+    """Run one job on the worker and wait for it; giving up names the job, the queues and the log."""
+    from sense7.tasks.celery_app import get_app
+    from sense7.tasks.waiting import wait_for_job
+
+    result = get_app().send_task(name, kwargs=kwargs)
+    return wait_for_job(result, f"{what} ({name})", timeout, str(_worker_log(settings())))
 
 
 def demo(
@@ -109,7 +125,9 @@ def demo(
             raise typer.Exit(130)
         if isinstance(exc, (typer.Exit, SystemExit)):
             raise
-        raise fail(f"{type(exc).__name__}: {exc}")
+        from sense7.tasks.waiting import JobWaitTimeout
+
+        raise fail(str(exc) if isinstance(exc, JobWaitTimeout) else f"{type(exc).__name__}: {exc}")
 
 
 def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started) -> None:
@@ -138,7 +156,7 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
             started.append(lambda: stop_local_redis(cfg))
     from sense7.tasks.celery_app import configure
 
-    celery_app = configure(cfg, redis_url)  # this process sends jobs to the same broker as the worker
+    configure(cfg, redis_url)  # this process sends jobs to the same broker as the worker
     from sense7.labelstudio.protocol import webhook_headers
     from sense7.tasks.sync import LabelSync
     from sense7.tasks.training import Retrainer
@@ -200,7 +218,7 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
 
     # A check, normally pushing nothing: tasks the import could not predict, or from an older demo run.
     with phases.phase(f"pre-annotations of {first_version}: none missing"):
-        pending = celery_app.send_task(names.PREANNOTATE).get(timeout=300)["pending"]
+        pending = _run_job(names.PREANNOTATE, "the pre-annotation check", 300)["pending"]
         if pending:
             err_console.print(f"{pending} task(s) lacked a {first_version} prediction: pushed now", highlight=False)
 
@@ -211,10 +229,10 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
             tasks = list(client.tasks.list(project=rating_id, include="id,data,total_annotations", page_size=1000))
             labelled = label_tasks(client, tasks, ratings, users, tax, LABEL_FRACTION)
         with phases.phase(f"sync {labelled} annotations -> retrain -> new version"):
-            celery_app.send_task(names.RECONCILE).get(timeout=300)
+            _run_job(names.RECONCILE, "the reconciliation with Label Studio", 300)
             _wait(lambda: store.counts()["annotations"] >= labelled, "the annotations to reach the store")
             if registry.current() == first_version:
-                done = celery_app.send_task(names.RETRAIN, kwargs={"reason": "demo: new annotations"}).get(timeout=600)
+                done = _run_job(names.RETRAIN, "the retrain", 600, reason="demo: new annotations")
                 if done.get("status") == "skipped":  # a retrain the new ratings triggered holds the lock
                     import redis
 
@@ -224,7 +242,7 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
                     _wait(lambda: not lock.exists(LOCK_NAME), "the triggered retrain to finish", 600)
             new_version = registry.current()
         with phases.phase(f"refreshed pre-annotations ({new_version})"):
-            celery_app.send_task(names.PREANNOTATE).get(timeout=300)
+            _run_job(names.PREANNOTATE, "the refreshed pre-annotations", 300)
 
     report = cfg.home / "report.html"
     if ratings_path is not None:

@@ -154,3 +154,25 @@ def test_sense7_worker_on_a_fresh_machine_starts_its_own_redis(tmp_path):
         proc.wait(timeout=60)
         log.close()
         stop_local_redis(settings)
+
+
+def test_giving_up_on_a_job_names_it_the_queue_depths_the_backlog_and_the_log(tmp_path, redis_server):
+    """No worker consumes: waiting for a reconciliation gives up with what it waited for, every queue's
+    depth (the reconciliation and a retrain queued), the sync backlog, that nothing runs, and the log."""
+    from sense7.tasks.celery_app import configure
+    from sense7.tasks.sync import PENDING_KEY
+    from sense7.tasks.waiting import JobWaitTimeout, queue_depths, wait_for_job
+
+    app = configure(Settings.from_env({"SENSE7_HOME": str(tmp_path), "SENSE7_REDIS_URL": redis_server.url}))
+    redis.Redis.from_url(redis_server.url).sadd(PENDING_KEY, "1:2:3", "1:2:4", "1:5:6")
+    app.send_task("sense7.retrain", kwargs={"reason": "test"})
+    result = app.send_task("sense7.reconcile")
+    assert queue_depths(app) == {"celery": 0, "sense7.preannotate": 0, "sense7.reconcile": 1, "sense7.sync": 0,
+                                 "sense7.train": 1}
+    with pytest.raises(JobWaitTimeout) as caught:
+        wait_for_job(result, "the reconciliation", 1, "/var/log/worker.log")
+    message = str(caught.value)
+    assert message.startswith("gave up after 1 s waiting for the reconciliation")
+    assert result.id in message and "sense7.reconcile 1" in message and "sense7.train 1" in message
+    assert "sense7.sync 0" in message and "3 annotations named by webhooks" in message
+    assert "is a worker up?" in message and message.endswith("read /var/log/worker.log")

@@ -1,0 +1,293 @@
+"""Benchmark the webhook -> store path (issue 13) in one run against the real stack: Label Studio (SQLite),
+a private Redis, the ML backend receiving webhooks (gunicorn) and a Celery worker (concurrency 2, every
+queue), the demo's topology. Retraining is switched off (SENSE7_RETRAIN_EVERY=0) so that the figures are
+the sync path's own; the paper-scale demo measures everything running together.
+
+1. Label Studio's ceiling: annotations created through its API as fast as N concurrent clients can
+   (webhooks on), and the sync's submission-to-store latency under that burst;
+2. steady arrivals at 10/s and 25/s (open loop: each annotation is sent at its scheduled time whatever
+   the previous ones did): submission-to-store latency p50/p99 (from the moment the request is sent until
+   the row is in sense7's store, polled every 50 ms);
+3. the sync's own throughput: a backlog of annotations created while the worker is stopped (the webhooks
+   still note them in Redis), then the worker started: annotations/s into the store;
+4. reconciliation of many annotations (default 50,000, imported with their tasks in bulk, each by its
+   rater's Label Studio user): a first reconciliation and a no-change one.
+
+    .venv/bin/python scripts/bench_sync.py [--raters 109] [--rate-seconds 60] [--reconcile 50000] [--out f.json]
+
+Prints one JSON document (also written to --out). Timings are wall-clock on whatever else the machine runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def log(message: str) -> None:
+    print(f"[bench_sync {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class StorePoller(threading.Thread):
+    """Notes the first time each annotation id is seen in the store (polled every `interval` s)."""
+
+    def __init__(self, store, interval: float = 0.05):
+        super().__init__(daemon=True)
+        self.store, self.interval = store, interval
+        self.seen: dict[int, float] = {}
+        self.running = True
+
+    def run(self) -> None:
+        while self.running:
+            now = time.perf_counter()
+            for annotation_id in self.store.annotation_versions():
+                self.seen.setdefault(annotation_id, now)
+            time.sleep(self.interval)
+
+    def wait_for(self, ids, timeout: float = 600) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(i in self.seen for i in ids):
+                return True
+            time.sleep(0.1)
+        return False
+
+
+def percentiles(values) -> dict:
+    values = np.asarray(values, dtype=float)
+    return {"n": int(values.size), "p50_s": round(float(np.percentile(values, 50)), 3),
+            "p99_s": round(float(np.percentile(values, 99)), 3), "max_s": round(float(values.max()), 3)}
+
+
+class Submitter:
+    """Creates annotations through Label Studio's API as each task's rater, recording send and ack times."""
+
+    def __init__(self, client, users: dict[str, int], taxonomy):
+        self.client, self.users, self.taxonomy = client, users, taxonomy
+        self.sent: dict[int, float] = {}
+        self.acked: dict[int, float] = {}
+        self.errors = 0
+
+    def post(self, task, at: float | None = None) -> None:
+        from sense7.labelstudio.protocol import rating_result
+
+        if at is not None:
+            time.sleep(max(0.0, at - time.perf_counter()))
+        levels = {d.key: 1 + (task.id + i) % 5 for i, d in enumerate(self.taxonomy.dimensions)}
+        levels[self.taxonomy.overall.key] = 1 + task.id % 5
+        sent = time.perf_counter()
+        try:
+            made = self.client.annotations.create(task.id, result=rating_result(levels, self.taxonomy),
+                                                  completed_by=self.users[task.data["rater_id"]])
+        except Exception as exc:  # counted, reported: a benchmark run with errors is not a figure
+            self.errors += 1
+            log(f"annotation on task {task.id} failed: {exc}")
+            return
+        self.sent[made.id], self.acked[made.id] = sent, time.perf_counter()
+
+    def burst(self, tasks, clients: int) -> float:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=clients) as pool:
+            list(pool.map(self.post, tasks))
+        return time.perf_counter() - started
+
+    def paced(self, tasks, rate: float) -> float:
+        """Open loop: annotation i is sent at start + i/rate (enough threads that none waits for another)."""
+        start = time.perf_counter() + 0.5
+        with ThreadPoolExecutor(max_workers=max(8, int(rate * 2))) as pool:
+            list(pool.map(lambda item: self.post(item[1], start + item[0] / rate), enumerate(tasks)))
+        return time.perf_counter() - start
+
+
+def latency_figures(sub: Submitter, poller: StorePoller, ids) -> dict:
+    return {"send_to_store": percentiles([poller.seen[i] - sub.sent[i] for i in ids]),
+            "ack_to_store": percentiles([poller.seen[i] - sub.acked[i] for i in ids]),
+            "label_studio_ack": percentiles([sub.acked[i] - sub.sent[i] for i in ids])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--raters", type=int, default=109)
+    parser.add_argument("--ceiling", type=int, default=1500, help="annotations in the as-fast-as-possible burst")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent API clients in the burst")
+    parser.add_argument("--rates", type=float, nargs="+", default=[10.0, 25.0])
+    parser.add_argument("--rate-seconds", type=float, default=60.0, help="duration of each steady rate")
+    parser.add_argument("--backlog", type=int, default=2000, help="annotations made while the worker is stopped")
+    parser.add_argument("--reconcile", type=int, default=50_000, help="annotations imported in bulk, then reconciled")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-sync-"))
+    from sense7.processes import free_port
+
+    os.environ.update({"SENSE7_HOME": str(tmp / "home"), "SENSE7_LS_PORT": str(free_port()),
+                       "SENSE7_BACKEND_PORT": str(free_port()), "SENSE7_RETRAIN_EVERY": "0",
+                       "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0"})
+    os.environ.pop("SENSE7_REDIS_URL", None)
+    os.environ.pop("SENSE7_STORE_URL", None)
+
+    from sense7.cli.demo import _child_env, worker_process
+    from sense7.data.store import Store
+    from sense7.labelstudio import client as ls_client
+    from sense7.labelstudio.client import import_tasks
+    from sense7.labelstudio.protocol import rating_tasks, webhook_headers
+    from sense7.labelstudio.server import LabelStudioServer
+    from sense7.labelstudio.simulate import ensure_users
+    from sense7.ml_backend.server import BackendServer
+    from sense7.settings import Settings
+    from sense7.tasks.celery_app import configure
+    from sense7.tasks.redis_local import ensure_redis, stop_local_redis
+    from sense7.tasks.sync import LabelSync, backlog
+    from sense7.taxonomy import study_taxonomy
+    from tests.jobs.helpers import make_conversations, make_raters
+
+    cfg = Settings.from_env()
+    tax = study_taxonomy(cfg)
+    server, backend, worker = LabelStudioServer(cfg), BackendServer(cfg), worker_process(cfg)
+    figures: dict = {"machine": f"{os.cpu_count()} cores", "raters": args.raters, "worker_concurrency": 2,
+                     "retrain": "off (SENSE7_RETRAIN_EVERY=0)"}
+    worker_cmd = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker",
+                  "--concurrency", "2", "--loglevel", "info", "--without-gossip", "--without-mingle"]
+    poller = None
+    try:
+        log("starting Label Studio, Redis, the ML backend (webhooks) and the worker")
+        server.start()
+        redis_url = ensure_redis(cfg)
+        configure(cfg, redis_url)
+        os.environ.update(_child_env(cfg, redis_url))
+        client = ls_client.connect(cfg)
+        rating, profile = ls_client.ensure_projects(client, cfg, tax)
+        store = Store(cfg.store_url)
+        raters = make_raters(args.raters, prefix="s")
+        store.upsert_raters(raters)
+        users = ensure_users(client, {r["rater_id"]: r["email"] for r in raters})
+
+        live_needed = args.ceiling + sum(int(r * args.rate_seconds) for r in args.rates) + args.backlog
+        turns = 5
+        per_rater = -(-live_needed // (args.raters * turns))
+        convs = make_conversations(list(users), per_rater=per_rater, turns=turns, prefix="live")
+        store.upsert_conversations(convs)
+        import_tasks(client, rating, [t for conv in convs for t in rating_tasks(conv)])
+        tasks = list(client.tasks.list(project=rating, include="id,data", page_size=1000))
+        rng = np.random.default_rng(0)
+        rng.shuffle(tasks)  # raters working at once, not one rater's conversation after another
+        log(f"{len(tasks)} unlabeled tasks of {args.raters} raters")
+
+        backend.start()
+        LabelSync(client, store, tax, rating, profile).ensure_webhooks(f"{cfg.backend_url}/webhook",
+                                                                      webhook_headers(cfg))
+        worker.start(worker_cmd, _child_env(cfg, redis_url), cwd=cfg.home)
+        poller = StorePoller(store)
+        poller.start()
+        sub = Submitter(client, users, tax)
+        cursor = 0
+
+        def take(n):
+            nonlocal cursor
+            chunk = tasks[cursor:cursor + n]
+            cursor += n
+            return chunk
+
+        # -- 1. Label Studio's ceiling -------------------------------------------------------------------
+        before = set(sub.acked)
+        seconds = sub.burst(take(args.ceiling), args.clients)
+        ids = [i for i in sub.acked if i not in before]
+        assert poller.wait_for(ids), "burst annotations did not all reach the store"
+        last = max(poller.seen[i] for i in ids) - min(sub.sent[i] for i in ids)
+        figures["label_studio_ceiling"] = {
+            "annotations": len(ids), "clients": args.clients, "seconds": round(seconds, 1),
+            "annotations_per_s": round(len(ids) / seconds, 1),
+            "all_in_store_after_s": round(last, 1), "into_store_per_s": round(len(ids) / last, 1),
+            **latency_figures(sub, poller, ids)}
+        log(f"ceiling: {figures['label_studio_ceiling']}")
+
+        # -- 2. steady rates -----------------------------------------------------------------------------
+        for rate in args.rates:
+            before = set(sub.acked)
+            seconds = sub.paced(take(int(rate * args.rate_seconds)), rate)
+            ids = [i for i in sub.acked if i not in before]
+            assert poller.wait_for(ids), f"annotations at {rate}/s did not all reach the store"
+            figures[f"steady_{rate:g}_per_s"] = {"annotations": len(ids), "seconds": round(seconds, 1),
+                                                 "achieved_per_s": round(len(ids) / seconds, 1),
+                                                 **latency_figures(sub, poller, ids)}
+            log(f"{rate}/s: {figures[f'steady_{rate:g}_per_s']}")
+
+        # -- 3. the sync's own throughput: a backlog drained by a freshly started worker -----------------
+        worker.stop()
+        before = set(sub.acked)
+        sub.burst(take(args.backlog), args.clients)
+        ids = [i for i in sub.acked if i not in before]
+        noted = backlog()["pending"]
+        started = time.perf_counter()
+        worker.start(worker_cmd, _child_env(cfg, redis_url), cwd=cfg.home)
+        ready = time.perf_counter()
+        assert poller.wait_for(ids), "the backlog did not reach the store"
+        done = max(poller.seen[i] for i in ids)
+        figures["backlog_drain"] = {"annotations": len(ids), "noted_by_webhooks": noted,
+                                    "worker_start_s": round(ready - started, 1),
+                                    "drain_s": round(done - ready, 2),
+                                    "into_store_per_s": round(len(ids) / (done - ready), 1)}
+        log(f"backlog: {figures['backlog_drain']}")
+        figures["errors"] = sub.errors
+        poller.running = False
+
+        # -- 4. reconciliation of many annotations ---------------------------------------------------------
+        if args.reconcile:
+            from tests.jobs.helpers import rating_result
+
+            per_rater = -(-args.reconcile // (args.raters * turns))
+            bulk = make_conversations(list(users), per_rater=per_rater, turns=turns, seed=3, prefix="bulk")
+            store.upsert_conversations(bulk)
+            annotated = []
+            for k, conv in enumerate(bulk):
+                for task in rating_tasks(conv):
+                    task["annotations"] = [{"result": rating_result(task["data"]["turn"][0]["content"], k % 3 - 1),
+                                            "completed_by": users[conv.rater_id]}]
+                    annotated.append(task)
+            annotated = annotated[:args.reconcile]
+            worker.stop()  # the reconciliation alone, not racing the bulk import's webhooks
+            started = time.perf_counter()
+            import_tasks(client, rating, annotated)
+            figures_import = round(time.perf_counter() - started, 1)
+            syncer = LabelSync(client, store, tax, rating, profile)
+            started = time.perf_counter()
+            first = syncer.reconcile()
+            first_s = time.perf_counter() - started
+            started = time.perf_counter()
+            again = syncer.reconcile()
+            again_s = time.perf_counter() - started
+            figures["reconcile"] = {
+                "annotations_in_label_studio": first.seen, "bulk_imported": len(annotated),
+                "bulk_import_s": figures_import,
+                "first": {"upserted": first.upserted, "seconds": round(first_s, 1),
+                          "annotations_per_s": round(first.seen / first_s, 1)},
+                "no_change": {"unchanged": again.unchanged, "seconds": round(again_s, 1),
+                              "annotations_per_s": round(again.seen / again_s, 1)}}
+            log(f"reconcile: {figures['reconcile']}")
+    finally:
+        if poller:
+            poller.running = False
+        worker.stop()
+        backend.stop()
+        stop_local_redis(cfg)
+        server.stop()
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
