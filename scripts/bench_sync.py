@@ -138,24 +138,25 @@ def main() -> None:
     os.environ.pop("SENSE7_REDIS_URL", None)
     os.environ.pop("SENSE7_STORE_URL", None)
 
+    from sense7.ml_backend.server import BackendServer
+    from sense7.tasks.celery_app import configure
+    from sense7.tasks.redis_local import ensure_redis, stop_local_redis
+    from sense7.tasks.sync import LabelSync, backlog
+
     from sense7.cli.demo import _child_env, worker_process
     from sense7.data.store import Store
     from sense7.labelstudio import client as ls_client
     from sense7.labelstudio.client import import_tasks
     from sense7.labelstudio.protocol import rating_tasks, webhook_headers
+    from sense7.labelstudio.raters import ensure_users
     from sense7.labelstudio.server import LabelStudioServer
-    from sense7.labelstudio.simulate import ensure_users
-    from sense7.ml_backend.server import BackendServer
     from sense7.settings import Settings
-    from sense7.tasks.celery_app import configure
-    from sense7.tasks.redis_local import ensure_redis, stop_local_redis
-    from sense7.tasks.sync import LabelSync, backlog
     from sense7.taxonomy import study_taxonomy
     from tests.jobs.helpers import make_conversations, make_raters
 
     cfg = Settings.from_env()
     tax = study_taxonomy(cfg)
-    server, backend, worker = LabelStudioServer(cfg), BackendServer(cfg), worker_process(cfg)
+    server, backend, worker = LabelStudioServer(cfg), BackendServer(cfg), None
     figures: dict = {"machine": f"{os.cpu_count()} cores", "raters": args.raters, "worker_concurrency": 2,
                      "retrain": "off (SENSE7_RETRAIN_EVERY=0)"}
     worker_cmd = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker",
@@ -166,6 +167,7 @@ def main() -> None:
         server.start()
         redis_url = ensure_redis(cfg)
         configure(cfg, redis_url)
+        worker = worker_process(cfg)  # its health check pings through the app configured just above
         os.environ.update(_child_env(cfg, redis_url))
         client = ls_client.connect(cfg)
         rating, profile = ls_client.ensure_projects(client, cfg, tax)
@@ -279,7 +281,8 @@ def main() -> None:
     finally:
         if poller:
             poller.running = False
-        worker.stop()
+        if worker:
+            worker.stop()
         backend.stop()
         stop_local_redis(cfg)
         server.stop()

@@ -42,6 +42,7 @@ class JobSettings:
     """The Celery jobs' knobs; each is read from SENSE7_<NAME> (for example SENSE7_RETRAIN_EVERY)."""
 
     sync_interval: float = 300.0          # seconds between reconciliations (beat)
+    deliver_interval: float = 30.0        # seconds between catch-up deliveries of rater-page submissions (beat)
     retrain_interval: float = 86400.0     # seconds between scheduled retrains
     retrain_every: int = 200              # new ratings that trigger a retrain (0 = off); grows to 10% of the
                                           # served version's training items (tasks/cadence.py)
@@ -87,6 +88,33 @@ class BackendServing:
 
 
 @dataclass(frozen=True)
+class RaterPage:
+    """The rater page (sense7.rater_page): where it listens, the address its links carry, the study's
+    finish (a completion code and/or a redirect, e.g. back to a crowd platform), and gunicorn's size."""
+
+    host: str = "127.0.0.1"               # SENSE7_RATER_PAGE_HOST
+    port: int = 8090                      # SENSE7_RATER_PAGE_PORT
+    public_url: str = ""                  # SENSE7_RATER_PAGE_URL: the links' base (default http://host:port)
+    completion_code: str = ""             # SENSE7_COMPLETION_CODE: shown on the finish page
+    completion_url: str = ""              # SENSE7_COMPLETION_URL: the finish page's "continue" link
+    workers: int = 2                      # SENSE7_RATER_PAGE_WORKERS
+    threads: int = 8                      # SENSE7_RATER_PAGE_THREADS
+    link_attempts: str = "30 per minute"  # SENSE7_RATER_PAGE_LINK_LIMIT: link openings per client address
+
+    @classmethod
+    def from_env(cls, env: dict) -> "RaterPage":
+        host = env.get("SENSE7_RATER_PAGE_HOST") or "127.0.0.1"
+        port = int(env.get("SENSE7_RATER_PAGE_PORT") or 8090)
+        return cls(host=host, port=port,
+                   public_url=(env.get("SENSE7_RATER_PAGE_URL") or f"http://{_url_host(host)}:{port}").rstrip("/"),
+                   completion_code=env.get("SENSE7_COMPLETION_CODE") or "",
+                   completion_url=env.get("SENSE7_COMPLETION_URL") or "",
+                   workers=int(env.get("SENSE7_RATER_PAGE_WORKERS") or 2),
+                   threads=int(env.get("SENSE7_RATER_PAGE_THREADS") or 8),
+                   link_attempts=env.get("SENSE7_RATER_PAGE_LINK_LIMIT") or "30 per minute")
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting of every process. Secrets not given in the environment are generated once per
     SENSE7_HOME (0600 files in secrets/). Label Studio binds SENSE7_LS_HOST (127.0.0.1); the ML backend
@@ -112,6 +140,7 @@ class Settings:
     profile_project_title: str = PROFILE_PROJECT_TITLE
     jobs: JobSettings = field(default_factory=JobSettings)
     serving: BackendServing = field(default_factory=BackendServing)
+    rater_page: RaterPage = field(default_factory=RaterPage)
     taxonomy_path: Path | None = None  # the study's taxonomy YAML (SENSE7_TAXONOMY); None = the packaged one
 
     @classmethod
@@ -146,6 +175,7 @@ class Settings:
             taxonomy_path=taxonomy_path_from_env(env),
             jobs=JobSettings.from_env(env),
             serving=BackendServing.from_env(env, backend_host, backend_port),
+            rater_page=RaterPage.from_env(env),
         )
 
 

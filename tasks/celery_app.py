@@ -25,7 +25,8 @@ from sense7.settings import JobSettings, Settings
 # without -Q consumes them all (and Celery's default queue, where plain clients send).
 QUEUES = {names.SYNC_PENDING: "sense7.sync", names.SYNC_ANNOTATION: "sense7.sync",
           names.DELETE_ANNOTATIONS: "sense7.sync", names.RECONCILE: "sense7.reconcile",
-          names.RETRAIN: "sense7.train", names.PREANNOTATE: "sense7.preannotate"}
+          names.RETRAIN: "sense7.train", names.PREANNOTATE: "sense7.preannotate",
+          names.DELIVER: "sense7.deliver"}
 
 _lock = threading.Lock()
 _app: Celery | None = None
@@ -34,6 +35,9 @@ _app: Celery | None = None
 def celery_config(url: str | None, jobs: JobSettings) -> dict:
     schedule = {
         "reconcile-labels": {"task": names.RECONCILE, "schedule": jobs.sync_interval},
+        # Rater-page submissions left undelivered while Label Studio was down (each submission also queues
+        # a delivery at once; this is the safety net).
+        "deliver-submissions": {"task": names.DELIVER, "schedule": jobs.deliver_interval},
         "scheduled-retrain": {"task": names.RETRAIN, "schedule": jobs.retrain_interval,
                               "kwargs": {"reason": "schedule"}},
     }
@@ -44,7 +48,7 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
     sync_limits = {"soft_time_limit": jobs.sync_soft_limit, "time_limit": jobs.sync_soft_limit + 60}
     annotations = {name: {**retry, **sync_limits}
                    for name in (names.SYNC_PENDING, names.SYNC_ANNOTATION, names.DELETE_ANNOTATIONS,
-                                names.RECONCILE, names.PREANNOTATE)}
+                                names.RECONCILE, names.PREANNOTATE, names.DELIVER)}
     annotations[names.RETRAIN] = {"soft_time_limit": jobs.retrain_soft_limit,
                                   "time_limit": jobs.retrain_soft_limit + 120}
     return {

@@ -10,5 +10,6 @@ DELETE_ANNOTATIONS = "sense7.delete_annotations"
 RECONCILE = "sense7.reconcile"
 RETRAIN = "sense7.retrain"
 PREANNOTATE = "sense7.preannotate"
+DELIVER = "sense7.deliver_submissions"  # rater-page submissions -> Label Studio annotations
 
-JOB_MODULES = ("sense7.tasks.sync", "sense7.tasks.training", "sense7.tasks.preannotate")
+JOB_MODULES = ("sense7.tasks.sync", "sense7.tasks.training", "sense7.tasks.preannotate", "sense7.tasks.delivery")

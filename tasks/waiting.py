@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
-
 from sense7.tasks.celery_app import QUEUES, get_app
 
 

@@ -3,8 +3,9 @@
 The demo runs the real stack on this machine (no Docker): Label Studio, a private Redis, the ML backend
 under gunicorn and a Celery worker with beat. A synthetic study is split in two: the *pilot* half's
 ratings train the first model (as an earlier study would), the *live* half becomes Label Studio tasks.
-Simulated annotators then label part of the live tasks through the API as distinct Label Studio users,
-and the webhooks drive sync -> retrain -> a new promoted version -> refreshed pre-annotations.
+Simulated raters then rate part of the live tasks on the rater page, each through their private link
+over HTTP; the worker delivers their submissions to Label Studio as each rater's annotations, and the
+webhooks drive sync -> retrain -> a new promoted version -> refreshed pre-annotations.
 
 Every phase is idempotent, so re-running the demo reuses what exists. Everything it starts is recorded
 under SENSE7_HOME/run, and `sense7 down` (or Ctrl-C during the demo) stops exactly that.
@@ -135,10 +136,11 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
     from sense7.data.store import Store
     from sense7.labelstudio.importer import import_conversations, import_profile_tasks
     from sense7.labelstudio.protocol import connect_backend
-    from sense7.labelstudio.simulate import ensure_users, label_tasks
     from sense7.ml_backend.model import build_model
     from sense7.ml_backend.server import BackendServer
     from sense7.model.registry import ModelRegistry
+    from sense7.rater_page.server import RaterPageServer
+    from sense7.rater_page.simulate import rate_through_page
     from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
     from sense7.taxonomy import study_taxonomy
 
@@ -215,6 +217,13 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
             except ProcessError as exc:
                 raise fail(str(exc))
             started.append(worker.stop)
+    page = RaterPageServer(cfg)
+    with phases.phase(f"rater page on {page.url} and private links"):
+        if page.status().running:
+            page.stop()  # a page from an earlier run may serve older code or settings
+        page.start({"SENSE7_REDIS_URL": redis_url})
+        started.append(page.stop)
+        links = _demo_links(cfg, store, sorted({c.rater_id for c in batch}))
 
     # A check, normally pushing nothing: tasks the import could not predict, or from an older demo run.
     with phases.phase(f"pre-annotations of {first_version}: none missing"):
@@ -223,14 +232,14 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
             err_console.print(f"{pending} task(s) lacked a {first_version} prediction: pushed now", highlight=False)
 
     if ratings is not None:
-        with phases.phase("simulated annotators label tasks through the API"):
-            emails = {row["rater_id"]: row["email"] for row in traits if row.get("email")}
-            users = ensure_users(client, emails)
-            tasks = list(client.tasks.list(project=rating_id, include="id,data,total_annotations", page_size=1000))
-            labelled = label_tasks(client, tasks, ratings, users, tax, LABEL_FRACTION)
+        with phases.phase("simulated raters rate on the rater page (their private links, over HTTP)"):
+            answers = {row["rater_id"]: row.get("traits") or {} for row in traits}
+            live_ratings = ratings[ratings.conversation_id.isin(live_ids)]
+            labelled = rate_through_page(links, live_ratings, answers, tax, LABEL_FRACTION)
         with phases.phase(f"sync {labelled} annotations -> retrain -> new version"):
             _run_job(names.RECONCILE, "the reconciliation with Label Studio", 300)
-            _wait(lambda: store.counts()["annotations"] >= labelled, "the annotations to reach the store")
+            _wait(lambda: store.counts()["annotations"] >= labelled,
+                  "the rater page's submissions to reach Label Studio and the store", 600)
             if registry.current() == first_version:
                 done = _run_job(names.RETRAIN, "the retrain", 600, reason="demo: new annotations")
                 if done.get("status") == "skipped":  # a retrain the new ratings triggered holds the lock
@@ -258,9 +267,27 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
     console.print(f"[bold]Login:[/] {cfg.ls_admin_email}  password: in {cfg.home / 'secrets' / 'ls_password'}",
                   highlight=False)
     console.print(f"[bold]Model versions:[/] {versions}", highlight=False)
+    if links:
+        rater_id, link = next(iter(sorted(links.items())))
+        console.print(f"[bold]Rater page:[/] {link}  (rater {rater_id}'s private link; every rater's in "
+                      f"{cfg.home / 'links.csv'})", highlight=False)
     if report.exists():
         console.print(f"[bold]Report:[/] {report}", highlight=False)
     console.print(f"Phase timings in {timings}. Stop everything with `sense7 down`.", highlight=False)
+
+
+def _demo_links(cfg: Settings, store, rater_ids: list[str]) -> dict[str, str]:
+    """A fresh private link per simulated rater (only hashes are stored, so the demo makes new ones each
+    run), written to SENSE7_HOME/links.csv (0600)."""
+    from sense7.data.raterpage import LinkBook
+
+    book, base = LinkBook(store), cfg.rater_page.public_url
+    links = {r: f"{base}/r/{book.issue(r, rotate=True)}" for r in rater_ids}
+    path = cfg.home / "links.csv"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("rater_id,url\n" + "".join(f"{r},{u}\n" for r, u in links.items()))
+    return links
 
 
 def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: Path) -> None:
@@ -279,10 +306,12 @@ def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: 
 def down() -> None:
     """Stop everything `sense7 demo` started: Celery worker, ML backend, private Redis, Label Studio."""
     from sense7.ml_backend.server import BackendServer
+    from sense7.rater_page.server import RaterPageServer
     from sense7.tasks.redis_local import stop_local_redis
 
     cfg = settings()
     stopped = {
+        "rater page": RaterPageServer(cfg).stop(),
         "Celery worker": worker_process(cfg).stop(),
         "ML backend": BackendServer(cfg).stop(),
         "Redis": stop_local_redis(cfg),

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     Integer,
     MetaData,
     String,
@@ -112,6 +113,51 @@ staff_log = Table(
     Column("actor", String(200), nullable=False),  # the operating-system user who ran the command
     Column("action", String(100), nullable=False),
     Column("detail", JSON, nullable=False),        # counts, file names, ids: never traits or texts
+)
+
+# -- the rater page (sense7.data.raterpage): private links, each rater's queue, submissions to deliver ----
+# One private link per rater: only a SHA-256 of its secret is kept (the secret is 256 random bits, so a
+# plain hash is as good as a slow one and lets a link be looked up in one indexed read).
+rater_links = Table(
+    "rater_links", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+# A copy of each rater's Label Studio tasks (refreshed from Label Studio when the rater opens the link),
+# so that every page is answered from the store and never reveals a task that is not on this list.
+rater_tasks = Table(
+    "rater_tasks", metadata,
+    Column("task_id", Integer, primary_key=True, autoincrement=False),  # Label Studio's id
+    Column("rater_id", String(200), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),         # rating | profile
+    Column("position", Integer, nullable=False),        # order in the rater's queue (profile: -1)
+    Column("conversation_id", String(200), nullable=True),
+    Column("turn_index", Integer, nullable=True),
+    Column("data", JSON, nullable=False),               # what the page shows: history, turn
+    Column("prediction", JSON, nullable=True),          # {"version", "values": {control: level}}
+    Column("answer", JSON, nullable=True),              # the rater's latest answer known to Label Studio
+)
+
+# Every submission from the rater page, kept until (and after) Label Studio has it: the durable outbox.
+# key = rater:kind:task:revision, so a form posted twice is stored once and delivered once.
+submissions = Table(
+    "submissions", metadata,
+    Column("key", String(300), primary_key=True),
+    Column("rater_id", String(200), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),
+    Column("task_id", Integer, nullable=False, index=True),
+    Column("revision", Integer, nullable=False),
+    Column("result", JSON, nullable=False),             # Label Studio result list
+    Column("answer", JSON, nullable=False),             # the same, as the page's form values
+    Column("lead_time", Float, nullable=True),          # seconds the rater spent on the page
+    Column("submitted_at", DateTime(timezone=True), nullable=False),
+    Column("delivered_at", DateTime(timezone=True), nullable=True),
+    Column("annotation_id", Integer, nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("last_error", String(300), nullable=True),
 )
 
 RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
@@ -214,6 +260,14 @@ class Store:
         if frame.empty:
             return pd.DataFrame(index=pd.Index([], name="rater_id"))
         return frame.set_index("rater_id")
+
+    def set_email(self, rater_id: str, email: str) -> None:
+        """Give a rater (created when missing) an email, without touching their traits."""
+        with self.engine.begin() as conn:
+            row = conn.execute(select(raters).where(raters.c.rater_id == rater_id)).mappings().first()
+            self._upsert(conn, raters, [{"rater_id": rater_id, "email": email.strip().lower(),
+                                         "traits": row["traits"] if row else {}, "updated_at": _now()}],
+                         ["rater_id"])
 
     def rater_id_for_email(self, email: str) -> str | None:
         with self.engine.connect() as conn:

@@ -105,6 +105,14 @@ def rating_result(values: dict[str, int], taxonomy: Taxonomy, expectation: str |
     return result
 
 
+def profile_result(answers: dict, taxonomy: Taxonomy) -> list[dict]:
+    """A questionnaire annotation's result as the profile interface produces it: the inverse of
+    parse_profile_annotation (answers for fields the taxonomy does not have are left out)."""
+    keys = {f.key for f in taxonomy.profile_fields}
+    return [{"from_name": key, "to_name": PROFILE_OBJECT_TAG, "type": "choices", "value": {"choices": [str(value)]}}
+            for key, value in answers.items() if key in keys]
+
+
 def parse_profile_annotation(result: list[dict], taxonomy: Taxonomy) -> dict:
     """A profile questionnaire annotation -> validated trait answers (invalid answers are dropped)."""
     fields = {f.key: f for f in taxonomy.profile_fields}

@@ -3,7 +3,6 @@ the ratings a synthetic rater actually gave (ratings.csv), exactly as a person's
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,20 +11,6 @@ from label_studio_sdk import LabelStudio
 
 from sense7.labelstudio.protocol import rating_result
 from sense7.taxonomy import Taxonomy
-
-
-def ensure_users(client: LabelStudio, emails: dict[str, str]) -> dict[str, int]:
-    """rater_id -> Label Studio user id, creating a user per email that does not exist yet."""
-    existing = {(u.email or "").lower(): u.id for u in client.users.list()}
-    ids = {}
-    for rater_id, email in emails.items():
-        email = email.lower()
-        if email not in existing:
-            user = client.users.create(username=email.split("@")[0][:30] + "-" + secrets.token_hex(3), email=email,
-                                       password=secrets.token_urlsafe(16))
-            existing[email] = user.id
-        ids[rater_id] = existing[email]
-    return ids
 
 
 def annotation_result(ratings: dict[str, int], taxonomy: Taxonomy) -> list[dict]:

@@ -21,18 +21,20 @@ LAYERS = {
     "sense7.data": 1,
     "sense7.model": 2, "sense7.labelstudio": 2,
     "sense7.research": 3,
-    "sense7.tasks": 4, "sense7.ml_backend": 4,
+    "sense7.tasks": 4, "sense7.ml_backend": 4, "sense7.rater_page": 4,
     "sense7.cli": 5,
 }
 # Siblings on one layer stay apart, but for these: pre-annotation jobs predict with the backend's model
 # module (the same code that answers /predict), never with its Flask app.
-ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"), ("sense7.labelstudio", "sense7.model")}
+# The rater page asks for deliveries (tasks.delivery) and counts failed link openings in the jobs' Redis.
+ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"), ("sense7.labelstudio", "sense7.model"),
+                    ("sense7.rater_page", "sense7.tasks.delivery"), ("sense7.rater_page", "sense7.tasks.redis_local")}
 
 
 def _package_dirs() -> dict[str, Path]:
     """Every installed sense7 package and the folder it is read from (mapped folders included)."""
     names = ["sense7", "sense7.cli", "sense7.data", "sense7.labelstudio", "sense7.model", "sense7.research",
-             "sense7.labeling_config", "sense7.ml_backend", "sense7.tasks"]
+             "sense7.labeling_config", "sense7.ml_backend", "sense7.tasks", "sense7.rater_page"]
     return {name: Path(importlib.util.find_spec(name).origin).parent for name in names}
 
 

@@ -20,7 +20,8 @@ def compose() -> dict:
 
 def test_services_and_pinned_images(compose):
     services = compose["services"]
-    assert set(services) == {"postgres", "redis", "label-studio", "ml-backend", "worker", "beat"}
+    assert set(services) == {"postgres", "redis", "label-studio", "ml-backend", "worker", "beat",
+                             "rater-page"}
     assert services["label-studio"]["image"] == "heartexlabs/label-studio:1.23.2"
     for name, service in services.items():
         assert PINNED.match(service["image"]), f"{name}: image {service['image']!r} is not pinned"
@@ -97,6 +98,18 @@ def test_entry_points_named_in_the_file_exist(compose):
     assert callable(getattr(importlib.import_module(module), name))
     assert (COMPOSE.parent / "ml_backend" / "gunicorn_conf.py").exists()
     assert "sense7.reconcile" in app.conf.beat_schedule["reconcile-labels"]["task"]
+    assert app.conf.beat_schedule["deliver-submissions"]["task"] == "sense7.deliver_submissions"
+
+
+def test_rater_page_service_runs_the_page_and_publishes_it_on_this_machine_only(compose):
+    import importlib
+
+    page = compose["services"]["rater-page"]
+    assert page["ports"] == ["127.0.0.1:8090:8090"]
+    assert (COMPOSE.parent / page["command"][2]).exists()
+    module, _, factory = page["command"][-1].partition(":")
+    assert callable(getattr(importlib.import_module(module), factory.rstrip("()")))
+    assert page["environment"]["SENSE7_STORE_URL"] == compose["services"]["worker"]["environment"]["SENSE7_STORE_URL"]
 
 
 def test_workers_scale_without_multiplying_the_schedule(compose):

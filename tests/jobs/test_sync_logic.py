@@ -164,7 +164,7 @@ def test_edits_and_deletions_keep_history_and_revert_restores_them(synced):
 
 def test_questionnaire_answers_become_traits_and_bad_answers_are_named(synced):
     syncer, raters, users = synced
-    client, tax = syncer.client, syncer.taxonomy
+    client = syncer.client
     rater = raters[1]["rater_id"]
     import_profile_tasks(client, syncer.profile_project, [rater])
     task = next(iter(client.tasks.list(project=syncer.profile_project, include="id,data")))

@@ -1,0 +1,285 @@
+"""Benchmark the rater page (issue 14) against the real stack on this machine: Label Studio (SQLite), a
+private Redis, the ML backend receiving webhooks, a Celery worker (concurrency 2) and the rater page
+(gunicorn), the demo's topology.
+
+N simulated raters at once (default 200), each with their own private link and session, arriving at a random
+moment of the first think-time window: open the link (which copies their queue from Label Studio), then
+per turn: wait a think time (uniform in --think seconds, as a person reads and rates), submit the
+answer, receive the next page. Measured: page time (GET of a task page), submit acknowledgement (the POST
+until the page says saved), and for every submission the time until Label Studio has it (the outbox's
+delivered time) and until sense7's store has it (polled every 100 ms). Then the same raters, turns and
+pacing through Label Studio's own API (create the annotation, fetch the next task) for comparison.
+
+    .venv/bin/python scripts/bench_rater_page.py [--raters 200] [--turns 3] [--think 30 90] [--out f.json]
+
+Prints one JSON document (also written to --out). Timings are wall-clock on whatever else the machine runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import sys
+import tempfile
+import threading
+import time
+from datetime import timezone
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
+ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
+
+
+def log(message: str) -> None:
+    print(f"[bench_rater_page {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def summary(values) -> dict:
+    values = np.asarray(values, dtype=float)
+    if not values.size:
+        return {"n": 0}
+    return {"n": int(values.size), "p50_ms": round(float(np.percentile(values, 50)) * 1000, 1),
+            "p99_ms": round(float(np.percentile(values, 99)) * 1000, 1),
+            "max_ms": round(float(values.max()) * 1000, 1)}
+
+
+class Tally:
+    def __init__(self):
+        self.page, self.ack, self.errors, self.open = [], [], [], []
+        self.submitted: dict[int, float] = {}  # task id -> wall time the POST was acknowledged
+
+
+async def page_rater(link: str, turns: int, think: tuple[float, float], tally: Tally, rng: random.Random,
+                     level: int) -> None:
+    base = link.split("/r/", 1)[0]
+    async with httpx.AsyncClient(timeout=60.0, follow_redirects=True) as http:
+        try:
+            await asyncio.sleep(rng.uniform(0, think[1]))  # raters arrive over the first minute or so
+            started = time.perf_counter()
+            page = await http.get(link)  # opening the link copies the rater's queue from Label Studio
+            tally.open.append(time.perf_counter() - started)
+            for _ in range(turns):
+                action = ACTION.search(page.text)
+                if page.status_code != 200 or action is None:
+                    raise RuntimeError(f"no task page (HTTP {page.status_code}, {page.url})")
+                await asyncio.sleep(rng.uniform(*think))
+                form = dict(HIDDEN.findall(page.text))
+                form.update(FORM_VALUES[level])
+                started = time.perf_counter()
+                saved = await http.post(base + action.group(1), data=form, follow_redirects=False)
+                tally.ack.append(time.perf_counter() - started)
+                if saved.status_code != 303:
+                    raise RuntimeError(f"submit answered HTTP {saved.status_code}")
+                tally.submitted[int(action.group(1).rsplit("/", 1)[1])] = time.time()
+                started = time.perf_counter()
+                page = await http.get(base + saved.headers["location"])
+                tally.page.append(time.perf_counter() - started)
+        except Exception as exc:
+            tally.errors.append(f"{type(exc).__name__}: {exc}")
+
+
+async def api_rater(ls_url: str, token: str, project: int, tasks: list[int], user: int, result: list[dict],
+                    think: tuple[float, float], tally: Tally, rng: random.Random) -> None:
+    headers = {"Authorization": f"Token {token}"}
+    async with httpx.AsyncClient(base_url=ls_url, headers=headers, timeout=120.0) as http:
+        try:
+            await asyncio.sleep(rng.uniform(0, think[1]))
+            started = time.perf_counter()
+            await http.get(f"/api/tasks/{tasks[0]}")
+            tally.page.append(time.perf_counter() - started)
+            for i, task in enumerate(tasks):
+                await asyncio.sleep(rng.uniform(*think))
+                started = time.perf_counter()
+                made = await http.post(f"/api/tasks/{task}/annotations/", json={"result": result, "completed_by": user})
+                tally.ack.append(time.perf_counter() - started)
+                made.raise_for_status()
+                tally.submitted[task] = time.time()
+                if i + 1 < len(tasks):
+                    started = time.perf_counter()
+                    (await http.get(f"/api/tasks/{tasks[i + 1]}")).raise_for_status()
+                    tally.page.append(time.perf_counter() - started)
+        except Exception as exc:
+            tally.errors.append(f"{type(exc).__name__}: {exc}")
+
+
+FORM_VALUES: dict[int, dict] = {}
+
+
+class StoreWatch(threading.Thread):
+    """First time each task id has an annotation in the store (polled every 100 ms)."""
+
+    def __init__(self, store):
+        super().__init__(daemon=True)
+        self.store, self.seen, self.running = store, {}, True
+
+    def run(self) -> None:
+        from sqlalchemy import select
+
+        from sense7.data.store import annotations
+
+        while self.running:
+            with self.store.engine.connect() as conn:
+                ids = [r[0] for r in conn.execute(select(annotations.c.task_id))]
+            now = time.time()
+            for task_id in ids:
+                self.seen.setdefault(task_id, now)
+            time.sleep(0.1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--raters", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=3, help="turns each rater submits")
+    parser.add_argument("--think", type=float, nargs=2, default=[30.0, 90.0], help="think time range (s)")
+    parser.add_argument("--skip-api", action="store_true", help="skip the Label Studio API comparison")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-page-"))
+    from sense7.processes import free_port
+
+    os.environ.update({"SENSE7_HOME": str(tmp / "home"), "SENSE7_LS_PORT": str(free_port()),
+                       "SENSE7_BACKEND_PORT": str(free_port()), "SENSE7_RATER_PAGE_PORT": str(free_port()),
+                       "SENSE7_RETRAIN_EVERY": "0", "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0"})
+    for name in ("SENSE7_REDIS_URL", "SENSE7_STORE_URL"):
+        os.environ.pop(name, None)
+
+    from sense7.cli.demo import _child_env, worker_process
+    from sense7.data.raterpage import LinkBook, Outbox
+    from sense7.data.store import Store
+    from sense7.labelstudio import client as ls_client
+    from sense7.labelstudio.importer import import_conversations
+    from sense7.labelstudio.protocol import rating_result, webhook_headers
+    from sense7.labelstudio.raters import ensure_accounts
+    from sense7.labelstudio.server import LabelStudioServer
+    from sense7.ml_backend.server import BackendServer
+    from sense7.rater_page.server import RaterPageServer
+    from sense7.settings import Settings
+    from sense7.tasks.celery_app import configure
+    from sense7.tasks.redis_local import ensure_redis, stop_local_redis
+    from sense7.tasks.sync import LabelSync
+    from sense7.taxonomy import study_taxonomy
+    from tests.jobs.helpers import make_conversations, make_raters
+
+    cfg = Settings.from_env()
+    tax = study_taxonomy(cfg)
+    for level in range(1, tax.levels + 1):
+        FORM_VALUES[level] = {**{c: str(level) for c in tax.controls},
+                              tax.expectation_key: tax.expectation_values[0]}
+    server, backend, page = LabelStudioServer(cfg), BackendServer(cfg), RaterPageServer(cfg)
+    worker = None
+    figures: dict = {"machine": f"{os.cpu_count()} cores", "raters": args.raters, "turns_each": args.turns,
+                     "think_s": args.think, "rater_page": f"gunicorn {cfg.rater_page.workers} workers x "
+                     f"{cfg.rater_page.threads} threads", "worker_concurrency": 2}
+    watch = None
+    try:
+        server.start()
+        redis_url = ensure_redis(cfg)
+        configure(cfg, redis_url)
+        worker = worker_process(cfg)
+        os.environ.update(_child_env(cfg, redis_url))
+        client = ls_client.connect(cfg)
+        rating, profile = ls_client.ensure_projects(client, cfg, tax)
+        store = Store(cfg.store_url)
+        raters = make_raters(args.raters, prefix="bp")
+        store.upsert_raters(raters)
+        ids = [r["rater_id"] for r in raters]
+        # Two conversations per rater: one for the rater page, one for the API comparison.
+        convs = make_conversations(ids, per_rater=2, turns=args.turns, prefix="bp")
+        import_conversations(client, rating, convs, store)
+        accounts = ensure_accounts(client, store, ids)
+        backend.start()
+        LabelSync(client, store, tax, rating, profile).ensure_webhooks(f"{cfg.backend_url}/webhook",
+                                                                      webhook_headers(cfg))
+        worker_cmd = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker",
+                      "--concurrency", "2", "--loglevel", "info", "--without-gossip", "--without-mingle"]
+        worker.start(worker_cmd, _child_env(cfg, redis_url), cwd=cfg.home)
+        page.start({"SENSE7_REDIS_URL": redis_url, "SENSE7_RATER_PAGE_LINK_LIMIT": "30 per minute"})
+        book = LinkBook(store)
+        links = {r: f"{page.url}/r/{book.issue(r)}" for r in ids}
+        log(f"stack up: {len(ids)} raters, {len(convs)} conversations")
+
+        tasks_by_conv: dict[str, list[int]] = {}
+        for task in client.tasks.list(project=rating, include="id,data", page_size=1000):
+            tasks_by_conv.setdefault(task.data["conversation_id"], []).append((task.data["turn_index"], task.id))
+        by_rater: dict[str, list[list[int]]] = {}
+        for conv in convs:
+            by_rater.setdefault(conv.rater_id, []).append([t for _, t in sorted(tasks_by_conv[conv.conversation_id])])
+
+        watch = StoreWatch(store)
+        watch.start()
+        # -- the rater page --------------------------------------------------------------------------------
+        tally = Tally()
+        rng = random.Random(0)
+        started = time.time()
+
+        async def run_page():
+            await asyncio.gather(*[page_rater(links[r], args.turns, tuple(args.think), tally, random.Random(rng.random()),
+                                              1 + i % tax.levels) for i, r in enumerate(ids)])
+
+        asyncio.run(run_page())
+        submitted = dict(tally.submitted)
+        log(f"rater page: {len(submitted)} submitted, {len(tally.errors)} errors; waiting for delivery")
+        deadline = time.time() + 600
+        outbox = Outbox(store)
+        while time.time() < deadline and (outbox.counts()["undelivered"] or not set(submitted) <= set(watch.seen)):
+            time.sleep(0.5)
+        delivered = {row["task_id"]: row["delivered_at"].replace(tzinfo=timezone.utc).timestamp()
+                     for row in outbox.delivered()}
+        figures["rater_page"] = {
+            "submissions": len(submitted), "errors": len(tally.errors), "first_errors": tally.errors[:3],
+            "seconds": round(time.time() - started, 1),
+            "open_link": summary(tally.open), "page": summary(tally.page), "submit_ack": summary(tally.ack),
+            "submit_to_label_studio": summary([delivered[t] - s for t, s in submitted.items() if t in delivered]),
+            "submit_to_store": summary([watch.seen[t] - s for t, s in submitted.items() if t in watch.seen]),
+            "lost": len([t for t in submitted if t not in watch.seen or t not in delivered])}
+        log(f"rater page: {figures['rater_page']}")
+
+        # -- the same through Label Studio's API ---------------------------------------------------------------
+        if not args.skip_api:
+            api = Tally()
+            result = rating_result({c: 3 for c in tax.controls}, tax, tax.expectation_values[0])
+            started = time.time()
+
+            async def run_api():
+                await asyncio.gather(*[api_rater(cfg.ls_url, cfg.ls_token, rating, by_rater[r][1][:args.turns],
+                                                 accounts[r], result, tuple(args.think), api,
+                                                 random.Random(rng.random())) for r in ids])
+
+            asyncio.run(run_api())
+            deadline = time.time() + 600
+            while time.time() < deadline and not set(api.submitted) <= set(watch.seen):
+                time.sleep(0.5)
+            figures["label_studio_api"] = {
+                "submissions": len(api.submitted), "errors": len(api.errors), "first_errors": api.errors[:3],
+                "seconds": round(time.time() - started, 1),
+                "next_task": summary(api.page), "create_annotation": summary(api.ack),
+                "create_to_store": summary([watch.seen[t] - s for t, s in api.submitted.items() if t in watch.seen])}
+            log(f"Label Studio API: {figures['label_studio_api']}")
+    finally:
+        if watch:
+            watch.running = False
+        page.stop()
+        if worker:
+            worker.stop()
+        backend.stop()
+        stop_local_redis(cfg)
+        server.stop()
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""`sense7 raters invite|revoke|list` (private rating links) and `sense7 rater-page start|stop|status`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+
+import typer
+
+from sense7.cli._common import console, fail, settings
+
+raters_app = typer.Typer(help="Private rating links: each rater rates their own conversations on the rater page.",
+                         no_args_is_help=True)
+page_app = typer.Typer(help="The rater page (gunicorn) that private links open.", no_args_is_help=True)
+
+NOT_RECOVERABLE = "(kept: handed out earlier; only its hash is stored. --rotate --rater ID makes a new one)"
+
+
+def _store():
+    from sense7.data.store import Store
+
+    return Store(settings().store_url)
+
+
+def _existing_rows(path: Path) -> dict[str, dict]:
+    if not path.exists():
+        return {}
+    with path.open(newline="") as fh:
+        return {row["rater_id"]: row for row in csv.DictReader(fh) if row.get("rater_id")}
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Links are credentials: written 0600, atomically (a reader never sees half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", newline="") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+@raters_app.command()
+def invite(
+    out: Path = typer.Option(Path("links.csv"), "--out", help="CSV of rater_id,url,email (0600; merged if it exists)."),
+    base_url: str = typer.Option(None, "--base-url", help="The rater page's public address (default "
+                                 "SENSE7_RATER_PAGE_URL, else http://127.0.0.1:8090)."),
+    rater: list[str] = typer.Option(None, "--rater", help="Only these raters (repeatable); default every rater."),
+    rotate: bool = typer.Option(False, "--rotate", help="Replace existing links (the old ones stop working)."),
+) -> None:
+    """Give every rater one private, unguessable, revocable link to the rater page. Re-running keeps the
+    links already handed out (their URLs stay in the CSV you wrote then) and adds links for new raters."""
+    from sense7.data.raterpage import LinkBook
+
+    cfg = settings()
+    store = _store()
+    emails = store.rater_emails()
+    known = set(store.raters_frame().index)
+    wanted = list(dict.fromkeys(rater)) if rater else sorted(known)
+    unknown = [r for r in wanted if r not in known]
+    if unknown:
+        raise fail(f"--rater: not a known rater: {', '.join(unknown[:5])} (import raters or conversations first); "
+                   "no link was created")
+    if not wanted:
+        raise fail("no raters in the store yet: import conversations or raters first")
+    base = (base_url or cfg.rater_page.public_url).rstrip("/")
+    previous = _existing_rows(out)
+    book = LinkBook(store)
+    rows, new, kept = [], 0, 0
+    for rater_id in wanted:
+        token = book.issue(rater_id, rotate=rotate)
+        if token is None:
+            kept += 1
+            url = previous.get(rater_id, {}).get("url") or NOT_RECOVERABLE
+        else:
+            new += 1
+            url = f"{base}/r/{token}"
+        rows.append({"rater_id": rater_id, "url": url, "email": emails.get(rater_id, "")})
+    for rater_id, row in previous.items():  # rows of raters not asked for this time stay in the file
+        if rater_id not in wanted:
+            rows.append({"rater_id": rater_id, "url": row.get("url", ""), "email": row.get("email", "")})
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["rater_id", "url", "email"])
+    writer.writeheader()
+    writer.writerows(sorted(rows, key=lambda r: r["rater_id"]))
+    _write_private(out, buffer.getvalue())
+    store.log_staff("raters invite", raters=len(wanted), new_links=new, kept=kept, rotate=rotate)
+    console.print(f"{new} new link(s), {kept} kept; written to {out} (0600: each URL is that rater's key)")
+
+
+@raters_app.command()
+def revoke(rater_id: str = typer.Argument(..., help="The rater whose link stops working now.")) -> None:
+    """Revoke a rater's link: it answers 404 from now on (`invite --rater ID` gives them a new one)."""
+    from sense7.data.raterpage import LinkBook
+
+    store = _store()
+    if not LinkBook(store).revoke(rater_id):
+        raise fail(f"rater {rater_id!r} has no active link")
+    store.log_staff("raters revoke", rater_id=rater_id)
+    console.print(f"link of {rater_id} revoked")
+
+
+@raters_app.command("list")
+def list_links() -> None:
+    """Raters with an active link, when it was made, and their submissions waiting for Label Studio."""
+    from sense7.data.raterpage import LinkBook, Outbox
+
+    store = _store()
+    for rater_id, created in sorted(LinkBook(store).active().items()):
+        console.print(f"{rater_id}\tlink since {created:%Y-%m-%d %H:%M}")
+    counts = Outbox(store).counts()
+    console.print(f"submissions: {counts['submissions']}, not yet in Label Studio: {counts['undelivered']}")
+
+
+def _page_server():
+    from sense7.rater_page.server import RaterPageServer
+
+    return RaterPageServer(settings())
+
+
+@page_app.command()
+def start() -> None:
+    """Start the rater page in the background (SENSE7_RATER_PAGE_HOST:PORT, 127.0.0.1:8090 by default)."""
+    from sense7.rater_page.server import RaterPageError
+    from sense7.tasks.redis_local import ensure_redis
+
+    cfg = settings()
+    try:
+        status = _page_server().start({"SENSE7_REDIS_URL": ensure_redis(cfg)})
+    except RaterPageError as exc:
+        raise fail(str(exc))
+    console.print(status.describe())
+
+
+@page_app.command()
+def stop() -> None:
+    """Stop the rater page."""
+    console.print("rater page stopped" if _page_server().stop() else "rater page was not running")
+
+
+@page_app.command()
+def status() -> None:
+    """Say whether the rater page runs. Exit 1 when it does not answer."""
+    state = _page_server().status()
+    console.print(state.describe())
+    if not (state.running and state.healthy):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(raters_app, name="raters")
+    app.add_typer(page_app, name="rater-page")

@@ -1,0 +1,212 @@
+"""The rater page's data: private links, each rater's queue of tasks and the outbox of submissions.
+
+Nothing here talks to Label Studio or the network: the rater page (sense7.rater_page) reads and writes
+these, the delivery job (sense7.tasks.delivery) turns submissions into Label Studio annotations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sqlalchemy import and_, func, select, update
+
+from sense7.data.store import Store, rater_links, rater_tasks, submissions
+
+TOKEN_BYTES = 32  # 256 random bits per link
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class LinkBook:
+    """One private, revocable link secret per rater; only its hash is stored."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def issue(self, rater_id: str, rotate: bool = False) -> str | None:
+        """A new secret for `rater_id` (returned once, never stored), or None when the rater already has an
+        active link and `rotate` is False (re-running `raters invite` keeps links that were handed out)."""
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        row = {"rater_id": rater_id, "token_hash": token_hash(token), "created_at": _now(), "revoked_at": None}
+        with self.store.engine.begin() as conn:
+            current = conn.execute(select(rater_links).where(rater_links.c.rater_id == rater_id)).mappings().first()
+            if current and current["revoked_at"] is None and not rotate:
+                return None
+            self.store._upsert(conn, rater_links, [row], ["rater_id"])
+        return token
+
+    def revoke(self, rater_id: str) -> bool:
+        """True when an active link was revoked."""
+        with self.store.engine.begin() as conn:
+            done = conn.execute(update(rater_links).where(rater_links.c.rater_id == rater_id,
+                                                          rater_links.c.revoked_at.is_(None))
+                                .values(revoked_at=_now()))
+        return bool(done.rowcount)
+
+    def rater_for(self, token: str | None) -> str | None:
+        """The rater an active link belongs to; None for an unknown, malformed or revoked one."""
+        if not token or len(token) > 100:
+            return None
+        return self.rater_for_hash(token_hash(token))
+
+    def rater_for_hash(self, wanted: str) -> str | None:
+        """The same, from the link's hash (what the rater page's session cookie holds)."""
+        if len(wanted) != 64:
+            return None
+        with self.store.engine.connect() as conn:
+            row = conn.execute(select(rater_links.c.rater_id, rater_links.c.token_hash).where(
+                rater_links.c.token_hash == wanted, rater_links.c.revoked_at.is_(None))).first()
+        # The lookup is by hash; the constant-time compare is belt and braces against timing differences.
+        return row.rater_id if row and hmac.compare_digest(row.token_hash, wanted) else None
+
+    def active(self) -> dict[str, datetime]:
+        with self.store.engine.connect() as conn:
+            return {r.rater_id: r.created_at for r in conn.execute(
+                select(rater_links.c.rater_id, rater_links.c.created_at).where(rater_links.c.revoked_at.is_(None)))}
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    task_id: int
+    kind: str
+    position: int
+    conversation_id: str | None
+    turn_index: int | None
+    data: dict
+    prediction: dict | None
+    answer: dict | None     # the latest answer: this page's last submission, else Label Studio's
+
+
+class RaterQueue:
+    """Each rater's tasks (copied from Label Studio) and their latest answers."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def replace(self, rater_id: str, items: list[dict]) -> None:
+        """Set `rater_id`'s queue to `items` (dicts with QueueItem's fields but `answer` from Label Studio)."""
+        rows = [{"rater_id": rater_id, **item} for item in items]
+        with self.store.engine.begin() as conn:
+            conn.execute(rater_tasks.delete().where(rater_tasks.c.rater_id == rater_id))
+            if rows:
+                conn.execute(rater_tasks.insert(), rows)
+
+    def has(self, rater_id: str) -> bool:
+        with self.store.engine.connect() as conn:
+            return bool(conn.scalar(select(func.count()).select_from(rater_tasks)
+                                    .where(rater_tasks.c.rater_id == rater_id)))
+
+    def items(self, rater_id: str) -> list[QueueItem]:
+        """The rater's queue in order (profile first), each with its latest answer."""
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(select(rater_tasks).where(rater_tasks.c.rater_id == rater_id)
+                                .order_by(rater_tasks.c.position)).mappings().all()
+            latest = _latest_answers(conn, rater_id)
+        return [QueueItem(r["task_id"], r["kind"], r["position"], r["conversation_id"], r["turn_index"],
+                          r["data"], r["prediction"], latest.get(r["task_id"], r["answer"])) for r in rows]
+
+    def item(self, rater_id: str, task_id: int) -> QueueItem | None:
+        """The rater's own task, or None, whether the task does not exist or is someone else's."""
+        for item in self.items(rater_id):
+            if item.task_id == task_id:
+                return item
+        return None
+
+
+def _latest_answers(conn, rater_id: str) -> dict[int, dict]:
+    newest = (select(submissions.c.task_id, func.max(submissions.c.revision).label("revision"))
+              .where(submissions.c.rater_id == rater_id).group_by(submissions.c.task_id).subquery())
+    rows = conn.execute(select(submissions.c.task_id, submissions.c.answer).join(
+        newest, and_(submissions.c.task_id == newest.c.task_id, submissions.c.revision == newest.c.revision))
+        .where(submissions.c.rater_id == rater_id))
+    return {r.task_id: r.answer for r in rows}
+
+
+class Outbox:
+    """Submissions kept durably until Label Studio has them; delivery is idempotent per key."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def add(self, rater_id: str, kind: str, task_id: int, revision: int, result: list[dict], answer: dict,
+            lead_time: float | None) -> bool:
+        """Store one submission; False when this (rater, task, revision) was stored already (a re-post)."""
+        key = f"{rater_id}:{kind}:{task_id}:{revision}"
+        row = {"key": key, "rater_id": rater_id, "kind": kind, "task_id": task_id, "revision": revision,
+               "result": result, "answer": answer, "lead_time": lead_time, "submitted_at": _now(),
+               "delivered_at": None, "annotation_id": None, "attempts": 0, "last_error": None}
+        from sqlalchemy.exc import IntegrityError
+
+        try:
+            with self.store.engine.begin() as conn:
+                conn.execute(submissions.insert(), [row])
+        except IntegrityError:  # this key is stored already: a re-post, or two posts racing
+            return False
+        return True
+
+    def revision(self, rater_id: str, task_id: int) -> int:
+        """The latest stored revision of this rater's answer to the task (0: none yet)."""
+        with self.store.engine.connect() as conn:
+            return int(conn.scalar(select(func.max(submissions.c.revision)).where(
+                submissions.c.rater_id == rater_id, submissions.c.task_id == task_id)) or 0)
+
+    def undelivered(self, limit: int = 500) -> list[dict]:
+        """The newest undelivered revision per (rater, task), oldest first (older revisions ride along)."""
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(select(submissions).where(submissions.c.delivered_at.is_(None))
+                                .order_by(submissions.c.submitted_at)).mappings().all()
+        newest: dict[tuple[str, int], dict] = {}
+        for row in rows:
+            key = (row["rater_id"], row["task_id"])
+            if key not in newest or row["revision"] > newest[key]["revision"]:
+                newest[key] = dict(row)
+        return sorted(newest.values(), key=lambda r: r["submitted_at"])[:limit]
+
+    def mark_delivered(self, rater_id: str, task_id: int, revision: int, annotation_id: int) -> None:
+        """This revision and every older one of (rater, task) are in Label Studio (older ones superseded)."""
+        with self.store.engine.begin() as conn:
+            conn.execute(update(submissions).where(
+                submissions.c.rater_id == rater_id, submissions.c.task_id == task_id,
+                submissions.c.revision <= revision, submissions.c.delivered_at.is_(None))
+                .values(delivered_at=_now(), annotation_id=annotation_id))
+
+    def mark_attempt(self, key: str) -> None:
+        """Counted before Label Studio is called: a later attempt knows an earlier one may have landed."""
+        with self.store.engine.begin() as conn:
+            conn.execute(update(submissions).where(submissions.c.key == key).values(
+                attempts=submissions.c.attempts + 1))
+
+    def annotation_of(self, rater_id: str, task_id: int) -> int | None:
+        """The Label Studio annotation an earlier revision of this answer became, if any."""
+        with self.store.engine.connect() as conn:
+            return conn.scalar(select(submissions.c.annotation_id).where(
+                submissions.c.rater_id == rater_id, submissions.c.task_id == task_id,
+                submissions.c.annotation_id.is_not(None)).limit(1))
+
+    def mark_failed(self, key: str, error: str) -> None:
+        with self.store.engine.begin() as conn:
+            conn.execute(update(submissions).where(submissions.c.key == key).values(last_error=error[:300]))
+
+    def counts(self) -> dict[str, int]:
+        with self.store.engine.connect() as conn:
+            total = conn.scalar(select(func.count()).select_from(submissions))
+            waiting = conn.scalar(select(func.count()).select_from(submissions)
+                                  .where(submissions.c.delivered_at.is_(None)))
+        return {"submissions": int(total), "undelivered": int(waiting)}
+
+    def delivered(self, rater_id: str | None = None) -> list[dict]:
+        query = select(submissions).where(submissions.c.delivered_at.is_not(None))
+        if rater_id is not None:
+            query = query.where(submissions.c.rater_id == rater_id)
+        with self.store.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(query.order_by(submissions.c.submitted_at)).mappings()]

@@ -1,0 +1,143 @@
+"""Raters in Label Studio without a login of their own: their attribution accounts, their queue of tasks,
+and their answers written as annotations.
+
+A rater rates on sense7's rater page, never in Label Studio. So that Label Studio (the system of record)
+credits each annotation to its rater explicitly, every rater has an *attribution account*: a Label Studio
+user with the rater's email (or a reserved `.invalid` address when none is known) and a random password
+that is discarded at once, so nobody can sign in with it. The rater page knows the rater from their private
+link and writes as that account; the sync attributes the annotation through that email, as for any user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from typing import Any
+
+from label_studio_sdk import LabelStudio
+
+from sense7.data.store import Store
+from sense7.labelstudio.protocol import parse_annotation
+from sense7.taxonomy import Taxonomy
+
+RESERVED_DOMAIN = "raters.sense7.invalid"  # RFC 2606: never a real mailbox
+
+
+def placeholder_email(rater_id: str) -> str:
+    """A stable, reserved address for a rater whose email is not known (the id itself may be any text)."""
+    return f"rater-{hashlib.sha256(rater_id.encode()).hexdigest()[:20]}@{RESERVED_DOMAIN}"
+
+
+def ensure_users(client: LabelStudio, emails: dict[str, str]) -> dict[str, int]:
+    """rater_id -> Label Studio user id, creating a user (password discarded) per email not there yet."""
+    existing = {(u.email or "").lower(): u.id for u in client.users.list()}
+    ids = {}
+    for rater_id, email in emails.items():
+        email = email.lower()
+        if email not in existing:
+            user = client.users.create(username=email.split("@")[0][:30] + "-" + secrets.token_hex(3), email=email,
+                                       password=secrets.token_urlsafe(24))
+            existing[email] = user.id
+        ids[rater_id] = existing[email]
+    return ids
+
+
+def ensure_accounts(client: LabelStudio, store: Store, rater_ids) -> dict[str, int]:
+    """The raters' attribution accounts (created when missing); a rater without an email gets the
+    reserved address in the store too, so that the sync attributes their annotations."""
+    known = store.rater_emails()
+    emails = {}
+    for rater_id in rater_ids:
+        if not known.get(rater_id):
+            store.set_email(rater_id, placeholder_email(rater_id))
+            known[rater_id] = placeholder_email(rater_id)
+        emails[rater_id] = known[rater_id]
+    return ensure_users(client, emails)
+
+
+def ensure_account(client: LabelStudio, store: Store, rater_id: str) -> int:
+    return ensure_accounts(client, store, [rater_id])[rater_id]
+
+
+def _user_id(value) -> int | None:
+    if isinstance(value, dict):
+        value = value.get("id")
+    return int(value) if isinstance(value, (int, str)) and str(value).isdigit() else None
+
+
+def _rater_filter(rater_id: str) -> str:
+    return json.dumps({"filters": {"conjunction": "and", "items": [
+        {"filter": "filter:tasks:data.rater_id", "operator": "equal", "type": "String", "value": rater_id}]}})
+
+
+def _latest(items: list[dict], key: str = "created_at") -> dict | None:
+    return max(items, key=lambda item: (str(item.get(key) or ""), item.get("id") or 0)) if items else None
+
+
+def _answer_from(annotation: dict | None, taxonomy: Taxonomy, kind: str) -> dict | None:
+    if annotation is None:
+        return None
+    if kind == "profile":
+        from sense7.labelstudio.protocol import parse_profile_annotation
+
+        return {"traits": parse_profile_annotation(annotation.get("result") or [], taxonomy)}
+    values, expectation, comment = parse_annotation(annotation.get("result") or [], taxonomy)
+    return {"values": values, "expectation": expectation, "comment": comment}
+
+
+def fetch_queue(client: LabelStudio, rating_project: int, profile_project: int | None, rater_id: str,
+                account: int, taxonomy: Taxonomy) -> list[dict]:
+    """The rater's tasks from Label Studio, in the order the page asks them: the questionnaire, then the
+    assistant turns conversation by conversation. Each with the latest prediction and the rater's own
+    latest annotation (by their account; annotations by anyone else are not shown to the rater)."""
+    items: list[dict] = []
+    projects = [(profile_project, "profile")] if profile_project else []
+    for project, kind in [*projects, (rating_project, "rating")]:
+        for task in client.tasks.list(project=project, fields="all", query=_rater_filter(rater_id), page_size=1000):
+            data = dict(task.data or {})
+            if data.get("rater_id") != rater_id:  # the filter is Label Studio's: check it anyway
+                continue
+            annotations = [dict(a) for a in (task.annotations or [])
+                           if _user_id(dict(a).get("completed_by")) == account and not dict(a).get("was_cancelled")]
+            item: dict[str, Any] = {"task_id": task.id, "kind": kind,
+                                    "answer": _answer_from(_latest(annotations, "updated_at"), taxonomy, kind),
+                                    "prediction": None, "conversation_id": None, "turn_index": None}
+            if kind == "profile":
+                items.append({**item, "position": -1, "data": {}})
+                continue
+            prediction = _latest([dict(p) for p in (task.predictions or [])])
+            if prediction:
+                values, expectation, _ = parse_annotation(prediction.get("result") or [], taxonomy)
+                item["prediction"] = {"version": prediction.get("model_version"), "values": values,
+                                      "expectation": expectation}
+            items.append({**item, "conversation_id": data.get("conversation_id"),
+                          "turn_index": data.get("turn_index"),
+                          "data": {"history": data.get("history") or [], "turn": data.get("turn") or []}})
+    ratings = sorted((i for i in items if i["kind"] == "rating"),
+                     key=lambda i: (str(i["conversation_id"]), int(i["turn_index"] or 0)))
+    for position, item in enumerate(ratings):
+        item["position"] = position
+    return [i for i in items if i["kind"] == "profile"][:1] + ratings
+
+
+def write_annotation(client: LabelStudio, task_id: int, account: int, result: list[dict],
+                     lead_time: float | None, known: int | None = None, check: bool = True) -> int:
+    """Write the rater's answer to the task; returns the annotation id.
+
+    known: the annotation an earlier revision became (updated in place). Otherwise, with `check`, the task
+    is read first and an annotation the account already has there is updated, so that a delivery repeated
+    after a crash (created, not yet marked delivered) never makes a second one; without `check` (a first
+    attempt of a first answer: nothing can exist yet) it is created in one request."""
+    extra = {"lead_time": round(lead_time, 3)} if lead_time is not None else {}
+    current = None
+    if known is not None:
+        current = {"id": known}
+    elif check:
+        task = client.tasks.get(task_id)
+        own = [dict(a) for a in (task.annotations or []) if _user_id(dict(a).get("completed_by")) == account]
+        current = _latest(own, "updated_at")
+    if current is None:
+        return client.annotations.create(task_id, result=result, completed_by=account, **extra).id
+    client.annotations.update(current["id"], result=result, **extra)
+    return int(current["id"])

@@ -1,0 +1,1 @@
+"""The rater page: private links through which raters rate their own conversations (see app.py)."""

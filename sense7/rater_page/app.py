@@ -1,0 +1,279 @@
+"""The rater page: a rater opens their private link and rates their own conversations, one assistant turn
+at a time, without a Label Studio account.
+
+Who is who: the link (`/r/<secret>`) is the only credential. Opening it stores the link's hash in a signed,
+HttpOnly session cookie; every other route re-checks that hash against the store (a revoked link stops
+working at once) and answers only from that rater's own queue. Anything else (another rater's task id, a
+guessed id, no or a tampered cookie, a revoked or unknown link) gets the same bare 404: the page never says
+whether something exists. Every form carries a CSRF token (Flask-WTF); failed link openings are rate-limited
+per client address (Flask-Limiter). URLs carry task ids, never conversation text, and nothing is logged per
+request (gunicorn's access log is off: link secrets are in paths).
+
+Submissions are stored in the outbox first ("saved" means durable in sense7's store) and delivered to
+Label Studio by the worker (sense7.tasks.delivery), then reach the store's ratings through the sync.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from flask import Flask, abort, redirect, render_template, request, session, url_for
+from flask_limiter import Limiter
+from flask_limiter.util import get_remote_address
+from flask_wtf.csrf import CSRFError, CSRFProtect
+
+from sense7.data.raterpage import LinkBook, Outbox, QueueItem, RaterQueue, token_hash
+from sense7.data.store import Store
+from sense7.labelstudio.protocol import profile_result, rating_result
+from sense7.settings import Settings, local_secret
+from sense7.taxonomy import Taxonomy, study_taxonomy
+
+log = logging.getLogger(__name__)
+
+MAX_LEAD_TIME = 3600.0  # (s) longer than this is a tab left open, recorded as this
+
+
+@dataclass
+class Progress:
+    """What the page says about where the rater is: response 3 of 9 · conversation 2 of 5 · 14 of 60 done."""
+
+    turn_number: int
+    turns_in_conversation: int
+    conversation_number: int
+    conversations: int
+    done: int
+    total: int
+
+
+def progress_of(items: list[QueueItem], current: QueueItem) -> Progress:
+    ratings = [i for i in items if i.kind == "rating"]
+    conversations = list(dict.fromkeys(i.conversation_id for i in ratings))
+    same = [i for i in ratings if i.conversation_id == current.conversation_id]
+    return Progress(turn_number=same.index(current) + 1, turns_in_conversation=len(same),
+                    conversation_number=conversations.index(current.conversation_id) + 1,
+                    conversations=len(conversations), done=sum(i.answer is not None for i in ratings),
+                    total=len(ratings))
+
+
+def form_answer(form, taxonomy: Taxonomy) -> tuple[dict, list[str]]:
+    """The posted rating form -> ({"values", "expectation", "comment"}, problems)."""
+    values, problems = {}, []
+    for control in taxonomy.controls:
+        raw = form.get(control, "")
+        if raw.isdigit() and 1 <= int(raw) <= taxonomy.levels:
+            values[control] = int(raw)
+        else:
+            problems.append(control)
+    expectation = form.get(taxonomy.expectation_key) or None
+    if expectation not in taxonomy.expectation_values:
+        problems.append(taxonomy.expectation_key)
+        expectation = None
+    comment = (form.get(taxonomy.comment_key) or "").strip()[:5000] or None
+    return {"values": values, "expectation": expectation, "comment": comment}, problems
+
+
+def profile_answer(form, taxonomy: Taxonomy) -> tuple[dict, list[str]]:
+    traits, problems = {}, []
+    for fld in taxonomy.profile_fields:
+        try:
+            traits[fld.key] = fld.validate(form.get(fld.key, ""))
+        except ValueError:
+            problems.append(fld.key)
+    return {"traits": traits}, problems
+
+
+def create_app(settings: Settings, refresh_queue=None, request_delivery=None, taxonomy: Taxonomy | None = None,
+               store: Store | None = None, limiter_storage: str = "memory://") -> Flask:
+    """The rater page for these settings.
+
+    refresh_queue(rater_id) -> bool: copies the rater's tasks from Label Studio into the store (False when
+    Label Studio cannot be reached: the copy already there is used). request_delivery(): asks the worker to
+    deliver the outbox (a submission is durable before it is called; failures are only logged).
+    limiter_storage: where failed link openings are counted (Redis, so that every worker counts them)."""
+    app = Flask(__name__)
+    app.config.update(
+        SECRET_KEY=local_secret(settings.home, "rater_page_secret"),
+        SESSION_COOKIE_NAME="sense7_rater",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=settings.rater_page.public_url.startswith("https://"),
+        PERMANENT_SESSION_LIFETIME=30 * 86400,
+        WTF_CSRF_TIME_LIMIT=None,  # tied to the session: a page left open overnight still submits
+        MAX_CONTENT_LENGTH=64 * 1024,
+    )
+    tax = taxonomy or study_taxonomy(settings)
+    store = store or Store(settings.store_url)
+    links, queue, outbox = LinkBook(store), RaterQueue(store), Outbox(store)
+    CSRFProtect(app)
+    limiter = Limiter(get_remote_address, app=app, storage_uri=limiter_storage,
+                      strategy="moving-window", headers_enabled=False)
+    page = settings.rater_page
+
+    @app.after_request
+    def headers(response):
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; "
+            "frame-ancestors 'none'; base-uri 'none'")
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @app.errorhandler(404)
+    @app.errorhandler(405)
+    def not_found(_error):
+        return render_template("not_found.html"), 404
+
+    @app.errorhandler(CSRFError)
+    def csrf_failed(_error):
+        return render_template("message.html", title="This page has expired",
+                               text="Please open your link again."), 400
+
+    @app.errorhandler(429)
+    def too_many(_error):
+        return render_template("message.html", title="Too many attempts",
+                               text="Please wait a minute and try again."), 429
+
+    def current_rater() -> str:
+        """The rater of this session's link, or a bare 404 (no session, tampered, revoked, unknown)."""
+        wanted = session.get("link")
+        rater = links.rater_for_hash(wanted) if isinstance(wanted, str) else None
+        if rater is None:
+            abort(404)
+        return rater
+
+    def own_item(rater: str, task_id: int) -> QueueItem:
+        item = queue.item(rater, task_id)
+        if item is None:
+            abort(404)
+        return item
+
+    @app.get("/healthz")
+    def healthz():
+        return {"status": "ok"}
+
+    @app.get("/r/<token>")
+    @limiter.limit(page.link_attempts, deduct_when=lambda response: response.status_code == 404)
+    def open_link(token: str):
+        rater = links.rater_for(token)
+        if rater is None:
+            abort(404)
+        session.clear()
+        session.permanent = True
+        session["link"] = token_hash(token)
+        reachable = refresh_queue(rater) if refresh_queue else False
+        if not reachable and not queue.has(rater):
+            return render_template("message.html", title="Not available right now",
+                                   text="Your conversations cannot be loaded at the moment. "
+                                        "Please try again in a few minutes."), 503
+        return redirect(url_for("next_item"), code=303)
+
+    @app.get("/")
+    def next_item():
+        rater = current_rater()
+        items = queue.items(rater)
+        for item in items:
+            if item.answer is None:
+                if item.kind == "profile":
+                    return redirect(url_for("profile"), code=303)
+                return redirect(url_for("task", task_id=item.task_id), code=303)
+        return redirect(url_for("done"), code=303)
+
+    def profile_item(rater: str) -> QueueItem:
+        item = next((i for i in queue.items(rater) if i.kind == "profile"), None)
+        if item is None:
+            abort(404)
+        return item
+
+    @app.get("/profile")
+    def profile():
+        rater = current_rater()
+        item = profile_item(rater)
+        return render_template("profile.html", tax=tax, item=item, answer=(item.answer or {}).get("traits") or {},
+                               revision=outbox.revision(rater, item.task_id) + 1, rendered_at=time.time(),
+                               problems=[])
+
+    @app.post("/profile")
+    def save_profile():
+        rater = current_rater()
+        item = profile_item(rater)
+        answer, problems = profile_answer(request.form, tax)
+        if problems:
+            return render_template("profile.html", tax=tax, item=item, answer=answer["traits"],
+                                   revision=request.form.get("revision"), rendered_at=request.form.get("rendered_at"),
+                                   problems=problems), 422
+        _store(rater, item, answer, profile_result(answer["traits"], tax))
+        return redirect(url_for("next_item"), code=303)
+
+    @app.get("/task/<int:task_id>")
+    def task(task_id: int):
+        rater = current_rater()
+        items = queue.items(rater)
+        item = next((i for i in items if i.task_id == task_id and i.kind == "rating"), None)
+        if item is None:
+            abort(404)
+        return _render_task(rater, items, item, item.answer, [], outbox.revision(rater, task_id) + 1, time.time())
+
+    @app.post("/task/<int:task_id>")
+    def save_task(task_id: int):
+        rater = current_rater()
+        items = queue.items(rater)
+        item = next((i for i in items if i.task_id == task_id and i.kind == "rating"), None)
+        if item is None:
+            abort(404)
+        answer, problems = form_answer(request.form, tax)
+        if problems:
+            return _render_task(rater, items, item, answer, problems, request.form.get("revision"),
+                                request.form.get("rendered_at")), 422
+        _store(rater, item, answer, rating_result(answer["values"], tax, answer["expectation"], answer["comment"]))
+        return redirect(url_for("next_item"), code=303)
+
+    def _render_task(rater, items, item, answer, problems, revision, rendered_at):
+        ratings = [i for i in items if i.kind == "rating"]
+        position = ratings.index(item)
+        prefill = None
+        if answer is None and item.prediction:  # the study's pre-fill: shown (the model's guess of this rater)
+            prefill = item.prediction
+        return render_template("task.html", tax=tax, item=item, answer=answer or prefill or {},
+                               prefilled=prefill is not None, problems=problems, revision=revision,
+                               rendered_at=rendered_at, progress=progress_of(items, item),
+                               previous=ratings[position - 1].task_id if position else None,
+                               following=ratings[position + 1].task_id if position + 1 < len(ratings) else None)
+
+    def _store(rater: str, item: QueueItem, answer: dict, result: list[dict]) -> None:
+        """Durably keep the submission (once per revision: a double post is stored once), then ask for
+        delivery. A stale form (posted from an older page) becomes the next revision if it differs."""
+        try:
+            revision = int(request.form.get("revision", "0"))
+        except ValueError:
+            revision = 0
+        latest = outbox.revision(rater, item.task_id)
+        if revision <= latest:
+            if item.answer == answer:
+                return  # the same answer again (a double click, a resent form): already stored
+            revision = latest + 1
+        try:
+            started = float(request.form.get("rendered_at", ""))
+            lead_time = min(max(time.time() - started, 0.0), MAX_LEAD_TIME)
+        except ValueError:
+            lead_time = None
+        if not outbox.add(rater, item.kind, item.task_id, revision, result, answer, lead_time):
+            return
+        if request_delivery:
+            try:
+                request_delivery()
+            except Exception as exc:  # the worker's periodic delivery will pick it up
+                log.warning("could not queue a delivery (%s); the periodic one will deliver it",
+                            type(exc).__name__)
+
+    @app.get("/done")
+    def done():
+        rater = current_rater()
+        items = queue.items(rater)
+        open_items = [i for i in items if i.answer is None]
+        return render_template("done.html", remaining=len(open_items), code=page.completion_code,
+                               url=page.completion_url, total=sum(i.kind == "rating" for i in items))
+
+    return app

@@ -1,0 +1,22 @@
+"""gunicorn settings for the rater page (`sense7 rater-page start` passes the environment).
+
+Threads (gthread): a page is mostly waiting on the store, so a few processes with several threads each
+serve many raters at once. No access log: a link's secret is in its path (/r/<secret>).
+"""
+
+from sense7.settings import Settings
+
+_page = Settings.from_env().rater_page
+
+bind = f"{_page.host}:{_page.port}"
+workers = _page.workers
+threads = _page.threads
+worker_class = "gthread"
+timeout = 60
+graceful_timeout = 20
+keepalive = 5
+backlog = 1024
+proc_name = "sense7-rater-page"
+accesslog = None
+errorlog = "-"
+loglevel = "info"

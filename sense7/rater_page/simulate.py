@@ -1,0 +1,88 @@
+"""Simulated raters for the demo and the benchmark: each opens their private link and rates over HTTP,
+exactly as a person's browser does (questionnaire first, then turns in the page's order), with the ratings
+the synthetic rater gave (ratings.csv)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import pandas as pd
+import requests
+
+from sense7.taxonomy import Taxonomy
+
+_FIELD = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
+_FORM = re.compile(r'data-conversation="([^"]*)" data-turn="(-?\d+)"')
+
+
+def _hidden(html: str) -> dict[str, str]:
+    return dict(_FIELD.findall(html))
+
+
+class SimulatedRater:
+    """One rater's browser: a session that opened the link, answering what the page asks next."""
+
+    def __init__(self, link: str, taxonomy: Taxonomy, timeout: float = 60.0):
+        self.link, self.taxonomy, self.timeout = link, taxonomy, timeout
+        self.http = requests.Session()
+        self.base = link.split("/r/", 1)[0]
+        self.page: requests.Response | None = None
+
+    def open(self) -> requests.Response:
+        self.page = self.http.get(self.link, timeout=self.timeout)
+        self.page.raise_for_status()
+        return self.page
+
+    def answer_profile(self, traits: dict) -> None:
+        form = {**_hidden(self.page.text), **{k: str(v) for k, v in traits.items()}}
+        self.page = self.http.post(f"{self.base}/profile", data=form, timeout=self.timeout)
+        self.page.raise_for_status()
+
+    def current_turn(self) -> tuple[str, int] | None:
+        """(conversation_id, turn_index) of the turn the page shows now, None on any other page."""
+        found = _FORM.search(self.page.text) if self.page is not None else None
+        return (found.group(1), int(found.group(2))) if found else None
+
+    def rate(self, values: dict[str, int], expectation: str) -> None:
+        form = {**_hidden(self.page.text), **{k: str(v) for k, v in values.items()},
+                self.taxonomy.expectation_key: expectation}
+        action = re.search(r'<form method="post" action="([^"]+)"', self.page.text).group(1)
+        self.page = self.http.post(f"{self.base}{action}", data=form, timeout=self.timeout)
+        self.page.raise_for_status()
+
+
+def rate_through_page(links: dict[str, str], ratings: pd.DataFrame, traits: dict[str, dict], taxonomy: Taxonomy,
+                      fraction: float, workers: int = 4, on_done: Callable[[], None] | None = None) -> int:
+    """Each rater with a link answers the questionnaire (with their traits) and rates the first `fraction`
+    of their turns in the page's order, with their ratings from `ratings` (long ratings.csv frame).
+    Returns the number of turns rated."""
+    by_turn = {key: dict(zip(group["dimension"], group["rating"])) for key, group in
+               ratings.dropna(subset=["turn_index"]).groupby(["conversation_id", "turn_index", "rater_id"])}
+    per_rater = ratings.dropna(subset=["turn_index"]).groupby("rater_id")[["conversation_id", "turn_index"]] \
+        .apply(lambda g: len(g.drop_duplicates())).to_dict()
+
+    def one(rater_id: str) -> int:
+        rater = SimulatedRater(links[rater_id], taxonomy)
+        rater.open()
+        if rater.page.url.endswith("/profile"):
+            rater.answer_profile({k: v for k, v in (traits.get(rater_id) or {}).items()
+                                  if k in {f.key for f in taxonomy.profile_fields}})
+        quota = max(1, round(per_rater.get(rater_id, 0) * fraction))
+        done = 0
+        while done < quota and (turn := rater.current_turn()) is not None:
+            given = by_turn.get((turn[0], turn[1], rater_id))
+            if given is None:  # a turn without a synthetic rating: this simulated rater stops here
+                break
+            expectation = given.get(taxonomy.expectation_key)
+            rater.rate({c: int(given[c]) for c in taxonomy.controls if c in given},
+                       taxonomy.expectation_values[int(expectation) - 1] if expectation else
+                       taxonomy.expectation_values[0])
+            done += 1
+            if on_done:
+                on_done()
+        return done
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return sum(pool.map(one, [r for r in links if r in per_rater]))

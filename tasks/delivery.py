@@ -1,0 +1,109 @@
+"""Delivery of rater-page submissions to Label Studio: the outbox (sense7.data.raterpage) drained into
+annotations written as each rater's attribution account (sense7.labelstudio.raters).
+
+The rater page stores a submission and calls `request_delivery`: like the sync, one drain job is queued
+however many raters submit at once (a Redis flag), and it loops until the outbox is empty. When Label
+Studio is down the job fails, is retried with backoff, and the periodic `sense7.deliver_submissions` in
+beat's schedule catches up anything left; the rater saw "saved" long before, because the submission was
+already durable in the store. Delivering is idempotent per (rater, task): the newest revision is written
+by creating the rater's annotation or updating the one their account already has, never a second one.
+The annotation then reaches the store through the ordinary webhook -> sync path.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from sense7.tasks import names
+from sense7.tasks.celery_app import get_app
+from sense7.tasks.runtime import Runtime, as_retryable, current_runtime, describe_error, transient
+from sense7.tasks.sync import RETRY, _redis
+
+log = logging.getLogger(__name__)
+
+SCHEDULED_KEY = "sense7:deliver:scheduled"  # a delivery job is queued or running
+SCHEDULED_TTL = 120
+
+
+def request_delivery(app=None) -> bool:
+    """Queue one delivery job unless one is queued or running. True when this call queued it."""
+    app = app or get_app()
+    conn = _redis(app.conf.broker_url)
+    if not conn.set(SCHEDULED_KEY, 1, nx=True, ex=SCHEDULED_TTL):
+        return False
+    try:
+        app.send_task(names.DELIVER, retry=False, ignore_result=True)
+    except Exception:
+        conn.delete(SCHEDULED_KEY)
+        raise
+    return True
+
+
+def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4) -> dict:
+    """Write every undelivered submission to Label Studio, `parallel` at a time (each a different
+    (rater, task), so they never touch the same annotation). A transient error (Label Studio down) is
+    raised after the batch, so the job is retried; a refusal (a task deleted by staff, say) is recorded on
+    the submission, which stays in the outbox. Returns counts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sense7.data.raterpage import Outbox
+    from sense7.labelstudio.raters import ensure_accounts, write_annotation
+
+    outbox, accounts = Outbox(rt.store), {}
+    delivered = failed = 0
+
+    def deliver(row: dict):
+        rater = row["rater_id"]
+        known = outbox.annotation_of(rater, row["task_id"])
+        check = row["attempts"] > 0  # an earlier attempt may have created it before failing
+        outbox.mark_attempt(row["key"])
+        try:
+            annotation = write_annotation(rt.client, row["task_id"], accounts[rater], row["result"],
+                                          row["lead_time"], known=known, check=check)
+        except Exception as exc:
+            outbox.mark_failed(row["key"], describe_error(exc))
+            return exc
+        outbox.mark_delivered(rater, row["task_id"], row["revision"], annotation)
+        return None
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        while True:
+            if conn is not None:
+                conn.expire(SCHEDULED_KEY, SCHEDULED_TTL)
+            batch = outbox.undelivered()
+            if not batch:
+                break
+            try:
+                missing = {row["rater_id"] for row in batch} - set(accounts)
+                if missing:
+                    accounts.update(ensure_accounts(rt.client, rt.store, sorted(missing)))
+            except Exception as exc:
+                raise as_retryable(exc) from None
+            errors = [e for e in pool.map(deliver, batch) if e is not None]
+            delivered += len(batch) - len(errors)
+            retry = next((e for e in errors if transient(e)), None)
+            if retry is not None:
+                raise as_retryable(retry) from None
+            failed = len(errors)
+            for exc in errors:
+                log.warning("a submission was not delivered: %s", describe_error(exc))
+            if len(errors) == len(batch):  # only refused submissions left: stop instead of looping on them
+                break
+    return {"delivered": delivered, "failed": failed}
+
+
+@shared_task(name=names.DELIVER, **RETRY)
+def deliver_task() -> dict:
+    rt = current_runtime()
+    conn = _redis(get_app().conf.broker_url)
+    try:
+        result = deliver_outbox(rt, conn)
+    finally:
+        conn.delete(SCHEDULED_KEY)  # a retry (or beat) picks up what is left
+    # A submission stored after the last round saw the flag still set and queued nothing: deliver it too.
+    from sense7.data.raterpage import Outbox
+
+    if result["delivered"] and Outbox(rt.store).counts()["undelivered"] > result["failed"]:
+        request_delivery()
+    return result

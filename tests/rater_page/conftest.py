@@ -1,0 +1,97 @@
+"""The rater page on the real stack: the session's Label Studio, this test's Redis, a Celery worker
+(delivery and sync), the ML backend receiving webhooks, and the rater page under gunicorn."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from sense7.data.raterpage import LinkBook
+from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+from sense7.labelstudio.protocol import webhook_headers
+from sense7.processes import free_port
+from tests.jobs.conftest import VENV_BIN, Proc, job_stack, redis_server  # noqa: F401  (fixtures)
+from tests.jobs.helpers import make_conversations, make_raters, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RaterPageStack:
+    stack: object        # tests.jobs.conftest.JobStack
+    rt: object           # its Runtime
+    url: str
+    links: dict          # rater_id -> full link URL
+    raters: list[dict]
+    page: Proc
+
+    def session_for(self, rater_id: str) -> requests.Session:
+        """A browser-like session that has opened `rater_id`'s link."""
+        session = requests.Session()
+        opened = session.get(self.links[rater_id], timeout=30)
+        assert opened.status_code == 200, opened.status_code
+        return session
+
+    def rating_tasks(self, rater_id: str) -> list:
+        return [t for t in self.rt.client.tasks.list(project=self.rt.rating_project, include="id,data",
+                                                     page_size=1000) if t.data["rater_id"] == rater_id]
+
+
+def csrf_of(html: str) -> str:
+    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+
+
+def hidden(html: str, name: str) -> str:
+    return re.search(rf'name="{name}" value="([^"]*)"', html).group(1)
+
+
+def start_page(stack, port: int, extra_env: dict | None = None) -> Proc:
+    env = {**stack.env, "SENSE7_RATER_PAGE_PORT": str(port), "SENSE7_RATER_PAGE_WORKERS": "1",
+           "SENSE7_RATER_PAGE_THREADS": "4", **(extra_env or {})}
+    proc = Proc("rater-page", [str(VENV_BIN / "gunicorn"), "--config",
+                               str(REPO / "sense7" / "rater_page" / "gunicorn_conf.py"),
+                               "sense7.rater_page.wsgi:app_from_env()"], env, stack.tmp / "rater-page.log").start()
+    stack.procs.append(proc)
+
+    def up():
+        if not proc.alive():
+            raise AssertionError(f"rater page exited:\n{proc.log()}")
+        try:
+            return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_for(up, timeout=60, what="the rater page")
+    return proc
+
+
+def build(stack, per_rater: int = 2, turns: int = 3, worker_env: dict | None = None,
+          page_env: dict | None = None) -> RaterPageStack:
+    """Two raters (a1, b1) with conversations in Label Studio, questionnaire tasks, webhooks, a worker,
+    the backend, the rater page and one link each."""
+    from sense7.tasks.sync import LabelSync
+
+    rt = stack.runtime()
+    raters = make_raters(2, prefix="pg")
+    rt.store.upsert_raters(raters)
+    convs = make_conversations([r["rater_id"] for r in raters], per_rater=per_rater, turns=turns, prefix="pg")
+    import_conversations(rt.client, rt.rating_project, convs, rt.store)
+    import_profile_tasks(rt.client, rt.profile_project, [r["rater_id"] for r in raters])
+    stack.start_backend()
+    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
+    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2", **(worker_env or {})})
+    port = free_port()
+    page = start_page(stack, port, page_env)
+    url = f"http://127.0.0.1:{port}"
+    book = LinkBook(rt.store)
+    links = {r["rater_id"]: f"{url}/r/{book.issue(r['rater_id'])}" for r in raters}
+    return RaterPageStack(stack, rt, url, links, raters, page)
+
+
+@pytest.fixture
+def page_stack(request) -> RaterPageStack:
+    return build(request.getfixturevalue("job_stack"))

@@ -1,0 +1,119 @@
+"""Submissions on the rater page become Label Studio annotations credited to the rater's own attribution
+account, reach the store through the sync, can be changed (one annotation per task, history kept), and
+survive Label Studio being down: all delivered once it is back, none twice."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from sqlalchemy import select
+
+from sense7.data.raterpage import Outbox
+from sense7.data.store import annotations as annotations_table
+from sense7.data.store import ratings as ratings_table
+from sense7.processes import free_port
+from tests.jobs.helpers import TcpProxy, wait_for
+from tests.rater_page.conftest import build, csrf_of, hidden
+
+pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
+
+
+def submit(session, url: str, task_id: int, tax, level: int) -> requests.Response:
+    page = session.get(f"{url}/task/{task_id}", timeout=30)
+    assert page.status_code == 200
+    form = {"csrf_token": csrf_of(page.text), "revision": hidden(page.text, "revision"),
+            "rendered_at": hidden(page.text, "rendered_at"), tax.expectation_key: tax.expectation_values[1],
+            tax.comment_key: f"level {level}"}
+    form.update({c: str(level) for c in tax.controls})
+    return session.post(f"{url}/task/{task_id}", data=form, timeout=30, allow_redirects=False)
+
+
+def answer_profile(session, url: str, tax, traits: dict) -> None:
+    page = session.get(f"{url}/profile", timeout=30)
+    form = {"csrf_token": csrf_of(page.text), "revision": hidden(page.text, "revision"),
+            "rendered_at": hidden(page.text, "rendered_at"), **{k: str(v) for k, v in traits.items()}}
+    assert session.post(f"{url}/profile", data=form, timeout=30, allow_redirects=False).status_code == 303
+
+
+def label_studio_annotations(rt, project: int) -> list[dict]:
+    return [dict(a, task=t.id) for t in rt.client.tasks.list(project=project, fields="all", page_size=1000)
+            for a in (dict(x) for x in (t.annotations or []))]
+
+
+def stored(rt) -> dict[int, tuple]:
+    with rt.store.engine.connect() as conn:
+        return {r.task_id: (r.rater_id, r.annotation_id) for r in conn.execute(
+            select(annotations_table).where(annotations_table.c.deleted.is_(False)))}
+
+
+def stored_values(rt, annotation_id: int) -> dict[str, int]:
+    with rt.store.engine.connect() as conn:
+        return dict(conn.execute(select(ratings_table.c.control, ratings_table.c.value)
+                                 .where(ratings_table.c.annotation_id == annotation_id)).all())
+
+
+def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_keep_history(page_stack):
+    s = page_stack
+    rt, tax = s.rt, s.rt.taxonomy
+    a = s.session_for("pg1")
+    first = a.get(f"{s.url}/", timeout=30, allow_redirects=False)
+    assert first.status_code == 303 and first.headers["Location"].endswith("/profile")  # questionnaire first
+    traits = {f.key: (f.choices[0] if f.type == "choice" else f.max) for f in tax.profile_fields}
+    answer_profile(a, s.url, tax, traits)
+    tasks = s.rating_tasks("pg1")[:2]
+    for task in tasks:
+        assert submit(a, s.url, task.id, tax, 4).status_code == 303
+    # Posting the same form twice (a double click) stores it once.
+    again = a.get(f"{s.url}/task/{tasks[0].id}", timeout=30)
+    assert 'value="2"' in again.text  # the next revision would be 2
+
+    def arrived():
+        found = [x for x in label_studio_annotations(rt, rt.rating_project) if x["task"] in {t.id for t in tasks}]
+        return found if len(found) == 2 else None
+
+    found = wait_for(arrived, timeout=120, what="two annotations in Label Studio")
+    account = {x["completed_by"] if isinstance(x["completed_by"], int) else x["completed_by"]["id"] for x in found}
+    assert len(account) == 1
+    email = rt.client.users.get(account.pop()).email
+    assert email == "pg1@raters.test"
+    assert all(x["lead_time"] and x["lead_time"] > 0 for x in found)
+    wait_for(lambda: {tid for tid, (rater, _) in stored(rt).items() if rater == "pg1"} >= {t.id for t in tasks},
+             timeout=120, what="the store to have both, credited to pg1")
+    wait_for(lambda: rt.store.raters_frame(["pg1"]).iloc[0].to_dict() == traits, timeout=120,
+             what="the questionnaire answers as pg1's traits")
+
+    # Going back and changing an answer updates the same annotation (history in the store).
+    annotation_id = stored(rt)[tasks[0].id][1]
+    assert submit(a, s.url, tasks[0].id, tax, 2).status_code == 303
+    wait_for(lambda: stored_values(rt, annotation_id) == {c: 2 for c in tax.controls}, timeout=120,
+             what="the changed answer in the store")
+    assert len([x for x in label_studio_annotations(rt, rt.rating_project) if x["task"] == tasks[0].id]) == 1
+    changes = [h["change"] for h in rt.store.history(annotation_id=annotation_id)]
+    assert changes == ["created", "updated"]
+    assert Outbox(rt.store).counts() == {"submissions": 4, "undelivered": 0}
+
+
+def test_label_studio_down_during_20_submissions_all_arrive_once_after(job_stack):
+    ls = requests.utils.urlparse(job_stack.env["SENSE7_LS_URL"])
+    proxy = TcpProxy(free_port(), ls.hostname, ls.port).start()
+    via_proxy = {"SENSE7_LS_URL": f"http://127.0.0.1:{proxy.port}"}
+    s = build(job_stack, per_rater=7, turns=3, worker_env=via_proxy, page_env=via_proxy)
+    rt, tax = s.rt, s.rt.taxonomy
+    a = s.session_for("pg1")  # opened while Label Studio is up: the queue is loaded
+    tasks = s.rating_tasks("pg1")[:20]
+    assert len(tasks) == 20
+    proxy.stop()
+    try:
+        for i, task in enumerate(tasks):
+            response = submit(a, s.url, task.id, tax, 1 + i % 5)
+            assert response.status_code == 303  # "saved", though Label Studio is unreachable
+        assert Outbox(rt.store).counts() == {"submissions": 20, "undelivered": 20}
+        assert not label_studio_annotations(rt, rt.rating_project)
+    finally:
+        proxy.start()
+    wait_for(lambda: Outbox(rt.store).counts()["undelivered"] == 0, timeout=180, what="every delivery")
+    found = label_studio_annotations(rt, rt.rating_project)
+    assert sorted(x["task"] for x in found) == sorted(t.id for t in tasks)  # each task once, none twice
+    wait_for(lambda: len([r for r, _ in stored(rt).values() if r == "pg1"]) == 20, timeout=180,
+             what="all 20 in the store")
+    proxy.stop()
