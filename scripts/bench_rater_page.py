@@ -154,6 +154,11 @@ def main() -> None:
     for name in ("SENSE7_REDIS_URL", "SENSE7_STORE_URL"):
         os.environ.pop(name, None)
 
+    from sense7.ml_backend.server import BackendServer
+    from sense7.tasks.celery_app import configure
+    from sense7.tasks.redis_local import ensure_redis, stop_local_redis
+    from sense7.tasks.sync import LabelSync
+
     from sense7.cli.demo import _child_env, worker_process
     from sense7.data.raterpage import LinkBook, Outbox
     from sense7.data.store import Store
@@ -162,12 +167,8 @@ def main() -> None:
     from sense7.labelstudio.protocol import rating_result, webhook_headers
     from sense7.labelstudio.raters import ensure_accounts
     from sense7.labelstudio.server import LabelStudioServer
-    from sense7.ml_backend.server import BackendServer
     from sense7.rater_page.server import RaterPageServer
     from sense7.settings import Settings
-    from sense7.tasks.celery_app import configure
-    from sense7.tasks.redis_local import ensure_redis, stop_local_redis
-    from sense7.tasks.sync import LabelSync
     from sense7.taxonomy import study_taxonomy
     from tests.jobs.helpers import make_conversations, make_raters
 

@@ -19,6 +19,7 @@ def queue_refresher(settings: Settings, store, taxonomy):
     from sense7.labelstudio.raters import ensure_account, fetch_queue
 
     state: dict = {}
+    accounts: dict[str, int] = {}  # a rater's attribution account never changes: looked up once per process
 
     def refresh(rater_id: str) -> bool:
         try:
@@ -26,7 +27,9 @@ def queue_refresher(settings: Settings, store, taxonomy):
                 state["client"] = connect(settings, timeout=20.0)
                 state["projects"] = ensure_projects(state["client"], settings, taxonomy)
             client, (rating, profile) = state["client"], state["projects"]
-            account = ensure_account(client, store, rater_id)
+            if rater_id not in accounts:
+                accounts[rater_id] = ensure_account(client, store, rater_id)
+            account = accounts[rater_id]
             items = fetch_queue(client, rating, profile, rater_id, account, taxonomy)
         except Exception as exc:  # Label Studio down or refusing: serve the copy the store has
             logging.getLogger(__name__).warning("queue refresh failed: %s", type(exc).__name__)
