@@ -91,6 +91,12 @@ def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_k
     changes = [h["change"] for h in rt.store.history(annotation_id=annotation_id)]
     assert changes == ["created", "updated"]
     assert Outbox(rt.store).counts() == {"submissions": 4, "undelivered": 0}
+    # Nothing of the conversations, the answers' comments or the link's secret in any process's log.
+    logs = "\n".join(proc.log() for proc in s.stack.procs)
+    secret = s.links["pg1"].rsplit("/r/", 1)[1]
+    texts = {m["content"] for t in tasks for m in t.data["history"] + t.data["turn"] if len(m["content"]) > 15}
+    assert texts and not any(text in logs for text in texts)
+    assert secret not in logs and "level 4" not in logs
 
 
 def test_label_studio_down_during_20_submissions_all_arrive_once_after(job_stack):
