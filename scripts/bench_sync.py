@@ -133,6 +133,8 @@ def main() -> None:
     parser.add_argument("--rate-seconds", type=float, default=60.0, help="duration of each steady rate")
     parser.add_argument("--backlog", type=int, default=1500, help="annotations made while the worker is stopped")
     parser.add_argument("--reconcile", type=int, default=50_000, help="annotations imported in bulk, then reconciled")
+    parser.add_argument("--ls-database-url", default=None,
+                        help="run Label Studio on this PostgreSQL database (default: SQLite, as the demo)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -144,6 +146,8 @@ def main() -> None:
                        "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0"})
     os.environ.pop("SENSE7_REDIS_URL", None)
     os.environ.pop("SENSE7_STORE_URL", None)
+    if args.ls_database_url:
+        os.environ["SENSE7_LS_DATABASE_URL"] = args.ls_database_url
 
     from sense7.ml_backend.server import BackendServer
     from sense7.tasks.celery_app import configure
@@ -165,6 +169,7 @@ def main() -> None:
     tax = study_taxonomy(cfg)
     server, backend, worker = LabelStudioServer(cfg), BackendServer(cfg), None
     figures: dict = {"machine": f"{os.cpu_count()} cores", "raters": args.raters, "worker_concurrency": 2,
+                     "label_studio_database": "PostgreSQL" if args.ls_database_url else "SQLite",
                      "retrain": "off (SENSE7_RETRAIN_EVERY=0)"}
     worker_cmd = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker",
                   "--concurrency", "2", "--loglevel", "info", "--without-gossip", "--without-mingle"]
@@ -236,21 +241,22 @@ def main() -> None:
             log(f"{rate}/s: {figures[f'steady_{rate:g}_per_s']}")
 
         # -- 3. the sync's own throughput: a backlog drained by a freshly started worker -----------------
-        worker.stop()
-        before = set(sub.acked)
-        sub.burst(take(args.backlog), args.clients)
-        ids = [i for i in sub.acked if i not in before]
-        noted = backlog()["pending"]
-        started = time.perf_counter()
-        worker.start(worker_cmd, _child_env(cfg, redis_url), cwd=cfg.home)
-        ready = time.perf_counter()
-        assert poller.wait_for(ids), "the backlog did not reach the store"
-        done = max(poller.seen[i] for i in ids)
-        figures["backlog_drain"] = {"annotations": len(ids), "noted_by_webhooks": noted,
-                                    "worker_start_s": round(ready - started, 1),
-                                    "drain_s": round(done - ready, 2),
-                                    "into_store_per_s": round(len(ids) / (done - ready), 1)}
-        log(f"backlog: {figures['backlog_drain']}")
+        if args.backlog:
+            worker.stop()
+            before = set(sub.acked)
+            sub.burst(take(args.backlog), args.clients)
+            ids = [i for i in sub.acked if i not in before]
+            noted = backlog()["pending"]
+            started = time.perf_counter()
+            worker.start(worker_cmd, _child_env(cfg, redis_url), cwd=cfg.home)
+            ready = time.perf_counter()
+            assert poller.wait_for(ids), "the backlog did not reach the store"
+            done = max(poller.seen[i] for i in ids)
+            figures["backlog_drain"] = {"annotations": len(ids), "noted_by_webhooks": noted,
+                                        "worker_start_s": round(ready - started, 1),
+                                        "drain_s": round(done - ready, 2),
+                                        "into_store_per_s": round(len(ids) / (done - ready), 1)}
+            log(f"backlog: {figures['backlog_drain']}")
         figures["errors"] = sub.errors
         poller.running = False
 
