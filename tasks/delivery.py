@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 SCHEDULED_KEY = "sense7:deliver:scheduled"  # a delivery job is queued or running
 SCHEDULED_TTL = 120
+LOCK_KEY = "sense7:deliver:lock"  # held by the one delivery job that runs (beat's and a requested one may
+LOCK_TTL = 120                    # both be queued: two at once would both write the same submissions)
 
 
 def request_delivery(app=None) -> bool:
@@ -40,7 +42,7 @@ def request_delivery(app=None) -> bool:
     return True
 
 
-def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4) -> dict:
+def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4, on_round=None) -> dict:
     """Write every undelivered submission to Label Studio, `parallel` at a time (each a different
     (rater, task), so they never touch the same annotation). A transient error (Label Studio down) is
     raised after the batch, so the job is retried; a refusal (a task deleted by staff, say) is recorded on
@@ -71,7 +73,9 @@ def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4) -> dict:
         while True:
             if conn is not None:
                 conn.expire(SCHEDULED_KEY, SCHEDULED_TTL)
-            batch = outbox.undelivered()
+            if on_round:
+                on_round()
+            batch = outbox.undelivered(limit=200)
             if not batch:
                 break
             try:
@@ -97,10 +101,17 @@ def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4) -> dict:
 def deliver_task() -> dict:
     rt = current_runtime()
     conn = _redis(get_app().conf.broker_url)
+    lock = conn.lock(LOCK_KEY, timeout=LOCK_TTL, blocking=False)
+    if not lock.acquire():
+        return {"delivered": 0, "failed": 0, "skipped": "another delivery job is running"}
     try:
-        result = deliver_outbox(rt, conn)
+        result = deliver_outbox(rt, conn, on_round=lambda: lock.extend(LOCK_TTL, replace_ttl=True))
     finally:
         conn.delete(SCHEDULED_KEY)  # a retry (or beat) picks up what is left
+        try:
+            lock.release()
+        except Exception:  # expired meanwhile: nothing to release
+            pass
     # A submission stored after the last round saw the flag still set and queued nothing: deliver it too.
     from sense7.data.raterpage import Outbox
 

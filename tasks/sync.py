@@ -28,6 +28,7 @@ from sense7.tasks.cadence import note_new_ratings
 from sense7.tasks.celery_app import configure, get_app
 from sense7.tasks.runtime import LabelStudioUnavailable, Runtime, as_retryable, current_runtime
 
+from sense7.labelstudio.client import list_tasks
 from sense7.labelstudio.protocol import (
     ensure_webhook,
     iso_time,
@@ -216,8 +217,7 @@ class LabelSync:
             query = json.dumps({"selectedItems": {"all": False, "included": part}})
             found = set()
             # fields="all": annotations in full (with `include` Label Studio drops their author and times)
-            for task in self.client.tasks.list(project=project, fields="all", query=query,
-                                               page_size=len(part)):
+            for task in list_tasks(self.client, len(part), project=project, fields="all", query=query):
                 found.add(task.id)
                 present = set()
                 for annotation in task.annotations or []:
@@ -286,7 +286,7 @@ class LabelSync:
         query = json.dumps({"filters": {"conjunction": "or", "items": [
             {"filter": "filter:tasks:total_annotations", "operator": "greater", "type": "Number", "value": 0},
             {"filter": "filter:tasks:cancelled_annotations", "operator": "greater", "type": "Number", "value": 0}]}})
-        for task in self.client.tasks.list(project=project, fields="all", query=query, page_size=self.RECONCILE_PAGE):
+        for task in list_tasks(self.client, self.RECONCILE_PAGE, project=project, fields="all", query=query):
             # The same shapes as the drain's reads (sync_tasks), so `apply` sees one kind of annotation.
             yield {"id": task.id, "data": dict(task.data or {}),
                    "annotations": [dict(a) for a in task.annotations or []]}

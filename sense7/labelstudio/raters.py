@@ -18,6 +18,7 @@ from typing import Any
 from label_studio_sdk import LabelStudio
 
 from sense7.data.store import Store
+from sense7.labelstudio.client import list_tasks
 from sense7.labelstudio.protocol import parse_annotation
 from sense7.taxonomy import Taxonomy
 
@@ -94,7 +95,7 @@ def fetch_queue(client: LabelStudio, rating_project: int, profile_project: int |
     items: list[dict] = []
     projects = [(profile_project, "profile")] if profile_project else []
     for project, kind in [*projects, (rating_project, "rating")]:
-        for task in client.tasks.list(project=project, fields="all", query=_rater_filter(rater_id), page_size=1000):
+        for task in list_tasks(client, 1000, project=project, fields="all", query=_rater_filter(rater_id)):
             data = dict(task.data or {})
             if data.get("rater_id") != rater_id:  # the filter is Label Studio's: check it anyway
                 continue
