@@ -23,7 +23,8 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
-SERVICES = {"label-studio": "Label Studio", "ml-backend": "ML backend", "celery-worker": "Celery worker"}
+SERVICES = {"label-studio": "Label Studio", "ml-backend": "ML backend", "celery-worker": "Celery worker",
+            "rater-page": "rater page"}
 
 
 def tree_rss(pid: int) -> int:
