@@ -208,6 +208,12 @@ def main() -> None:
         page.start({"SENSE7_REDIS_URL": redis_url, "SENSE7_RATER_PAGE_LINK_LIMIT": "30 per minute"})
         book = LinkBook(store)
         links = {r: f"{page.url}/r/{book.issue(r)}" for r in ids}
+        from sense7.tasks.delivery import refresh_queues
+        from sense7.tasks.runtime import Runtime
+
+        started = time.perf_counter()
+        refresh_queues(Runtime(cfg), ids)  # as `sense7 raters invite` does
+        figures["copy_queues_s"] = round(time.perf_counter() - started, 1)
         log(f"stack up: {len(ids)} raters, {len(convs)} conversations")
 
         tasks_by_conv: dict[str, list[int]] = {}

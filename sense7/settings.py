@@ -43,6 +43,7 @@ class JobSettings:
 
     sync_interval: float = 300.0          # seconds between reconciliations (beat)
     deliver_interval: float = 30.0        # seconds between catch-up deliveries of rater-page submissions (beat)
+    rater_queue_interval: float = 300.0   # seconds between copies of raters' queues from Label Studio (beat)
     retrain_interval: float = 86400.0     # seconds between scheduled retrains
     retrain_every: int = 200              # new ratings that trigger a retrain (0 = off); grows to 10% of the
                                           # served version's training items (tasks/cadence.py)

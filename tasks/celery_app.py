@@ -26,7 +26,7 @@ from sense7.settings import JobSettings, Settings
 QUEUES = {names.SYNC_PENDING: "sense7.sync", names.SYNC_ANNOTATION: "sense7.sync",
           names.DELETE_ANNOTATIONS: "sense7.sync", names.RECONCILE: "sense7.reconcile",
           names.RETRAIN: "sense7.train", names.PREANNOTATE: "sense7.preannotate",
-          names.DELIVER: "sense7.deliver"}
+          names.DELIVER: "sense7.deliver", names.REFRESH_QUEUES: "sense7.deliver"}
 
 _lock = threading.Lock()
 _app: Celery | None = None
@@ -38,6 +38,8 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
         # Rater-page submissions left undelivered while Label Studio was down (each submission also queues
         # a delivery at once; this is the safety net).
         "deliver-submissions": {"task": names.DELIVER, "schedule": jobs.deliver_interval},
+        # New tasks and fresh predictions reach the raters' queue copies (opening a link reads only those).
+        "refresh-rater-queues": {"task": names.REFRESH_QUEUES, "schedule": jobs.rater_queue_interval},
         "scheduled-retrain": {"task": names.RETRAIN, "schedule": jobs.retrain_interval,
                               "kwargs": {"reason": "schedule"}},
     }
@@ -48,7 +50,8 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
     sync_limits = {"soft_time_limit": jobs.sync_soft_limit, "time_limit": jobs.sync_soft_limit + 60}
     annotations = {name: {**retry, **sync_limits}
                    for name in (names.SYNC_PENDING, names.SYNC_ANNOTATION, names.DELETE_ANNOTATIONS,
-                                names.RECONCILE, names.PREANNOTATE, names.DELIVER)}
+                                names.RECONCILE, names.PREANNOTATE, names.DELIVER,
+                                 names.REFRESH_QUEUES)}
     annotations[names.RETRAIN] = {"soft_time_limit": jobs.retrain_soft_limit,
                                   "time_limit": jobs.retrain_soft_limit + 120}
     return {

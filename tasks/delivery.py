@@ -1,4 +1,7 @@
-"""Delivery of rater-page submissions to Label Studio: the outbox (sense7.data.raterpage) drained into
+"""The rater page's jobs. Copying raters' queues from Label Studio (`refresh_queues`, run by `sense7 raters
+invite`, the demo and beat every SENSE7_RATER_QUEUE_INTERVAL s), so that opening a link reads the store only.
+
+Delivery of rater-page submissions to Label Studio: the outbox (sense7.data.raterpage) drained into
 annotations written as each rater's attribution account (sense7.labelstudio.raters).
 
 The rater page stores a submission and calls `request_delivery`: like the sync, one drain job is queued
@@ -95,6 +98,31 @@ def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4, on_round=None) -> 
             if len(errors) == len(batch):  # only refused submissions left: stop instead of looping on them
                 break
     return {"delivered": delivered, "failed": failed}
+
+
+def refresh_queues(rt: Runtime, rater_ids=None) -> int:
+    """Copy the queues of raters with an active link (or of `rater_ids`) from Label Studio into the store:
+    one pass over both projects. Returns the raters refreshed."""
+    from sense7.data.raterpage import LinkBook, RaterQueue
+    from sense7.labelstudio.raters import ensure_accounts, fetch_all_queues
+
+    raters = sorted(rater_ids if rater_ids is not None else LinkBook(rt.store).active())
+    if not raters:
+        return 0
+    try:
+        accounts = ensure_accounts(rt.client, rt.store, raters)
+        queues = fetch_all_queues(rt.client, rt.rating_project, rt.profile_project, accounts, rt.taxonomy)
+    except Exception as exc:
+        raise as_retryable(exc) from None
+    queue = RaterQueue(rt.store)
+    for rater, items in queues.items():
+        queue.replace(rater, items)
+    return len(queues)
+
+
+@shared_task(name=names.REFRESH_QUEUES, **RETRY)
+def refresh_queues_task() -> dict:
+    return {"raters": refresh_queues(current_runtime())}
 
 
 @shared_task(name=names.DELIVER, **RETRY)

@@ -11,5 +11,6 @@ RECONCILE = "sense7.reconcile"
 RETRAIN = "sense7.retrain"
 PREANNOTATE = "sense7.preannotate"
 DELIVER = "sense7.deliver_submissions"  # rater-page submissions -> Label Studio annotations
+REFRESH_QUEUES = "sense7.refresh_rater_queues"  # raters' queues copied from Label Studio for the rater page
 
 JOB_MODULES = ("sense7.tasks.sync", "sense7.tasks.training", "sense7.tasks.preannotate", "sense7.tasks.delivery")

@@ -224,7 +224,10 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
         page.start({"SENSE7_REDIS_URL": redis_url})
         started.append(page.stop)
         links = _demo_links(cfg, store, sorted({c.rater_id for c in batch}))
+        from sense7.tasks.delivery import refresh_queues
+        from sense7.tasks.runtime import Runtime
 
+        refresh_queues(Runtime(cfg), sorted(links))  # one pass over Label Studio, not one per rater
     # A check, normally pushing nothing: tasks the import could not predict, or from an older demo run.
     with phases.phase(f"pre-annotations of {first_version}: none missing"):
         pending = _run_job(names.PREANNOTATE, "the pre-annotation check", 300)["pending"]

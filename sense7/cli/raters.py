@@ -49,6 +49,7 @@ def invite(
                                  "SENSE7_RATER_PAGE_URL, else http://127.0.0.1:8090)."),
     rater: list[str] = typer.Option(None, "--rater", help="Only these raters (repeatable); default every rater."),
     rotate: bool = typer.Option(False, "--rotate", help="Replace existing links (the old ones stop working)."),
+    copy_queues: bool = typer.Option(True, help="Copy the raters' tasks from Label Studio now (needs it running)."),
 ) -> None:
     """Give every rater one private, unguessable, revocable link to the rater page. Re-running keeps the
     links already handed out (their URLs stay in the CSV you wrote then) and adds links for new raters."""
@@ -88,6 +89,22 @@ def invite(
     _write_private(out, buffer.getvalue())
     store.log_staff("raters invite", raters=len(wanted), new_links=new, kept=kept, rotate=rotate)
     console.print(f"{new} new link(s), {kept} kept; written to {out} (0600: each URL is that rater's key)")
+    if copy_queues:
+        _copy_queues(wanted)
+
+
+def _copy_queues(rater_ids: list[str]) -> None:
+    """Copy the raters' tasks from Label Studio now, so that their first visit reads only the store."""
+    from sense7.tasks.delivery import refresh_queues
+    from sense7.tasks.runtime import Runtime
+
+    try:
+        n = refresh_queues(Runtime(settings()), rater_ids)
+    except Exception as exc:  # Label Studio not running: the worker (or the first visit) copies them later
+        console.print(f"[yellow]queues not copied yet[/] ({type(exc).__name__}): the worker copies them every "
+                      "SENSE7_RATER_QUEUE_INTERVAL s, or a rater's first visit does", highlight=False)
+        return
+    console.print(f"queues of {n} rater(s) copied from Label Studio")
 
 
 @raters_app.command()

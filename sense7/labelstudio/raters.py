@@ -87,39 +87,62 @@ def _answer_from(annotation: dict | None, taxonomy: Taxonomy, kind: str) -> dict
     return {"values": values, "expectation": expectation, "comment": comment}
 
 
-def fetch_queue(client: LabelStudio, rating_project: int, profile_project: int | None, rater_id: str,
-                account: int, taxonomy: Taxonomy) -> list[dict]:
-    """The rater's tasks from Label Studio, in the order the page asks them: the questionnaire, then the
-    assistant turns conversation by conversation. Each with the latest prediction and the rater's own
-    latest annotation (by their account; annotations by anyone else are not shown to the rater)."""
-    items: list[dict] = []
-    projects = [(profile_project, "profile")] if profile_project else []
-    for project, kind in [*projects, (rating_project, "rating")]:
-        for task in list_tasks(client, 1000, project=project, fields="all", query=_rater_filter(rater_id)):
-            data = dict(task.data or {})
-            if data.get("rater_id") != rater_id:  # the filter is Label Studio's: check it anyway
-                continue
-            annotations = [dict(a) for a in (task.annotations or [])
-                           if _user_id(dict(a).get("completed_by")) == account and not dict(a).get("was_cancelled")]
-            item: dict[str, Any] = {"task_id": task.id, "kind": kind,
-                                    "answer": _answer_from(_latest(annotations, "updated_at"), taxonomy, kind),
-                                    "prediction": None, "conversation_id": None, "turn_index": None}
-            if kind == "profile":
-                items.append({**item, "position": -1, "data": {}})
-                continue
-            prediction = _latest([dict(p) for p in (task.predictions or [])])
-            if prediction:
-                values, expectation, _ = parse_annotation(prediction.get("result") or [], taxonomy)
-                item["prediction"] = {"version": prediction.get("model_version"), "values": values,
-                                      "expectation": expectation}
-            items.append({**item, "conversation_id": data.get("conversation_id"),
-                          "turn_index": data.get("turn_index"),
-                          "data": {"history": data.get("history") or [], "turn": data.get("turn") or []}})
+def _queue_item(task, kind: str, account: int | None, taxonomy: Taxonomy) -> dict:
+    """One task as the rater page keeps it: texts, latest prediction, the rater's own latest answer (by
+    their account; annotations by anyone else are never shown to the rater)."""
+    data = dict(task.data or {})
+    annotations = [dict(a) for a in (task.annotations or [])
+                   if account is not None and _user_id(dict(a).get("completed_by")) == account
+                   and not dict(a).get("was_cancelled")]
+    item: dict[str, Any] = {"task_id": task.id, "kind": kind, "prediction": None,
+                            "answer": _answer_from(_latest(annotations, "updated_at"), taxonomy, kind),
+                            "conversation_id": None, "turn_index": None, "position": -1, "data": {}}
+    if kind == "profile":
+        return item
+    prediction = _latest([dict(p) for p in (task.predictions or [])])
+    if prediction:
+        values, expectation, _ = parse_annotation(prediction.get("result") or [], taxonomy)
+        item["prediction"] = {"version": prediction.get("model_version"), "values": values,
+                              "expectation": expectation}
+    return {**item, "conversation_id": data.get("conversation_id"), "turn_index": data.get("turn_index"),
+            "data": {"history": data.get("history") or [], "turn": data.get("turn") or []}}
+
+
+def _in_order(items: list[dict]) -> list[dict]:
+    """The order the page asks: the questionnaire, then the turns conversation by conversation."""
     ratings = sorted((i for i in items if i["kind"] == "rating"),
                      key=lambda i: (str(i["conversation_id"]), int(i["turn_index"] or 0)))
     for position, item in enumerate(ratings):
         item["position"] = position
     return [i for i in items if i["kind"] == "profile"][:1] + ratings
+
+
+def _projects(rating_project: int, profile_project: int | None) -> list[tuple[int, str]]:
+    return ([(profile_project, "profile")] if profile_project else []) + [(rating_project, "rating")]
+
+
+def fetch_queue(client: LabelStudio, rating_project: int, profile_project: int | None, rater_id: str,
+                account: int, taxonomy: Taxonomy) -> list[dict]:
+    """One rater's tasks from Label Studio (a Data Manager filter on data.rater_id), in the page's order."""
+    items = []
+    for project, kind in _projects(rating_project, profile_project):
+        for task in list_tasks(client, 1000, project=project, fields="all", query=_rater_filter(rater_id)):
+            if (task.data or {}).get("rater_id") == rater_id:  # the filter is Label Studio's: check it anyway
+                items.append(_queue_item(task, kind, account, taxonomy))
+    return _in_order(items)
+
+
+def fetch_all_queues(client: LabelStudio, rating_project: int, profile_project: int | None,
+                     accounts: dict[str, int], taxonomy: Taxonomy) -> dict[str, list[dict]]:
+    """The queues of these raters (rater_id -> account) in one pass over both projects: a page per 1,000
+    tasks instead of two filtered queries per rater, so that opening a link never waits for Label Studio."""
+    found: dict[str, list[dict]] = {rater: [] for rater in accounts}
+    for project, kind in _projects(rating_project, profile_project):
+        for task in list_tasks(client, 1000, project=project, fields="all"):
+            rater = (task.data or {}).get("rater_id")
+            if rater in found:
+                found[rater].append(_queue_item(task, kind, accounts[rater], taxonomy))
+    return {rater: _in_order(items) for rater, items in found.items()}
 
 
 def write_annotation(client: LabelStudio, task_id: int, account: int, result: list[dict],

@@ -163,8 +163,9 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         session.clear()
         session.permanent = True
         session["link"] = token_hash(token)
-        reachable = refresh_queue(rater) if refresh_queue else False
-        if not reachable and not queue.has(rater):
+        # The queue copy is made by `raters invite` and the worker; only a rater without one waits for
+        # Label Studio here (thousands of raters opening links must not each query Label Studio).
+        if not queue.has(rater) and not (refresh_queue and refresh_queue(rater)):
             return render_template("message.html", title="Not available right now",
                                    text="Your conversations cannot be loaded at the moment. "
                                         "Please try again in a few minutes."), 503

@@ -32,7 +32,7 @@ def test_invite_keep_rotate_and_revoke(tmp_path):
     store.upsert_raters([{"rater_id": "r1", "email": "r1@x.test", "traits": {}},
                          {"rater_id": "r2", "traits": {}}])
     out = tmp_path / "links.csv"
-    done = _run(tmp_path, "raters", "invite", "--out", str(out), "--base-url", "https://rate.example.org/")
+    done = _run(tmp_path, "raters", "invite", "--no-copy-queues", "--out", str(out), "--base-url", "https://rate.example.org/")
     assert done.returncode == 0, done.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     first = _rows(out)
@@ -49,12 +49,12 @@ def test_invite_keep_rotate_and_revoke(tmp_path):
     assert not any(t.encode() in database for t in tokens.values())  # only hashes are stored
 
     store.upsert_raters([{"rater_id": "r3", "traits": {}}])
-    assert _run(tmp_path, "raters", "invite", "--out", str(out)).returncode == 0
+    assert _run(tmp_path, "raters", "invite", "--no-copy-queues", "--out", str(out)).returncode == 0
     again = _rows(out)
     assert {r: again[r]["url"] for r in ("r1", "r2")} == {r: first[r]["url"] for r in ("r1", "r2")}  # kept
     assert book.rater_for(again["r3"]["url"].rsplit("/r/", 1)[1]) == "r3"
 
-    rotate = _run(tmp_path, "raters", "invite", "--out", str(out), "--rotate", "--rater", "r1")
+    rotate = _run(tmp_path, "raters", "invite", "--no-copy-queues", "--out", str(out), "--rotate", "--rater", "r1")
     assert rotate.returncode == 0, rotate.stderr
     rotated = _rows(out)
     assert rotated["r1"]["url"] != first["r1"]["url"] and rotated["r2"]["url"] == first["r2"]["url"]
@@ -71,6 +71,6 @@ def test_an_unknown_rater_is_named_and_nothing_changes(tmp_path):
     store.upsert_raters([{"rater_id": "r1", "traits": {}}])
     before = store.snapshot()
     out = tmp_path / "links.csv"
-    done = _run(tmp_path, "raters", "invite", "--out", str(out), "--rater", "r1", "--rater", "nobody")
+    done = _run(tmp_path, "raters", "invite", "--no-copy-queues", "--out", str(out), "--rater", "r1", "--rater", "nobody")
     assert done.returncode == 1 and "nobody" in done.stderr and "Traceback" not in done.stderr
     assert not out.exists() and store.snapshot() == before

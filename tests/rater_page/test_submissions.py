@@ -55,6 +55,19 @@ def stored_values(rt, annotation_id: int) -> dict[str, int]:
 def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_keep_history(page_stack):
     s = page_stack
     rt, tax = s.rt, s.rt.taxonomy
+    # The queue copy `raters invite` and the worker make (one pass over both projects) equals the one a
+    # first visit makes for a single rater (a filtered query), and the page then needs no Label Studio.
+    from sense7.data.raterpage import RaterQueue
+    from sense7.labelstudio.raters import ensure_account, fetch_queue
+    from sense7.tasks.delivery import refresh_queues
+
+    assert refresh_queues(rt, ["pg1", "pg2"]) == 2
+    single = fetch_queue(rt.client, rt.rating_project, rt.profile_project, "pg1",
+                         ensure_account(rt.client, rt.store, "pg1"), tax)
+    copied = RaterQueue(rt.store).items("pg1")
+    assert [(i.task_id, i.kind, i.position, i.data) for i in copied] == \
+        [(i["task_id"], i["kind"], i["position"], i["data"]) for i in single]
+    assert len(copied) == 1 + len(s.rating_tasks("pg1"))
     a = s.session_for("pg1")
     first = a.get(f"{s.url}/", timeout=30, allow_redirects=False)
     assert first.status_code == 303 and first.headers["Location"].endswith("/profile")  # questionnaire first
