@@ -115,13 +115,6 @@ class RaterQueue:
         return [QueueItem(r["task_id"], r["kind"], r["position"], r["conversation_id"], r["turn_index"],
                           r["data"], r["prediction"], latest.get(r["task_id"], r["answer"])) for r in rows]
 
-    def item(self, rater_id: str, task_id: int) -> QueueItem | None:
-        """The rater's own task, or None, whether the task does not exist or is someone else's."""
-        for item in self.items(rater_id):
-            if item.task_id == task_id:
-                return item
-        return None
-
 
 def _latest_answers(conn, rater_id: str) -> dict[int, dict]:
     newest = (select(submissions.c.task_id, func.max(submissions.c.revision).label("revision"))

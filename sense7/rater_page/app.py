@@ -144,12 +144,6 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
             abort(404)
         return rater
 
-    def own_item(rater: str, task_id: int) -> QueueItem:
-        item = queue.item(rater, task_id)
-        if item is None:
-            abort(404)
-        return item
-
     @app.get("/healthz")
     def healthz():
         return {"status": "ok"}
@@ -208,22 +202,23 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         _store(rater, item, answer, profile_result(answer["traits"], tax))
         return redirect(url_for("next_item"), code=303)
 
-    @app.get("/task/<int:task_id>")
-    def task(task_id: int):
+    def own_turn(task_id: int) -> tuple[str, list[QueueItem], QueueItem]:
+        """(rater, their queue, the turn): a bare 404 unless the task is a turn of this link's rater."""
         rater = current_rater()
         items = queue.items(rater)
         item = next((i for i in items if i.task_id == task_id and i.kind == "rating"), None)
         if item is None:
             abort(404)
+        return rater, items, item
+
+    @app.get("/task/<int:task_id>")
+    def task(task_id: int):
+        rater, items, item = own_turn(task_id)
         return _render_task(rater, items, item, item.answer, [], outbox.revision(rater, task_id) + 1, time.time())
 
     @app.post("/task/<int:task_id>")
     def save_task(task_id: int):
-        rater = current_rater()
-        items = queue.items(rater)
-        item = next((i for i in items if i.task_id == task_id and i.kind == "rating"), None)
-        if item is None:
-            abort(404)
+        rater, items, item = own_turn(task_id)
         answer, problems = form_answer(request.form, tax)
         if problems:
             return _render_task(rater, items, item, answer, problems, request.form.get("revision"),

@@ -57,9 +57,10 @@ def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_k
     rt, tax = s.rt, s.rt.taxonomy
     # The queue copy `raters invite` and the worker make (one pass over both projects) equals the one a
     # first visit makes for a single rater (a filtered query), and the page then needs no Label Studio.
+    from sense7.tasks.delivery import refresh_queues
+
     from sense7.data.raterpage import RaterQueue
     from sense7.labelstudio.raters import ensure_account, fetch_queue
-    from sense7.tasks.delivery import refresh_queues
 
     assert refresh_queues(rt, ["pg1", "pg2"]) == 2
     single = fetch_queue(rt.client, rt.rating_project, rt.profile_project, "pg1",
