@@ -13,7 +13,8 @@ from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import ReimportConflict, import_conversations, import_profile_tasks
 from sense7.taxonomy import TaxonomyError, study_taxonomy
 
-raters_app = typer.Typer(help="Rater traits (answers to the profile questionnaire).", no_args_is_help=True)
+raters_app = typer.Typer(help="Raters: traits (answers to the profile questionnaire) and private rating links.",
+                         no_args_is_help=True)
 ratings_app = typer.Typer(help="Ratings collected outside Label Studio (a pilot, an earlier study).",
                           no_args_is_help=True)
 

@@ -1,4 +1,5 @@
-"""`sense7 raters invite|revoke|list` (private rating links) and `sense7 rater-page start|stop|status`."""
+"""`sense7 raters invite|revoke|list` (private rating links, in the `raters` group of data.py) and
+`sense7 rater-page start|stop|status`."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from pathlib import Path
 import typer
 
 from sense7.cli._common import console, fail, settings
+from sense7.cli.data import raters_app  # one `sense7 raters` group: `import` (traits) lives in data.py
 
-raters_app = typer.Typer(help="Private rating links: each rater rates their own conversations on the rater page.",
-                         no_args_is_help=True)
 page_app = typer.Typer(help="The rater page (gunicorn) that private links open.", no_args_is_help=True)
 
 NOT_RECOVERABLE = "(kept: handed out earlier; only its hash is stored. --rotate --rater ID makes a new one)"
@@ -167,5 +167,4 @@ def status() -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(raters_app, name="raters")
-    app.add_typer(page_app, name="rater-page")
+    app.add_typer(page_app, name="rater-page")  # `raters invite|revoke|list` join data.py's `raters` group
