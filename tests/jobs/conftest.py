@@ -181,7 +181,9 @@ class JobStack:
 def job_stack(label_studio, redis_server, tmp_path) -> JobStack:
     """Environment for one test's processes: the session's Label Studio, a fresh store and model dir,
     its own two Label Studio projects (unique titles), this test's Redis."""
-    n = next(_counter)
+    # A random part too: this fixture is imported by other folders' conftests, and a module imported
+    # twice would count from 1 again and hand a later test a project that already has annotations.
+    n = f"{next(_counter)}-{secrets.token_hex(3)}"
     backend_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
     env.update(label_studio.settings_env())
