@@ -283,13 +283,11 @@ def _demo_links(cfg: Settings, store, rater_ids: list[str]) -> dict[str, str]:
     """A fresh private link per simulated rater (only hashes are stored, so the demo makes new ones each
     run), written to SENSE7_HOME/links.csv (0600)."""
     from sense7.data.raterpage import LinkBook
+    from sense7.files import write_private
 
     book, base = LinkBook(store), cfg.rater_page.public_url
     links = {r: f"{base}/r/{book.issue(r, rotate=True)}" for r in rater_ids}
-    path = cfg.home / "links.csv"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write("rater_id,url\n" + "".join(f"{r},{u}\n" for r, u in links.items()))
+    write_private(cfg.home / "links.csv", "rater_id,url\n" + "".join(f"{r},{u}\n" for r, u in links.items()))
     return links
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from pathlib import Path
 
 import typer
 
 from sense7.cli._common import console, fail, settings
 from sense7.cli.data import raters_app  # one `sense7 raters` group: `import` (traits) lives in data.py
+from sense7.files import write_private
 
 page_app = typer.Typer(help="The rater page (gunicorn) that private links open.", no_args_is_help=True)
 
@@ -29,17 +29,6 @@ def _existing_rows(path: Path) -> dict[str, dict]:
         return {}
     with path.open(newline="") as fh:
         return {row["rater_id"]: row for row in csv.DictReader(fh) if row.get("rater_id")}
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Links are credentials: written 0600, atomically (a reader never sees half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", newline="") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 @raters_app.command()
@@ -86,7 +75,7 @@ def invite(
     writer = csv.DictWriter(buffer, fieldnames=["rater_id", "url", "email"])
     writer.writeheader()
     writer.writerows(sorted(rows, key=lambda r: r["rater_id"]))
-    _write_private(out, buffer.getvalue())
+    write_private(out, buffer.getvalue())  # links are credentials
     store.log_staff("raters invite", raters=len(wanted), new_links=new, kept=kept, rotate=rotate)
     console.print(f"{new} new link(s), {kept} kept; written to {out} (0600: each URL is that rater's key)")
     if copy_queues:
