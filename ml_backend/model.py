@@ -28,6 +28,7 @@ from sense7.ml_backend.hot_model import HotModel, LoadedModel
 from sense7.ml_backend.labels import RatingControl, rating_controls
 from sense7.ml_backend.rater_info import RaterInfoCache
 
+from sense7.data.study import HIDDEN, arm_of
 from sense7.labelstudio.protocol import task_columns, task_problem
 from sense7.taxonomy import Taxonomy, load_taxonomy
 
@@ -92,6 +93,10 @@ class Sense7Model:
             problem = task_problem(task)
             if problem:
                 results[i] = self._error_result(task, problem, loaded.version)
+            elif arm_of(task.get("data")) == HIDDEN:
+                # The study hides this task's prediction (sense7.data.study): it was recorded at import;
+                # an empty result of the served version shows nothing and stops Label Studio asking again.
+                results[i] = {"result": [], "score": 0.0, "model_version": loaded.version, "kind": "hidden"}
             else:
                 good.append(i)
         if good:
@@ -117,13 +122,17 @@ class Sense7Model:
                     results[i] = self._result(item, plan, loaded.version)
         return results
 
-    def _predict_data(self, task_datas: list[dict], loaded: LoadedModel) -> list[ServedItem]:
-        """One ServedItem per task data. Traits and contexts come from the store's cache, never from the
-        task; the predictor takes plain columns (sense7.labelstudio.protocol.task_columns), not a DataFrame."""
+    def _columns(self, task_datas: list[dict]) -> dict:
+        """The predictor's plain item columns (sense7.labelstudio.protocol.task_columns), with contexts from
+        the store's cache: traits and contexts never come from the task."""
         contexts = self.rater_info.contexts((str(d["conversation_id"]), str(d["rater_id"])) for d in task_datas)
+        return task_columns(task_datas, contexts, self.taxonomy)
+
+    def _predict_data(self, task_datas: list[dict], loaded: LoadedModel) -> list[ServedItem]:
+        """One ServedItem per task data (the predictor takes plain columns, not a DataFrame)."""
         predictor = loaded.predictor
         raters = predictor.rater_table(self.rater_info.trait_table())
-        predictions = predictor.predict(task_columns(task_datas, contexts, self.taxonomy), raters)
+        predictions = predictor.predict(self._columns(task_datas), raters)
         levels, confidences = predictions.best()
         if len(predictions.kinds) != len(task_datas):
             raise RuntimeError(f"predictor returned {len(predictions.kinds)} predictions for {len(task_datas)} items")
@@ -161,6 +170,38 @@ class Sense7Model:
         label = f"task {task_id}" if task_id is not None else "task"
         return {"result": [], "score": 0.0, "model_version": version, "error": f"{label}: {problem}"}
 
+    # ------------------------------------------------------------------ recorded predictions
+    def prediction_records(self, tasks: list[dict]) -> list[dict | None]:
+        """What the study records before a rater sees each task (sense7.data.study), whatever its arm: the
+        served version, the kind of model that answered, the most likely level and the expected rating per
+        control, and the generic model's for the same task. None for a task that cannot be predicted."""
+        loaded = self.hot_model.get()
+        if loaded is None:
+            raise ModelUnavailable(self.hot_model.last_error or "no model version has been promoted yet")
+        good = [i for i, task in enumerate(tasks) if task_problem(task) is None]
+        records: list[dict | None] = [None] * len(tasks)
+        if not good:
+            return records
+        predictor = loaded.predictor
+        datas = [tasks[i]["data"] for i in good]
+        columns = self._columns(datas)
+        served = predictor.predict(columns, predictor.rater_table(self.rater_info.trait_table()))
+        generic = predictor.predict_generic(columns)
+        controls = list(predictor.controls)
+        s_level, g_level = served.best()[0], generic.best()[0]
+        s_exp, g_exp = served.expected(), generic.expected()
+        for row, (i, data) in enumerate(zip(good, datas)):
+            records[i] = {
+                "task_key": str(data.get("task_key") or ""), "version": loaded.version,
+                "rater_id": str(data["rater_id"]), "conversation_id": str(data["conversation_id"]),
+                "turn_index": int(data["turn_index"]), "arm": arm_of(data), "kind": served.kinds[row],
+                "levels": {c: int(v) for c, v in zip(controls, s_level[row])},
+                "expected": {c: round(float(v), 4) for c, v in zip(controls, s_exp[row])},
+                "generic_levels": {c: int(v) for c, v in zip(controls, g_level[row])},
+                "generic_expected": {c: round(float(v), 4) for c, v in zip(controls, g_exp[row])},
+            }
+        return records
+
     # ------------------------------------------------------------------ bulk import
     def import_predictor(self, label_config: str) -> "ImportPredictor | None":
         """What `sense7.labelstudio.importer.import_conversations(predict=...)` takes: the served version's
@@ -191,6 +232,10 @@ class ImportPredictor:
 
     def __call__(self, tasks: list[dict]) -> list[dict | None]:
         return [import_prediction(a) for a in self.model.predict(tasks, label_config=self.label_config)]
+
+    def records(self, tasks: list[dict]) -> list[dict | None]:
+        """The predictions to record for these tasks (Sense7Model.prediction_records)."""
+        return self.model.prediction_records(tasks)
 
 
 def import_predictor(settings, label_config: str) -> ImportPredictor | None:

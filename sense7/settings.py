@@ -8,8 +8,10 @@ does it (from_env may create this home's secret files, so it runs when a process
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -115,6 +117,110 @@ class RaterPage:
                    link_attempts=env.get("SENSE7_RATER_PAGE_LINK_LIMIT") or "30 per minute")
 
 
+PREFILL_POLICIES = ("shown", "hidden", "randomized")
+
+
+@dataclass(frozen=True)
+class StudyDesign:
+    """How a study pre-fills its rating forms and checks its raters (sense7.data.study draws it at import).
+
+    prefill: `randomized` (default for new studies: each (rater, task) draws shown or hidden, so anchoring
+    can be measured), `shown` (every task pre-filled with the model's guess) or `hidden` (predictions are
+    recorded, never shown). shown_share: the randomized share of shown tasks. seed: the draws' seed (default:
+    drawn once at the study's first import and kept in the store). repeat_share: the share of each rater's
+    turns imported a second time, at the end of their queue, for test-retest agreement (0 = none)."""
+
+    prefill: str = "randomized"           # SENSE7_PREFILL
+    shown_share: float = 0.5              # SENSE7_PREFILL_SHOWN_SHARE
+    seed: str | None = None               # SENSE7_PREFILL_SEED
+    repeat_share: float = 0.05            # SENSE7_REPEAT_SHARE
+
+    def __post_init__(self):
+        if self.prefill not in PREFILL_POLICIES:
+            raise ValueError(f"SENSE7_PREFILL: expected one of {', '.join(PREFILL_POLICIES)}, got {self.prefill!r}")
+        for name, value in (("SENSE7_PREFILL_SHOWN_SHARE", self.shown_share), ("SENSE7_REPEAT_SHARE", self.repeat_share)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}: expected a share between 0 and 1, got {value}")
+
+    @classmethod
+    def from_env(cls, env: dict) -> "StudyDesign":
+        def share(name: str, default: float) -> float:
+            raw = env.get(name)
+            if raw in (None, ""):
+                return default
+            try:
+                return float(raw)
+            except ValueError:
+                raise ValueError(f"environment variable {name}: expected a number, got {raw!r}") from None
+
+        return cls(prefill=(env.get("SENSE7_PREFILL") or "randomized").strip().lower(),
+                   shown_share=share("SENSE7_PREFILL_SHOWN_SHARE", 0.5),
+                   seed=env.get("SENSE7_PREFILL_SEED") or None,
+                   repeat_share=share("SENSE7_REPEAT_SHARE", 0.05))
+
+
+# -- rater quality (sense7.research.quality checks it; the retrain job applies `training`) ------------------
+ENV_PREFIX = "SENSE7_QUALITY_"
+TRAINING_CHOICES = ("exclude", "keep")
+
+
+def _problem(name: str, value) -> str | None:
+    """Why `value` is no good for the policy field `name`, or None."""
+    if name == "training":
+        return None if value in TRAINING_CHOICES else f"must be one of {', '.join(TRAINING_CHOICES)}"
+    if not math.isfinite(value) or value < 0:
+        return "must be a finite number >= 0"
+    if name == "instructed_min_share" and value > 1:
+        return "must be between 0 and 1"
+    if name in ("straight_line_turns", "retest_min_pairs") and value < 1:
+        return "must be at least 1"
+    return None
+
+
+@dataclass(frozen=True)
+class QualityPolicy:
+    """Thresholds of the quality checks and what training does with flagged raters."""
+
+    min_median_seconds: float = 4.0     # a rater whose median time per task is below this is "too_fast"
+    min_tasks: int = 5                  # no flag is raised on fewer rated tasks than this
+    straight_line_turns: int = 6        # this many consecutive turns with one level for every control
+    retest_min_pairs: int = 2           # repeated turns needed before judging test-retest agreement
+    retest_max_distance: float = 1.5    # mean |first - repeat| over controls and pairs above this: "inconsistent"
+    instructed_min_share: float = 1.0   # share of instructed items answered as told below this: "failed_instructed"
+    # What retraining does with flagged raters: "exclude" their ratings or "keep" them (e.g. to compare).
+    # (Down-weighting is not offered: the rater models take no sample weights.)
+    training: str = "exclude"
+
+    def __post_init__(self):
+        for fld in fields(self):
+            problem = _problem(fld.name, getattr(self, fld.name))
+            if problem:
+                raise ValueError(f"QualityPolicy.{fld.name}={getattr(self, fld.name)!r}: {problem}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> QualityPolicy:
+        """The defaults, overridden by SENSE7_QUALITY_<FIELD> variables (e.g. SENSE7_QUALITY_TRAINING).
+        An empty variable counts as unset. A bad value is a ValueError naming the variable, so a typo in
+        a deployment's settings stops it instead of silently falling back to a default."""
+        values = {}
+        for fld in fields(cls):
+            variable = ENV_PREFIX + fld.name.upper()
+            raw = env.get(variable, "").strip()
+            if not raw:
+                continue
+            kind = type(fld.default)
+            try:
+                value = raw.lower() if kind is str else kind(raw)
+            except ValueError:
+                expected = "an integer" if kind is int else "a number"
+                raise ValueError(f"{variable}={raw!r}: expected {expected}") from None
+            problem = _problem(fld.name, value)
+            if problem:
+                raise ValueError(f"{variable}={raw!r}: {problem}")
+            values[fld.name] = value
+        return cls(**values)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting of every process. Secrets not given in the environment are generated once per
@@ -142,6 +248,8 @@ class Settings:
     jobs: JobSettings = field(default_factory=JobSettings)
     serving: BackendServing = field(default_factory=BackendServing)
     rater_page: RaterPage = field(default_factory=RaterPage)
+    study: StudyDesign = field(default_factory=StudyDesign)
+    quality: QualityPolicy = field(default_factory=QualityPolicy)
     taxonomy_path: Path | None = None  # the study's taxonomy YAML (SENSE7_TAXONOMY); None = the packaged one
 
     @classmethod
@@ -177,6 +285,8 @@ class Settings:
             jobs=JobSettings.from_env(env),
             serving=BackendServing.from_env(env, backend_host, backend_port),
             rater_page=RaterPage.from_env(env),
+            study=StudyDesign.from_env(env),
+            quality=QualityPolicy.from_env(env),
         )
 
 

@@ -4,6 +4,9 @@ Predictions are built by the ML backend's own `Sense7Model.predict` (the code th
 /predict), so a task gets the same pre-annotation whichever way it arrives. Pushing them ourselves in
 chunks through `projects.import_predictions` avoids Label Studio's one-request-per-batch /predict calls
 with their 100 s timeout. Idempotent: tasks that already carry the served version are skipped.
+
+The study's hidden arm (sense7.data.study): those tasks' predictions are recorded in the store (once per
+version) and never pushed to Label Studio, where a staff member or a rater could see them.
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from celery import shared_task
 from sense7.tasks import names
 from sense7.tasks.runtime import LabelStudioUnavailable, as_retryable, current_runtime
 
+from sense7.data.study import SHOWN, StudyRecords, arm_of
+
 
 @dataclass
 class PreannotateResult:
     version: str | None
     pending: int = 0     # tasks without a prediction of `version` when the run started
     pushed: int = 0      # predictions imported into Label Studio
+    recorded: int = 0    # predictions recorded in the store (both arms; hidden ones only there)
     failed: list[str] = field(default_factory=list)  # "task <id>: reason" (no task content)
     seconds: float = 0.0
     phases: dict = field(default_factory=dict)  # seconds spent listing tasks, predicting, importing
@@ -31,11 +37,12 @@ class PreannotateResult:
 
 
 class Preannotator:
-    def __init__(self, client, model, project_id: int, chunk: int = 500):
+    def __init__(self, client, model, project_id: int, chunk: int = 500, records: StudyRecords | None = None):
         self.client = client
         self.model = model
         self.project_id = project_id
         self.chunk = chunk
+        self.records = records  # where predictions are recorded (None: not recorded)
 
     def pending_tasks(self, version: str) -> list[dict]:
         """Unlabeled tasks of the project without a prediction of `version` (id and data only). Labeled
@@ -63,6 +70,11 @@ class Preannotator:
         result = PreannotateResult(version)
         clock = time.perf_counter()
         tasks = self.pending_tasks(version)
+        if self.records is not None:  # hidden tasks never carry a prediction in Label Studio: once a version
+            done = self.records.recorded_keys(version)  # has recorded theirs, there is nothing left to do
+            tasks = [t for t in tasks if arm_of(t["data"]) == SHOWN or t["data"].get("task_key") not in done]
+        else:
+            tasks = [t for t in tasks if arm_of(t["data"]) == SHOWN]
         result.phases["list"] = time.perf_counter() - clock
         result.pending = len(tasks)
         if on_total:
@@ -71,7 +83,12 @@ class Preannotator:
         for start in range(0, len(tasks), self.chunk):
             part = tasks[start:start + self.chunk]
             clock = time.perf_counter()
-            answers = self.model.predict(part, label_config=label_config)
+            if self.records is not None:
+                rows = [r for r in self.model.prediction_records(part) if r]
+                self.records.record_predictions(rows)
+                result.recorded += len(rows)
+            part = [t for t in part if arm_of(t["data"]) == SHOWN]
+            answers = self.model.predict(part, label_config=label_config) if part else []
             result.phases["predict"] = result.phases.get("predict", 0.0) + time.perf_counter() - clock
             predictions = []
             for task, answer in zip(part, answers):
@@ -86,7 +103,7 @@ class Preannotator:
                 result.phases["import"] = result.phases.get("import", 0.0) + time.perf_counter() - clock
                 result.pushed += len(predictions)
             if on_chunk:
-                on_chunk(len(part))
+                on_chunk(len(tasks[start:start + self.chunk]))
         result.seconds = round(time.perf_counter() - started, 3)
         result.phases = {k: round(v, 3) for k, v in result.phases.items()}
         return result
@@ -98,7 +115,8 @@ def preannotate_task() -> dict:
     rt = current_runtime()
     try:
         model = rt.serving_model
-        return Preannotator(rt.client, model, rt.rating_project, rt.jobs.preannotate_chunk).run().as_dict()
+        return Preannotator(rt.client, model, rt.rating_project, rt.jobs.preannotate_chunk,
+                            StudyRecords(rt.store)).run().as_dict()
     except Exception as exc:
         retryable = as_retryable(exc)
         if retryable is exc:

@@ -66,6 +66,15 @@ def _user_id(user) -> int | None:
         return None
 
 
+def _seconds(value) -> float | None:
+    """Label Studio's lead_time (seconds on the task) when it is a sane number, else None."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if 0 <= seconds < 10 ** 7 else None
+
+
 def parse_profile_result(result: list[dict], taxonomy: Taxonomy) -> tuple[dict, list[str]]:
     """Questionnaire answers -> (valid {field: value}, the profile fields whose answers were invalid)."""
     answers = parse_profile_annotation(result, taxonomy)
@@ -165,7 +174,9 @@ class LabelSync:
         changed = self.store.upsert_annotation(
             ann_id, int(annotation["task"]), conversation_id, turn_index, rater,
             updated_at, values, expectation, comment, author_id=author, quarantine=quarantine,
-            changed_by=_user_id(annotation.get("updated_by")) or author)
+            changed_by=_user_id(annotation.get("updated_by")) or author, lead_time=_seconds(annotation.get("lead_time")),
+            created_at=iso_time(annotation.get("created_at")) if annotation.get("created_at") else None,
+            repeat_of=task_data.get("repeat_of") or None)
         result.credited += bool(changed and rater is not None)
         if changed:
             result.upserted += 1

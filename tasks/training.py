@@ -21,7 +21,7 @@ import shutil
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 from celery import shared_task
@@ -130,8 +130,9 @@ class Retrainer:
     """Train on the store's ratings, compare with the served version on the held-out slice, promote."""
 
     def __init__(self, store, registry: ModelRegistry, taxonomy: Taxonomy, holdout_fraction: float = 0.2,
-                 keep_versions: int = 5, tolerance: float = 0.0, min_items: int = 10):
+                 keep_versions: int = 5, tolerance: float = 0.0, min_items: int = 10, quality=None):
         self.store = store
+        self.quality = quality  # sense7.research.quality.QualityPolicy: flagged raters left out; None = keep all
         self.registry = registry
         self.taxonomy = taxonomy
         self.holdout_fraction = holdout_fraction
@@ -150,6 +151,14 @@ class Retrainer:
                     removed.append(path.name)
         return removed
 
+    def _excluded_raters(self) -> set[str]:
+        """Raters the quality policy leaves out of training (flagged, with training = "exclude")."""
+        if self.quality is None or self.quality.training != "exclude":
+            return set()
+        from sense7.research.study import flagged_weights
+
+        return {rater for rater, weight in flagged_weights(self.store, self.quality).items() if weight == 0}
+
     def run(self, reason: str = "manual") -> RetrainResult:
         from sense7.data.dataset import build_items
         from sense7.model.bundle import train_bundle
@@ -157,6 +166,9 @@ class Retrainer:
         self.clean_staging()
         serving = self.registry.current()
         data = self.store.rating_data(self.taxonomy)
+        excluded = self._excluded_raters()
+        if excluded:
+            data = replace(data, ratings=data.ratings[~data.ratings["rater_id"].isin(excluded)])
         if data.ratings.empty:
             return RetrainResult("skipped", None, serving, "no ratings in the store yet")
         held = holdout_conversations(data.ratings["conversation_id"], self.holdout_fraction)
@@ -187,6 +199,7 @@ class Retrainer:
             "n_train_ratings": int(len(train.ratings)), "n_holdout_conversations": len(held),
             "holdout": candidate, "served_on_holdout": served and {"version": serving, **served},
             "baseline_majority": baseline, "promoted": promote, "bundle": dict(bundle.metrics or {}),
+            "excluded_raters": len(excluded),
         }
         bundle.metrics = metrics
         self.registry.add(bundle, version, metrics)
@@ -239,7 +252,8 @@ def run_retrain(runtime, redis_url: str, reason: str) -> dict:
     try:
         with retrain_lock(redis_url, ttl=jobs.retrain_lock_ttl):
             registry = ModelRegistry(runtime.settings.model_dir)
-            retrainer = Retrainer(runtime.store, registry, runtime.taxonomy, keep_versions=jobs.keep_versions)
+            retrainer = Retrainer(runtime.store, registry, runtime.taxonomy, keep_versions=jobs.keep_versions,
+                                  quality=runtime.settings.quality)
             result = retrainer.run(reason)
     except RetrainBusy as exc:
         return RetrainResult("skipped", None, ModelRegistry(runtime.settings.model_dir).current(), str(exc)).as_dict()

@@ -13,6 +13,8 @@ under SENSE7_HOME/run, and `sense7 down` (or Ctrl-C during the demo) stops exact
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import sys
 import time
@@ -23,6 +25,7 @@ import typer
 
 from sense7.cli._common import console, err_console, fail, settings
 from sense7.data import synth
+from sense7.files import write_private
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.server import LabelStudioServer
 from sense7.processes import ManagedProcess, ProcessError
@@ -108,6 +111,8 @@ def demo(
     n_conversations: int = typer.Option(80, "--n-conversations", help="size of the synthetic study"),
     n_raters: int = typer.Option(6, "--n-raters", help="raters in the synthetic study"),
     seed: int = typer.Option(7, help="seed of the synthetic study"),
+    copy_probability: float = typer.Option(0.3, min=0.0, max=1.0, help="how often a simulated rater keeps a "
+                                           "shown pre-fill (the anchoring the study then measures)"),
 ) -> None:
     """The main job: a running, learning, pre-annotated SENSE-7 project, then where to look.
 
@@ -117,7 +122,7 @@ def demo(
     cfg = settings()
     started: list = []  # what this run started, stopped again on Ctrl-C or failure
     try:
-        _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started)
+        _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started, copy_probability)
     except (KeyboardInterrupt, Exception) as exc:
         for stop in reversed(started):
             stop()
@@ -131,7 +136,7 @@ def demo(
         raise fail(str(exc) if isinstance(exc, JobWaitTimeout) else f"{type(exc).__name__}: {exc}")
 
 
-def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started) -> None:
+def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started, copy_probability=0.3) -> None:
     from sense7.data.formats import read_conversations, read_raters, read_ratings
     from sense7.data.store import Store
     from sense7.labelstudio.importer import import_conversations, import_profile_tasks
@@ -195,7 +200,9 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
     # New tasks carry the served version's pre-annotations in the same bulk request that creates them.
     predict = build_model(cfg).import_predictor(client.projects.get(rating_id).label_config)
     with phases.phase(f"import {len(live)} conversations as tasks with {first_version} pre-annotations"):
-        result = import_conversations(client, rating_id, live, store, predict=predict)
+        # The study's pre-fill policy (default randomized) with the demo's seed, so a re-run draws the same arms.
+        design = dataclasses.replace(cfg.study, seed=cfg.study.seed or f"demo-{seed}")
+        result = import_conversations(client, rating_id, live, store, predict=predict, design=design)
         import_profile_tasks(client, profile_id, sorted({c.rater_id for c in batch}))
 
     backend = BackendServer(cfg)
@@ -238,7 +245,9 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
         with phases.phase("simulated raters rate on the rater page (their private links, over HTTP)"):
             answers = {row["rater_id"]: row.get("traits") or {} for row in traits}
             live_ratings = ratings[ratings.conversation_id.isin(live_ids)]
-            labelled = rate_through_page(links, live_ratings, answers, tax, LABEL_FRACTION)
+            behaviours = _planted_habits(sorted(links), copy_probability)
+            labelled = rate_through_page(links, live_ratings, answers, tax, LABEL_FRACTION, behaviours=behaviours,
+                                         default=behaviours["honest"], seed=seed)
         with phases.phase(f"sync {labelled} annotations -> retrain -> new version"):
             _run_job(names.RECONCILE, "the reconciliation with Label Studio", 300)
             _wait(lambda: store.counts()["annotations"] >= labelled,
@@ -255,6 +264,10 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
             new_version = registry.current()
         with phases.phase(f"refreshed pre-annotations ({new_version})"):
             _run_job(names.PREANNOTATE, "the refreshed pre-annotations", 300)
+
+    if ratings is not None:
+        with phases.phase("the study's anchoring, live accuracy and rater quality"):
+            study = _study_summary(cfg, store, tax)
 
     report = cfg.home / "report.html"
     if ratings_path is not None:
@@ -274,16 +287,53 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
         rater_id, link = next(iter(sorted(links.items())))
         console.print(f"[bold]Rater page:[/] {link}  (rater {rater_id}'s private link; every rater's in "
                       f"{cfg.home / 'links.csv'})", highlight=False)
+    if ratings is not None:
+        _print_study(study, cfg.home / "study.json")
     if report.exists():
         console.print(f"[bold]Report:[/] {report}", highlight=False)
     console.print(f"Phase timings in {timings}. Stop everything with `sense7 down`.", highlight=False)
+
+
+def _planted_habits(rater_ids: list[str], copy_probability: float) -> dict:
+    """The demo's simulated raters: honest ones (8-40 s a turn, keeping a shown pre-fill with
+    `copy_probability`), one rushing (1-2 s a turn) and one straight-lining (3 on everything): the study's
+    quality checks must flag exactly those two."""
+    from sense7.rater_page.simulate import RaterBehaviour
+
+    habits = {"honest": RaterBehaviour(copy_probability=copy_probability)}
+    if len(rater_ids) >= 4:
+        habits[rater_ids[0]] = RaterBehaviour(seconds=(1.0, 2.0), copy_probability=copy_probability)
+        habits[rater_ids[1]] = RaterBehaviour(straight_line=3)
+    return habits
+
+
+def _study_summary(cfg: Settings, store, tax) -> dict:
+    from sense7.research.study import analyze_study
+
+    result = analyze_study(store, tax, cfg.quality, n_boot=200)
+    write_private(cfg.home / "study.json", json.dumps(result, indent=1, allow_nan=False))
+    return result
+
+
+def _print_study(result: dict, path: Path) -> None:
+    anchoring = ((result.get("anchoring") or {}).get("controls") or {}).get("__all__") or {}
+    copy = anchoring.get("copy_rate") or {}
+    if copy.get("value") is not None:
+        lo, hi = copy.get("ci") or (None, None)
+        ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None else ""
+        console.print(f"[bold]Anchoring:[/] raters kept a shown pre-fill {copy['value']:.0%} of the time{ci} "
+                      f"(arms: {result['arms']})", highlight=False)
+    flagged = result["quality"]["flagged"]
+    raters = result["quality"]["raters"]
+    console.print("[bold]Rater quality:[/] " + ("; ".join(
+        f"{r}: {', '.join(f['flag'] for f in raters[r]['flags'])}" for r in flagged) or "no rater flagged")
+        + f"  (details in {path})", highlight=False)
 
 
 def _demo_links(cfg: Settings, store, rater_ids: list[str]) -> dict[str, str]:
     """A fresh private link per simulated rater (only hashes are stored, so the demo makes new ones each
     run), written to SENSE7_HOME/links.csv (0600)."""
     from sense7.data.raterpage import LinkBook
-    from sense7.files import write_private
 
     book, base = LinkBook(store), cfg.rater_page.public_url
     links = {r: f"{base}/r/{book.issue(r, rotate=True)}" for r in rater_ids}

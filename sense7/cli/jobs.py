@@ -172,12 +172,14 @@ def preannotate(
     if enqueue:
         _enqueue(names.PREANNOTATE)
         return
+    from sense7.data.study import StudyRecords
     from sense7.ml_backend.model import ModelUnavailable
     from sense7.tasks.preannotate import Preannotator
 
     rt = _runtime()
     with label_studio_errors(cfg), _SdkErrors():
-        pre = Preannotator(rt.client, rt.serving_model, rt.rating_project, chunk or rt.jobs.preannotate_chunk)
+        pre = Preannotator(rt.client, rt.serving_model, rt.rating_project, chunk or rt.jobs.preannotate_chunk,
+                           StudyRecords(rt.store))
         with progress() as bar:
             job = bar.add_task("Pre-annotating", total=None)
             try:
@@ -186,7 +188,8 @@ def preannotate(
             except ModelUnavailable as exc:
                 raise fail(str(exc))
     rate = result.pushed / result.seconds if result.seconds else 0.0
-    console.print(f"{result.pushed} predictions of {result.version} pushed ({result.pending} tasks were pending, "
+    console.print(f"{result.pushed} predictions of {result.version} pushed, {result.recorded} recorded "
+                  f"({result.pending} tasks were pending, "
                   f"{len(result.failed)} failed) in {result.seconds:.1f} s ({rate:.0f} tasks/s)")
     for problem in result.failed[:10]:
         console.print(f"[yellow]failed[/] {problem}", highlight=False)

@@ -70,6 +70,11 @@ annotations = Table(
     # Why this annotation is not attributed to any rater (author not a known rater, not the task's rater):
     # kept, listed and counted, but never trained on and never turned into traits.
     Column("quarantine", String(300), nullable=True),
+    Column("lead_time", Float, nullable=True),      # seconds the rater spent on the task (Label Studio's)
+    Column("created_at", String(64), nullable=True),  # when Label Studio first had it, ISO text
+    # The task key of the turn this annotation rates again (a test-retest repeat, sense7.data.study): kept
+    # for rater quality, never trained on and never counted as a second rating of the turn.
+    Column("repeat_of", String(300), nullable=True),
 )
 
 # Every change of a synced rating, oldest first: who (Label Studio user id), when, the state before and
@@ -160,6 +165,45 @@ submissions = Table(
     Column("last_error", String(300), nullable=True),
 )
 
+# -- the study's design (sense7.data.study): the pre-fill arm every task drew, and every prediction made
+# before its rater saw the task (shown or not), so that anchoring and live accuracy can be measured.
+task_arms = Table(
+    "task_arms", metadata,
+    Column("task_key", String(400), primary_key=True),
+    Column("conversation_id", String(200), nullable=False),
+    Column("turn_index", Integer, nullable=False),
+    Column("rater_id", String(200), nullable=False, index=True),
+    Column("arm", String(16), nullable=False),           # shown | hidden
+    Column("policy", String(16), nullable=False),        # shown | hidden | randomized
+    Column("shown_share", Float, nullable=False),
+    Column("seed", String(64), nullable=False),
+    Column("repeat_of", String(400), nullable=True),     # a test-retest repeat of this task key
+    Column("drawn_at", DateTime(timezone=True), nullable=False),
+)
+
+recorded_predictions = Table(
+    "recorded_predictions", metadata,
+    Column("task_key", String(400), primary_key=True),
+    Column("version", String(100), primary_key=True),
+    Column("rater_id", String(200), nullable=False, index=True),
+    Column("conversation_id", String(200), nullable=False),
+    Column("turn_index", Integer, nullable=False),
+    Column("arm", String(16), nullable=False),
+    Column("kind", String(16), nullable=False),          # personalized | traits | generic
+    Column("levels", JSON, nullable=False),              # {control: most likely level} (what is shown)
+    Column("expected", JSON, nullable=False),            # {control: expected rating}
+    Column("generic_levels", JSON, nullable=False),      # the generic model's, for the same task
+    Column("generic_expected", JSON, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+)
+
+# Study-wide values drawn once and kept (the pre-fill seed when SENSE7_PREFILL_SEED is not given).
+study_values = Table(
+    "study_values", metadata,
+    Column("name", String(100), primary_key=True),
+    Column("value", String(300), nullable=False),
+)
+
 RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
 
 
@@ -185,7 +229,9 @@ class Store:
         self._create_tables()
 
     # Columns added after a store's first release: (table, column, SQL type) added to older databases.
-    _ADDED_COLUMNS = (("annotations", "author_id", "INTEGER"), ("annotations", "quarantine", "VARCHAR(300)"))
+    _ADDED_COLUMNS = (("annotations", "author_id", "INTEGER"), ("annotations", "quarantine", "VARCHAR(300)"),
+                      ("annotations", "lead_time", "FLOAT"), ("annotations", "created_at", "VARCHAR(64)"),
+                      ("annotations", "repeat_of", "VARCHAR(300)"))
 
     def _add_missing_columns(self) -> None:
         from sqlalchemy import inspect, text
@@ -313,7 +359,8 @@ class Store:
                           rater_id: str | None, updated_at: str, values: dict[str, int],
                           expectation: str | None = None, comment: str | None = None, *,
                           author_id: int | None = None, changed_by: int | None = None,
-                          quarantine: str | None = None) -> bool:
+                          quarantine: str | None = None, lead_time: float | None = None,
+                          created_at: str | None = None, repeat_of: str | None = None) -> bool:
         """Insert or update one annotation with its ratings, keeping the change in the history. Returns
         False when nothing changed (the same or an older version was already stored), so a replayed
         webhook is a no-op. `quarantine`: why no rater is credited (then rater_id must be None)."""
@@ -329,7 +376,8 @@ class Store:
                 "annotation_id": annotation_id, "task_id": task_id, "conversation_id": conversation_id,
                 "turn_index": turn_index, "rater_id": rater_id, "updated_at": updated_at,
                 "expectation": expectation, "comment": comment, "deleted": False, "author_id": author_id,
-                "quarantine": quarantine}], ["annotation_id"])
+                "quarantine": quarantine, "lead_time": lead_time, "created_at": created_at,
+                "repeat_of": repeat_of}], ["annotation_id"])
             conn.execute(delete(ratings).where(ratings.c.annotation_id == annotation_id))
             if values:
                 conn.execute(ratings.insert(), [{"annotation_id": annotation_id, "control": k, "value": int(v)}
@@ -437,7 +485,7 @@ class Store:
                         ratings.c.control, ratings.c.value)
                  .join(ratings, ratings.c.annotation_id == annotations.c.annotation_id)
                  .where(annotations.c.deleted.is_(False), annotations.c.rater_id.is_not(None),
-                        annotations.c.quarantine.is_(None)))
+                        annotations.c.quarantine.is_(None), annotations.c.repeat_of.is_(None)))
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
         frame = pd.DataFrame(rows, columns=RATING_COLUMNS)
@@ -466,7 +514,8 @@ class Store:
         query = (select(annotations.c.conversation_id, annotations.c.turn_index, annotations.c.rater_id,
                         annotations.c.expectation)
                  .where(annotations.c.deleted.is_(False), annotations.c.rater_id.is_not(None),
-                        annotations.c.quarantine.is_(None), annotations.c.expectation.is_not(None)))
+                        annotations.c.quarantine.is_(None), annotations.c.expectation.is_not(None),
+                        annotations.c.repeat_of.is_(None)))
         with self.engine.connect() as conn:
             return pd.DataFrame(conn.execute(query).all(),
                                 columns=["conversation_id", "turn_index", "rater_id", "expectation"])

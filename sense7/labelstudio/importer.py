@@ -7,7 +7,11 @@ message on, for turns nobody has rated yet, and refuses (again writing nothing) 
 
 Pre-annotations travel with the tasks: given `predict` (the served model's, injected by the caller: this
 package never imports the ML backend), each new task carries its prediction in the same bulk import request
-that creates it. A task the model cannot predict is imported without one (the pre-annotate job fills it)."""
+that creates it. A task the model cannot predict is imported without one (the pre-annotate job fills it).
+
+The study's design (`design`, sense7.data.study) is drawn here: every new task gets its pre-fill arm in
+`data.prefill` and each rater some repeat tasks; every prediction is recorded in the store before the task
+reaches Label Studio, and only shown-arm tasks carry theirs into Label Studio."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 
 from label_studio_sdk import LabelStudio
 
+from sense7.data import study
 from sense7.data.conversations import Conversation
 from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
@@ -90,12 +95,13 @@ def plan_tasks(conversations: list[Conversation]) -> list[dict]:
 def import_conversations(client: LabelStudio, project_id: int, conversations: list[Conversation],
                          store: Store, on_progress: Callable[[int], None] | None = None,
                          on_total: Callable[[int], None] | None = None, replace: bool = False,
-                         predict: Predict | None = None) -> ImportResult:
+                         predict: Predict | None = None, design=None) -> ImportResult:
     """`conversations` must already be validated (sense7.data.formats). Raises ReimportConflict, having
     written nothing, when a conversation's text changed (see the module's docstring).
 
     `predict`: see the module's docstring; called once per import chunk, after the store holds the
-    batch's contexts (the model reads them from there).
+    batch's contexts (the model reads them from there). `design` (settings.study): the study's pre-fill
+    policy and repeats; None imports plain tasks (no arm: shown, no repeats).
 
     Our store gets the texts and contexts first: if Label Studio then fails half-way, a retry skips
     what was imported and the store upsert is a no-op, so retries are idempotent."""
@@ -115,28 +121,40 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
                 client.tasks.delete(task.id)
                 replaced += 1
     tasks = plan_tasks(conversations)
+    records = study.StudyRecords(store)
+    if design is not None:
+        seed = records.seed(design)
+        tasks = study.plan(tasks, design, seed)
     existing = ls_client.task_keys(client, project_id)
     new = [t for t in tasks if t["data"]["task_key"] not in existing]
     if on_total:
         on_total(len(new))
     store.upsert_conversations(conversations)
+    if design is not None:
+        records.record_arms(new, design, seed)
     predicted = 0
     if predict is None or not new:
         ls_client.import_tasks(client, project_id, new, on_chunk=on_progress)
     else:
-        predicted = _import_with_predictions(client, project_id, new, predict, on_progress)
+        predicted = _import_with_predictions(client, project_id, new, predict, on_progress, records)
     return ImportResult(len({(c.conversation_id, c.rater_id) for c in conversations}), len(tasks), len(new),
                         len(tasks) - len(new), replaced, predicted)
 
 
-def with_predictions(tasks: list[dict], predict: Predict) -> tuple[list[dict], int]:
-    """Copies of `tasks`, each with `"predictions": [its prediction]` where `predict` gave one."""
+def with_predictions(tasks: list[dict], predict: Predict,
+                     records: study.StudyRecords | None = None) -> tuple[list[dict], int]:
+    """Copies of `tasks`, each with `"predictions": [its prediction]` where `predict` gave one and the
+    task's arm shows it. With `records`, every task's prediction (either arm) is recorded first, when
+    `predict` can make records (`predict.records`, as the ML backend's ImportPredictor)."""
+    if records is not None and hasattr(predict, "records"):
+        records.record_predictions([r for r in predict.records([{"data": t["data"]} for t in tasks]) if r])
     answers = predict([{"data": t["data"]} for t in tasks])
     if len(answers) != len(tasks):
         raise RuntimeError(f"predict returned {len(answers)} predictions for {len(tasks)} tasks")
     out, n = [], 0
     for task, prediction in zip(tasks, answers):
-        if prediction and prediction.get("result") and not prediction.get("error"):
+        if prediction and prediction.get("result") and not prediction.get("error") \
+                and study.arm_of(task["data"]) == study.SHOWN:
             task = {**task, "predictions": [{k: prediction[k] for k in ("result", "score", "model_version")
                                              if k in prediction}]}
             n += 1
@@ -145,7 +163,8 @@ def with_predictions(tasks: list[dict], predict: Predict) -> tuple[list[dict], i
 
 
 def _import_with_predictions(client: LabelStudio, project_id: int, tasks: list[dict], predict: Predict,
-                             on_progress: Callable[[int], None] | None) -> int:
+                             on_progress: Callable[[int], None] | None,
+                             records: study.StudyRecords | None = None) -> int:
     """One bulk import request per chunk, each task with its prediction. Label Studio sets an empty project
     `model_version` to the last imported prediction's; ours stays empty (DESIGN.md: the editor then
     pre-fills from whatever prediction a task has), so it is put back."""
@@ -153,7 +172,7 @@ def _import_with_predictions(client: LabelStudio, project_id: int, tasks: list[d
     predicted, sent = 0, False
     try:
         for start in range(0, len(tasks), ls_client.IMPORT_CHUNK):
-            part, n = with_predictions(tasks[start:start + ls_client.IMPORT_CHUNK], predict)
+            part, n = with_predictions(tasks[start:start + ls_client.IMPORT_CHUNK], predict, records)
             sent = sent or n > 0
             ls_client.import_tasks(client, project_id, part, on_chunk=on_progress)
             predicted += n

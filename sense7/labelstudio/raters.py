@@ -18,6 +18,7 @@ from typing import Any
 from label_studio_sdk import LabelStudio
 
 from sense7.data.store import Store
+from sense7.data.study import SHOWN, arm_of
 from sense7.labelstudio.client import list_tasks
 from sense7.labelstudio.protocol import parse_annotation
 from sense7.taxonomy import Taxonomy
@@ -99,19 +100,24 @@ def _queue_item(task, kind: str, account: int | None, taxonomy: Taxonomy) -> dic
                             "conversation_id": None, "turn_index": None, "position": -1, "data": {}}
     if kind == "profile":
         return item
-    prediction = _latest([dict(p) for p in (task.predictions or [])])
+    # The study's hidden arm (sense7.data.study) never shows a prediction, whatever Label Studio holds.
+    prediction = _latest([dict(p) for p in (task.predictions or [])]) if arm_of(data) == SHOWN else None
     if prediction:
         values, expectation, _ = parse_annotation(prediction.get("result") or [], taxonomy)
-        item["prediction"] = {"version": prediction.get("model_version"), "values": values,
-                              "expectation": expectation}
+        if values:
+            item["prediction"] = {"version": prediction.get("model_version"), "values": values,
+                                  "expectation": expectation}
     return {**item, "conversation_id": data.get("conversation_id"), "turn_index": data.get("turn_index"),
-            "data": {"history": data.get("history") or [], "turn": data.get("turn") or []}}
+            "data": {"history": data.get("history") or [], "turn": data.get("turn") or [],
+                     "repeat": bool(data.get("repeat_of"))}}
 
 
 def _in_order(items: list[dict]) -> list[dict]:
-    """The order the page asks: the questionnaire, then the turns conversation by conversation."""
+    """The order the page asks: the questionnaire, then the turns conversation by conversation, then the
+    turns the study shows a second time (repeats, sense7.data.study), so they come back later."""
     ratings = sorted((i for i in items if i["kind"] == "rating"),
-                     key=lambda i: (str(i["conversation_id"]), int(i["turn_index"] or 0)))
+                     key=lambda i: (bool(i["data"].get("repeat")), str(i["conversation_id"]),
+                                    int(i["turn_index"] or 0)))
     for position, item in enumerate(ratings):
         item["position"] = position
     return [i for i in items if i["kind"] == "profile"][:1] + ratings

@@ -119,6 +119,10 @@ class Predictions:
     probs: np.ndarray  # (items, controls, levels)
     levels: np.ndarray  # the rating of each level column
 
+    def expected(self) -> np.ndarray:
+        """Expected rating (items, controls) under the probabilities."""
+        return self.probs @ self.levels.astype(float)
+
     def best(self) -> tuple[np.ndarray, np.ndarray]:
         """(most likely level, its probability), each (items, controls)."""
         best = self.probs.argmax(axis=2)
@@ -174,6 +178,13 @@ class CompiledBundle:
         )
         self._raters_for = (traits, table)
         return table
+
+    def predict_generic(self, columns: dict) -> Predictions:
+        """The generic model's probabilities for every item, whoever its rater (recorded next to the served
+        prediction, so live evaluation can compare the two on the same ratings)."""
+        n = len(self.controls)
+        nobody = RaterTable(index={}, coef=np.zeros((0, n, 1)), common=np.zeros(0), known=np.zeros(0, bool))
+        return self.predict(columns, nobody)
 
     def predict(self, columns: dict, raters: RaterTable) -> Predictions:
         """Probabilities for the items of `columns` (sense7.labelstudio.protocol.task_columns)."""

@@ -49,10 +49,14 @@ class Progress:
 
 def progress_of(items: list[QueueItem], current: QueueItem) -> Progress:
     ratings = [i for i in items if i.kind == "rating"]
-    conversations = list(dict.fromkeys(i.conversation_id for i in ratings))
-    same = [i for i in ratings if i.conversation_id == current.conversation_id]
+
+    def group(item: QueueItem) -> tuple:  # a turn shown again later counts with the other repeats
+        return bool((item.data or {}).get("repeat")), item.conversation_id
+
+    conversations = list(dict.fromkeys(map(group, ratings)))
+    same = [i for i in ratings if group(i) == group(current)]
     return Progress(turn_number=same.index(current) + 1, turns_in_conversation=len(same),
-                    conversation_number=conversations.index(current.conversation_id) + 1,
+                    conversation_number=conversations.index(group(current)) + 1,
                     conversations=len(conversations), done=sum(i.answer is not None for i in ratings),
                     total=len(ratings))
 
@@ -230,7 +234,8 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         ratings = [i for i in items if i.kind == "rating"]
         position = ratings.index(item)
         prefill = None
-        if answer is None and item.prediction:  # the study's pre-fill: shown (the model's guess of this rater)
+        # The study's pre-fill (sense7.data.study): only shown-arm turns have a prediction in the queue.
+        if answer is None and item.prediction and item.prediction.get("values"):
             prefill = item.prediction
         return render_template("task.html", tax=tax, item=item, answer=answer or prefill or {},
                                prefilled=prefill is not None, problems=problems, revision=revision,

@@ -1,12 +1,15 @@
 """Simulated raters for the demo and the benchmark: each opens their private link and rates over HTTP,
 exactly as a person's browser does (questionnaire first, then turns in the page's order), with the ratings
-the synthetic rater gave (ratings.csv)."""
+the synthetic rater gave (ratings.csv), and with habits a study must detect (`RaterBehaviour`): keeping a
+shown pre-fill with some probability (anchoring), rushing, straight-lining."""
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import pandas as pd
 import requests
@@ -15,6 +18,17 @@ from sense7.taxonomy import Taxonomy
 
 _FIELD = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
 _FORM = re.compile(r'data-conversation="([^"]*)" data-turn="(-?\d+)"')
+_CHECKED = re.compile(r'<input type="radio" name="([^"]+)" value="(\d+)" required checked>')
+
+
+@dataclass(frozen=True)
+class RaterBehaviour:
+    """How a simulated rater answers. Time on a turn is drawn from `seconds` and claimed through the form's
+    rendered_at (the page measures lead time from it), so a simulation need not wait in real time."""
+
+    seconds: tuple[float, float] = (8.0, 40.0)  # time spent on a turn, uniform
+    copy_probability: float = 0.0               # keeps a shown pre-fill (every control) with this probability
+    straight_line: int | None = None            # gives this level to every control of every turn
 
 
 def _hidden(html: str) -> dict[str, str]:
@@ -45,40 +59,59 @@ class SimulatedRater:
         found = _FORM.search(self.page.text) if self.page is not None else None
         return (found.group(1), int(found.group(2))) if found else None
 
-    def rate(self, values: dict[str, int], expectation: str) -> None:
-        form = {**_hidden(self.page.text), **{k: str(v) for k, v in values.items()},
-                self.taxonomy.expectation_key: expectation}
+    def prefill(self) -> dict[str, int] | None:
+        """The pre-filled levels the page shows now (None when it shows no pre-fill)."""
+        if self.page is None or 'id="prefill-note"' not in self.page.text:
+            return None
+        controls = set(self.taxonomy.controls)
+        return {name: int(level) for name, level in _CHECKED.findall(self.page.text) if name in controls}
+
+    def rate(self, values: dict[str, int], expectation: str, seconds: float | None = None) -> None:
+        hidden = _hidden(self.page.text)
+        if seconds is not None and hidden.get("rendered_at"):
+            hidden["rendered_at"] = str(float(hidden["rendered_at"]) - seconds)
+        form = {**hidden, **{k: str(v) for k, v in values.items()}, self.taxonomy.expectation_key: expectation}
         action = re.search(r'<form method="post" action="([^"]+)"', self.page.text).group(1)
         self.page = self.http.post(f"{self.base}{action}", data=form, timeout=self.timeout)
         self.page.raise_for_status()
 
 
 def rate_through_page(links: dict[str, str], ratings: pd.DataFrame, traits: dict[str, dict], taxonomy: Taxonomy,
-                      fraction: float, workers: int = 4, on_done: Callable[[], None] | None = None) -> int:
+                      fraction: float, workers: int = 4, on_done: Callable[[], None] | None = None,
+                      behaviours: dict[str, RaterBehaviour] | None = None,
+                      default: RaterBehaviour = RaterBehaviour(), seed: int = 0) -> int:
     """Each rater with a link answers the questionnaire (with their traits) and rates the first `fraction`
-    of their turns in the page's order, with their ratings from `ratings` (long ratings.csv frame).
-    Returns the number of turns rated."""
+    of their turns in the page's order, with their ratings from `ratings` (long ratings.csv frame) as
+    `behaviours[rater]` (else `default`) says. Returns the number of turns rated."""
     by_turn = {key: dict(zip(group["dimension"], group["rating"])) for key, group in
                ratings.dropna(subset=["turn_index"]).groupby(["conversation_id", "turn_index", "rater_id"])}
     per_rater = ratings.dropna(subset=["turn_index"]).groupby("rater_id")[["conversation_id", "turn_index"]] \
         .apply(lambda g: len(g.drop_duplicates())).to_dict()
 
     def one(rater_id: str) -> int:
+        habit = (behaviours or {}).get(rater_id, default)
+        rng = random.Random(f"{seed}:{rater_id}")
         rater = SimulatedRater(links[rater_id], taxonomy)
         rater.open()
         if rater.page.url.endswith("/profile"):
             rater.answer_profile({k: v for k, v in (traits.get(rater_id) or {}).items()
                                   if k in {f.key for f in taxonomy.profile_fields}})
-        quota = max(1, round(per_rater.get(rater_id, 0) * fraction))
+        # fraction >= 1: everything the page asks, turns it shows a second time included
+        quota = float("inf") if fraction >= 1 else max(1, round(per_rater.get(rater_id, 0) * fraction))
         done = 0
         while done < quota and (turn := rater.current_turn()) is not None:
             given = by_turn.get((turn[0], turn[1], rater_id))
             if given is None:  # a turn without a synthetic rating: this simulated rater stops here
                 break
             expectation = given.get(taxonomy.expectation_key)
-            rater.rate({c: int(given[c]) for c in taxonomy.controls if c in given},
-                       taxonomy.expectation_values[int(expectation) - 1] if expectation else
-                       taxonomy.expectation_values[0])
+            values = {c: int(given[c]) for c in taxonomy.controls if c in given}
+            shown = rater.prefill()
+            if habit.straight_line is not None:
+                values = {c: habit.straight_line for c in values}
+            elif shown and rng.random() < habit.copy_probability:
+                values = {c: shown.get(c, v) for c, v in values.items()}
+            rater.rate(values, taxonomy.expectation_values[int(expectation) - 1] if expectation else
+                       taxonomy.expectation_values[0], seconds=rng.uniform(*habit.seconds))
             done += 1
             if on_done:
                 on_done()

@@ -1,0 +1,141 @@
+"""Issue 15 on the real stack: a randomized study rated through the rater page by simulated raters, two of
+whom are planted bad ones (rushing, straight-lining). The hidden arm shows no pre-fill, the quality checks
+flag exactly the two planted raters, live metrics use hidden-arm ratings only, and `sense7 status --json`
+counts what the store holds."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+
+import pandas as pd
+import pytest
+from sqlalchemy import func, select
+
+from sense7.data import synth
+from sense7.data.raterpage import LinkBook
+from sense7.data.store import annotations
+from sense7.data.study import HIDDEN, SHOWN, StudyRecords
+from sense7.labelstudio.importer import import_conversations, import_profile_tasks, plan_tasks
+from sense7.labelstudio.protocol import webhook_headers
+from sense7.processes import free_port
+from sense7.settings import QualityPolicy, StudyDesign
+from tests.jobs.conftest import VENV_BIN
+from tests.jobs.helpers import make_conversations, make_raters, wait_for
+from tests.rater_page.conftest import start_page
+
+pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
+
+RUSHING, STRAIGHT = "qs1", "qs2"
+
+
+def _ratings(conversations, taxonomy, seed: int = 3) -> pd.DataFrame:
+    """Honest synthetic answers: levels that vary across controls and turns."""
+    rng = random.Random(seed)
+    rows = []
+    for task in plan_tasks(conversations):
+        d = task["data"]
+        for control in taxonomy.controls:
+            rows.append((d["conversation_id"], d["turn_index"], d["rater_id"], control, rng.randint(1, 5)))
+        rows.append((d["conversation_id"], d["turn_index"], d["rater_id"], taxonomy.expectation_key, rng.randint(1, 3)))
+    return pd.DataFrame(rows, columns=["conversation_id", "turn_index", "rater_id", "dimension", "rating"])
+
+
+def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports_status(job_stack):
+    from sense7.ml_backend.model import build_model
+    from sense7.tasks.delivery import refresh_queues
+    from sense7.tasks.sync import LabelSync
+
+    from sense7.model.bundle import train_bundle
+    from sense7.model.registry import ModelRegistry
+    from sense7.rater_page.simulate import RaterBehaviour, rate_through_page
+    from sense7.research.study import analyze_study
+
+    stack = job_stack
+    rt = stack.runtime()
+    tax = rt.taxonomy
+    registry = ModelRegistry(rt.settings.model_dir)
+    registry.add(train_bundle(synth.generate(30, 6, seed=2).rating_data(), "v1"), "v1")
+    registry.promote("v1")
+    raters = make_raters(6, prefix="qs")
+    ids = [r["rater_id"] for r in raters]
+    rt.store.upsert_raters(raters)
+    convs = make_conversations(ids, per_rater=3, turns=4, prefix="qs")
+    label_config = rt.client.projects.get(rt.rating_project).label_config
+    design = StudyDesign("randomized", shown_share=0.5, seed="qs", repeat_share=0.2)
+    import_conversations(rt.client, rt.rating_project, convs, rt.store,
+                         predict=build_model(rt.settings).import_predictor(label_config), design=design)
+    import_profile_tasks(rt.client, rt.profile_project, ids)
+    stack.start_backend()
+    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
+    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2"})
+    port = free_port()
+    start_page(stack, port)
+    url = f"http://127.0.0.1:{port}"
+    book = LinkBook(rt.store)
+    links = {r: f"{url}/r/{book.issue(r)}" for r in ids}
+    refresh_queues(rt, ids)
+
+    # Before anyone rates: a hidden-arm turn shows no pre-fill on the page, a shown-arm turn does.
+    arms = dict(zip(*StudyRecords(rt.store).arms_frame()[["task_key", "arm"]].T.values))
+    tasks = [t for t in rt.client.tasks.list(project=rt.rating_project, include="id,data", page_size=1000)
+             if t.data["rater_id"] == "qs3"]
+    session = __import__("requests").Session()
+    assert session.get(links["qs3"], timeout=30).status_code == 200
+    seen = set()
+    for task in tasks:
+        page = session.get(f"{url}/task/{task.id}", timeout=30).text
+        arm = arms[task.data["task_key"]]
+        seen.add(arm)
+        assert ('id="prefill-note"' in page) == (arm == SHOWN), task.data["task_key"]
+        if arm == HIDDEN:
+            assert " checked>" not in page.split('name="' + tax.expectation_key)[0]
+    assert seen == {SHOWN, HIDDEN}
+
+    behaviours = {RUSHING: RaterBehaviour(seconds=(1.0, 2.0)), STRAIGHT: RaterBehaviour(straight_line=3)}
+    traits = {r["rater_id"]: r["traits"] for r in raters}
+    rated = rate_through_page(links, _ratings(convs, tax), traits, tax, 1.0, behaviours=behaviours,
+                              default=RaterBehaviour(copy_probability=0.5), seed=1)
+    assigned = 6 * 12 + 6 * 3  # 12 turns each, plus ceil(0.2 x 12) = 3 repeats each
+    assert rated == assigned
+
+    def credited() -> int:
+        with rt.store.engine.connect() as conn:
+            return conn.scalar(select(func.count()).select_from(annotations).where(
+                annotations.c.deleted.is_(False), annotations.c.rater_id.is_not(None),
+                annotations.c.quarantine.is_(None)))
+
+    wait_for(lambda: credited() == assigned, timeout=300, what="every rating in the store")
+
+    result = analyze_study(rt.store, tax, QualityPolicy(), n_boot=200)
+    json.dumps(result, allow_nan=False)
+    quality = result["quality"]["raters"]
+    assert result["quality"]["flagged"] == [RUSHING, STRAIGHT]
+    assert [f["flag"] for f in quality[RUSHING]["flags"]] == ["too_fast"]
+    assert quality[RUSHING]["flags"][0]["evidence"]["median_seconds"] < 2.5
+    assert [f["flag"] for f in quality[STRAIGHT]["flags"]] == ["straight_lining"]
+    for rater in set(ids) - {RUSHING, STRAIGHT}:
+        assert quality[rater]["flags"] == [] and quality[rater]["retest"]["pairs"] == 3
+        assert 8 <= quality[rater]["median_seconds"] <= 40
+
+    # Live metrics come from hidden-arm ratings only (repeats excluded): one rated turn each.
+    hidden_turns = sum(1 for key, arm in arms.items() if arm == HIDDEN and "::repeat" not in key)
+    assert result["live"]["all"]["n_ratings"] == hidden_turns
+    assert result["anchoring"]["arms"]["shown"]["n_tasks"] + result["anchoring"]["arms"]["hidden"]["n_tasks"] == 6 * 12
+
+    # Retraining leaves the flagged raters out.
+    from sense7.tasks.training import Retrainer
+
+    retrained = Retrainer(rt.store, registry, tax, quality=QualityPolicy()).run("test")
+    assert retrained.metrics["excluded_raters"] == 2
+
+    # The project manager's view, through the CLI: done adds up to the store's credited annotations.
+    out = subprocess.run([str(VENV_BIN / "sense7"), "status", "--json"], env=stack.env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    status = json.loads(out.stdout)
+    assert sum(r["done"] for r in status["raters"]) == credited() == status["totals"]["done"]
+    assert {r["rater_id"]: r["assigned"] for r in status["raters"]} == {r: 15 for r in ids}
+    assert {r["rater_id"] for r in status["raters"] if r["flags"]} == {RUSHING, STRAIGHT}
+    assert status["arms"]["shown"]["done"] + status["arms"]["hidden"]["done"] == 6 * 12
