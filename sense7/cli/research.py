@@ -169,15 +169,24 @@ def analyze_command(
     boot: int = typer.Option(1000, min=10, help="bootstrap resamples for the confidence intervals"),
     json_path: Path = typer.Option(None, "--json", help="write the full result as JSON"),
     taxonomy: Path = typer.Option(None, help=TAXONOMY_HELP),
+    study: bool = typer.Option(False, "--study", help="analyze the running study in SENSE7_HOME's store instead of "
+                               "files: anchoring by the pre-fill, live accuracy, rater quality, agreement"),
+    report: Path = typer.Option(None, help="with --study: write an HTML report here"),
 ) -> None:
-    """Variance shares (rater / conversation / turn) and rating changes after failures.
+    """Variance shares (rater / conversation / turn), rating changes after failures, agreement.
 
     Per control: method-of-moments shares of rating variance due to the rater, the conversation and the
-    rest; and how ratings move on and after a continuity failure (continuity <= 2) or an unmet
-    expectation, against the rater's baseline and against the same conversation's earlier turns."""
+    rest; how ratings move on and after a continuity failure (continuity <= 2) or an unmet expectation,
+    against the rater's baseline and against the same conversation's earlier turns; Krippendorff's alpha
+    where turns have several raters. With --study: the running study's anchoring, live evaluation and
+    rater quality (sense7.research.study)."""
     from sense7.research.analysis import analyze
 
     tax = _taxonomy(taxonomy)
+    if study:
+        return _analyze_study(tax, seed, boot, json_path, report)
+    if report:
+        raise fail("--report needs --study (for files, `sense7 evaluate --report` draws the model comparison)", 2)
     loaded, name = _load(conversations, ratings, raters, wassa2024, need_conversations=False, taxonomy=tax)
     frame = getattr(loaded, "ratings", loaded)
     try:
@@ -216,9 +225,82 @@ def analyze_command(
             console.print(table)
     if not result["after_events"]:
         console.print("No per-turn continuity or expectation ratings: nothing to say about failures.")
+    result["agreement"] = _agreement(frame, tax, boot, seed)
     if json_path:
         _write_json(json_path, result)
         console.print(f"JSON: {json_path}")
+
+
+def _agreement(frame, tax, boot: int, seed: int) -> dict | None:
+    """Krippendorff's alpha per control where turns have several raters, printed; None when none has."""
+    from sense7.research.agreement import krippendorff_alpha
+
+    rated = frame[frame["dimension"].isin(tax.controls)]
+    if rated.empty:
+        return None
+    result = krippendorff_alpha(rated, list(range(1, tax.levels + 1)), n_boot=boot, seed=seed)
+    rows = [(c, b) for c, b in result["controls"].items() if b["alpha"] is not None]
+    if not rows:
+        console.print("No turn was rated by more than one rater: no agreement to measure.")
+        return result
+    table = Table(title="Agreement: Krippendorff's alpha (ordinal) on turns with several raters",
+                  caption="[95% CI, conversations resampled]")
+    for column in ("control", "alpha", "95% CI", "turns", "raters"):
+        table.add_column(column, justify="left" if column == "control" else "right")
+    for control, b in rows:
+        table.add_row(control, _num(b["alpha"]), _ci(b["ci"]), str(b["n_units"]), str(b["n_raters"]))
+    console.print(table)
+    return result
+
+
+def _analyze_study(tax, seed: int, boot: int, json_path: Path | None, report: Path | None) -> None:
+    from sense7.cli._common import settings
+    from sense7.data.store import Store
+    from sense7.research.study import analyze_study
+
+    cfg = settings()
+    result = analyze_study(Store(cfg.store_url), tax, cfg.quality, n_boot=boot, seed=seed)
+    console.print(f"{result['n_rated_tasks']} rated tasks by {result['n_raters']} raters; pre-fill arms: "
+                  f"{result['arms']['shown']} shown, {result['arms']['hidden']} hidden tasks", highlight=False)
+    anchoring = result["anchoring"]
+    if anchoring:
+        table = Table(title="Anchoring: ratings vs the recorded prediction, by pre-fill arm",
+                      caption="shift = distance (hidden) - distance (shown); copy rate = estimated probability "
+                              "of keeping a shown pre-fill; [95% CI, raters resampled]")
+        for column in ("control", "equal: shown", "equal: hidden", "shift toward prediction", "copy rate"):
+            table.add_column(column, justify="left" if column == "control" else "right")
+        for control, block in anchoring["controls"].items():
+            arms = block["arms"]
+            table.add_row("all controls" if control == "__all__" else control,
+                          *(_num((arms.get(a) or {}).get("share_equal")) for a in ("shown", "hidden")),
+                          *(f"{_num(block[k]['value'])} {_ci(block[k]['ci'])}" for k in
+                            ("shift_toward_prediction", "copy_rate")))
+        console.print(table)
+    live = result["live"]
+    if live and live.get("versions"):
+        table = Table(title="Live evaluation on hidden-arm ratings (the models the raters met)",
+                      caption="[95% CI, raters resampled]")
+        for column in ("version", "ratings", "model", "Spearman", "QWK", "MAE"):
+            table.add_column(column, justify="left" if column in ("version", "model") else "right")
+        for version, block in live["versions"].items():
+            for model, metrics in block["models"].items():
+                o = metrics["overall"]
+                table.add_row(version, str(block["n_ratings"]), model, f"{_num(o['spearman'])} {_ci(o['spearman_ci'])}",
+                              _num(o["qwk"]), _num(o["mae"]))
+        console.print(table)
+    else:
+        console.print("Live evaluation: no hidden-arm rating with a recorded prediction yet.")
+    flagged = result["quality"]["flagged"]
+    raters = result["quality"]["raters"]
+    console.print("Rater quality: " + ("; ".join(f"{r}: {', '.join(f['flag'] for f in raters[r]['flags'])}"
+                                                  for r in flagged) or "no rater flagged"), highlight=False)
+    if json_path:
+        _write_json(json_path, result)
+        console.print(f"JSON: {json_path}")
+    if report:
+        from sense7.research.study_report import write_study_report
+
+        console.print(f"Report: {write_study_report(result, report)}")
 
 
 def register(app: typer.Typer) -> None:

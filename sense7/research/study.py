@@ -116,6 +116,27 @@ def quality_inputs(tasks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return frame, pd.DataFrame(repeats, columns=["rater_id", "task_id", "repeat_task_id"])
 
 
+def _live(tasks, joined, long, controls, levels, n_boot: int, seed: int) -> dict | None:
+    """live_evaluation on the hidden arm's ratings, with the rater-mean baseline from earlier ratings."""
+    hidden = long[long["arm"] != SHOWN] if len(long) else long
+    if not len(hidden):
+        return None
+    prior = _prior_means(tasks, controls)
+    ids = joined.set_index("task_id")["annotation_id"].to_dict()
+    hidden = hidden.assign(rater_mean=[prior.get((ids[t], c), np.nan) for t, c in zip(hidden["task_id"], hidden["control"])])
+    return live_evaluation(hidden, levels, n_boot=n_boot, seed=seed)
+
+
+def live_by_version(store: Store, taxonomy, n_boot: int = 200, seed: int = 0) -> dict:
+    """version -> its live evaluation block (sense7.research.live) on the study's hidden-arm ratings."""
+    controls, levels = list(taxonomy.controls), list(range(1, taxonomy.levels + 1))
+    tasks = rated_tasks(store)
+    joined = with_predictions(tasks, StudyRecords(store).predictions_frame())
+    long = _long(joined, controls) if len(joined) else pd.DataFrame()
+    live = _live(tasks, joined, long, controls, levels, n_boot, seed)
+    return (live or {}).get("versions") or {}
+
+
 def analyze_study(store: Store, taxonomy, policy: QualityPolicy | None = None, n_boot: int = 1000,
                   seed: int = 0) -> dict:
     """The study's anchoring, live evaluation, rater quality and agreement, as strict JSON."""
@@ -129,15 +150,7 @@ def analyze_study(store: Store, taxonomy, policy: QualityPolicy | None = None, n
     result: dict = {"n_rated_tasks": int(len(tasks)), "n_raters": int(tasks["rater_id"].nunique()) if len(tasks) else 0,
                     "arms": records.arm_counts(), "n_with_prediction": int(len(joined))}
     result["anchoring"] = anchoring(long, n_boot=n_boot, seed=seed) if len(long) else None
-    hidden = long[long["arm"] != SHOWN] if len(long) else long
-    if len(hidden):
-        prior = _prior_means(tasks, controls)
-        ids = joined.set_index("task_id")["annotation_id"].to_dict()
-        hidden = hidden.assign(rater_mean=[prior.get((ids[t], c), np.nan)
-                                           for t, c in zip(hidden["task_id"], hidden["control"])])
-        result["live"] = live_evaluation(hidden, levels, n_boot=n_boot, seed=seed)
-    else:
-        result["live"] = None
+    result["live"] = _live(tasks, joined, long, controls, levels, n_boot, seed)
     if len(tasks):
         frame, repeats = quality_inputs(tasks)
         quality = rater_quality(frame, policy, repeats=repeats)

@@ -139,3 +139,21 @@ def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports
     assert {r["rater_id"]: r["assigned"] for r in status["raters"]} == {r: 15 for r in ids}
     assert {r["rater_id"] for r in status["raters"] if r["flags"]} == {RUSHING, STRAIGHT}
     assert status["arms"]["shown"]["done"] + status["arms"]["hidden"]["done"] == 6 * 12
+
+    # The researcher's view: the same analysis through `sense7 analyze --study`, with JSON and an HTML report,
+    # and the live metrics per version in `sense7 models list`.
+    out_json, out_html = stack.tmp / "study.json", stack.tmp / "study.html"
+    out = subprocess.run([str(VENV_BIN / "sense7"), "analyze", "--study", "--boot", "50", "--json", str(out_json),
+                          "--report", str(out_html)], env=stack.env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"{RUSHING}: too_fast" in out.stdout and f"{STRAIGHT}: straight_lining" in out.stdout
+    analysed = json.loads(out_json.read_text())
+    assert analysed["quality"]["flagged"] == [RUSHING, STRAIGHT]
+    assert analysed["live"]["all"]["n_ratings"] == hidden_turns
+    html = out_html.read_text()
+    assert "Live evaluation (hidden arm)" in html and "too_fast: median_seconds=" in html
+    assert not any(m.content in html for c in convs for m in c.messages)  # no conversation text in the report
+    out = subprocess.run([str(VENV_BIN / "sense7"), "models", "list"], env={**stack.env, "COLUMNS": "250"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"({hidden_turns})" in out.stdout  # v1's live cell: n = the hidden-arm turns it predicted

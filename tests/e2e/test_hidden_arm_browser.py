@@ -1,0 +1,94 @@
+"""The study's hidden arm in a real browser (issue 15): a hidden-arm task shows no prediction anywhere a rater
+could see it, neither on the rater page nor in Label Studio's editor (with the ML backend connected, so the
+editor may ask it), while a shown-arm task shows its pre-fill in both."""
+
+from __future__ import annotations
+
+import pytest
+
+from sense7.data import synth
+from sense7.data.raterpage import LinkBook
+from sense7.data.study import HIDDEN, SHOWN
+from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+from sense7.labelstudio.protocol import connect_backend
+from sense7.processes import free_port
+from sense7.settings import StudyDesign
+from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS
+from tests.jobs.helpers import make_conversations, make_raters
+from tests.rater_page.conftest import start_page
+
+pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow,
+              pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(),
+                                 reason="Debian's chromium is not installed (./run test installs it)")]
+
+
+def test_hidden_arm_tasks_show_no_prediction_on_the_page_or_in_label_studio(job_stack):
+    from playwright.sync_api import sync_playwright
+    from sense7.ml_backend.model import build_model
+    from sense7.tasks.delivery import refresh_queues
+
+    from sense7.model.bundle import train_bundle
+    from sense7.model.registry import ModelRegistry
+
+    stack = job_stack
+    rt = stack.runtime()
+    tax = rt.taxonomy
+    registry = ModelRegistry(rt.settings.model_dir)
+    registry.add(train_bundle(synth.generate(30, 6, seed=2).rating_data(), "v1"), "v1")
+    registry.promote("v1")
+    raters = make_raters(1, prefix="hb")
+    rt.store.upsert_raters(raters)
+    convs = make_conversations(["hb1"], per_rater=2, turns=4, prefix="hb")
+    label_config = rt.client.projects.get(rt.rating_project).label_config
+    import_conversations(rt.client, rt.rating_project, convs, rt.store,
+                         predict=build_model(rt.settings).import_predictor(label_config),
+                         design=StudyDesign("randomized", shown_share=0.5, seed="hb", repeat_share=0.0))
+    import_profile_tasks(rt.client, rt.profile_project, ["hb1"])
+    stack.start_backend()
+    connect_backend(rt.client, rt.rating_project, rt.settings, url=stack.backend_url)
+    port = free_port()
+    start_page(stack, port)
+    link = f"http://127.0.0.1:{port}/r/{LinkBook(rt.store).issue('hb1')}"
+    refresh_queues(rt, ["hb1"])
+    tasks = list(rt.client.tasks.list(project=rt.rating_project, include="id,data", page_size=1000))
+    by_arm = {arm: [t for t in tasks if t.data["prefill"] == arm] for arm in (SHOWN, HIDDEN)}
+    assert by_arm[SHOWN] and by_arm[HIDDEN]
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 2600})
+        try:
+            page.goto(link)
+            for fld in tax.profile_fields:
+                page.locator(f"fieldset[data-control={fld.key}] input[type=radio]").first.check()
+            with page.expect_navigation():
+                page.get_by_role("button", name="Save and continue").click()
+            base = link.split("/r/")[0]
+            for arm, expected in ((HIDDEN, 0), (SHOWN, len(tax.controls))):
+                page.goto(f"{base}/task/{by_arm[arm][0].id}")
+                page.wait_for_selector("form.rating-form")
+                checked = page.locator("fieldset.control input[type=radio]:checked").count()
+                assert checked == expected, (arm, checked)  # expectation question: never pre-filled
+                assert page.locator("#prefill-note").count() == (arm == SHOWN)
+            page.screenshot(path=str(ARTIFACTS / "hidden-arm-rater-page.png"), full_page=True)
+
+            page.goto(f"{rt.settings.ls_url}/user/login/")
+            page.fill('input[name="email"]', rt.settings.ls_admin_email)
+            page.fill('input[name="password"]', rt.settings.ls_admin_password)
+            page.click('button[type="submit"], input[type="submit"]')
+            page.wait_for_load_state("networkidle")
+            for arm in (HIDDEN, SHOWN):
+                task = by_arm[arm][0]
+                page.goto(f"{rt.settings.ls_url}/projects/{rt.rating_project}/data?task={task.id}")
+                page.wait_for_selector("ul.ant-rate", timeout=60_000)
+                page.wait_for_timeout(2000)  # let a prediction (if any) fill the stars
+                stars = page.locator("ul.ant-rate")
+                full = sum(stars.nth(i).locator("li.ant-rate-star-full").count() for i in range(stars.count()))
+                page.screenshot(path=str(ARTIFACTS / f"hidden-arm-label-studio-{arm}.png"), full_page=True)
+                assert (full == 0) == (arm == HIDDEN), (arm, full)
+        finally:
+            browser.close()
+    # Label Studio holds no prediction with a result for the hidden task, even after its editor opened it.
+    hidden_predictions = rt.client.predictions.list(task=by_arm[HIDDEN][0].id)
+    assert all(not p.result for p in hidden_predictions)
