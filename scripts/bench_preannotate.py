@@ -38,6 +38,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=None, help="keep only the first N live tasks' conversations")
     parser.add_argument("--chunk", type=int, default=None, help="predictions per import request of the refresh "
                                                                   "(default SENSE7_PREANNOTATE_CHUNK)")
+    parser.add_argument("--prefill", choices=["shown", "hidden", "randomized"], default="shown",
+                        help="the study's pre-fill policy for the predicted import and the refresh (issue 15): "
+                             "every prediction is recorded in the store, shown-arm ones also pushed")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -48,13 +51,14 @@ def main() -> None:
     from sense7.data.dataset import RatingData
     from sense7.data.formats import read_conversations, read_raters, read_ratings
     from sense7.data.store import Store
+    from sense7.data.study import StudyRecords
     from sense7.labelstudio import client as ls_client
     from sense7.labelstudio.importer import import_conversations, plan_tasks
     from sense7.labelstudio.server import LabelStudioServer
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
     from sense7.processes import free_port
-    from sense7.settings import Settings
+    from sense7.settings import Settings, StudyDesign
 
     figures: dict = {"machine": f"{os.cpu_count()} cores",
                      "study": f"synth.generate({args.conversations}, {args.raters}, seed={args.seed})"}
@@ -121,14 +125,19 @@ def main() -> None:
             started = time.perf_counter()
             predict = model.import_predictor(client.projects.get(served).label_config)
             timed = _Timed(predict)
-            result = import_conversations(client, served, live, store, predict=timed)
+            design = StudyDesign(args.prefill, seed="bench", repeat_share=0.0)
+            records = StudyRecords(store)
+            result = import_conversations(client, served, live, store, predict=timed, design=design)
             seconds = time.perf_counter() - started
-            assert result.created == n_tasks and result.predicted == n_tasks, result
-            pre = Preannotator(client, model, served, chunk)
-            assert pre.pending_tasks("v1") == []
-            figures["import_with_predictions"] = {"tasks": n_tasks, "seconds": round(seconds, 2),
+            n_shown = sum(a == "shown" for a in records.arms_frame()["arm"])
+            assert result.created == n_tasks and result.predicted == n_shown, result
+            assert len(records.predictions_frame()) == n_tasks
+            pre = Preannotator(client, model, served, chunk, records)
+            assert pre.pending_tasks("v1") == [] or args.prefill != "shown"
+            figures["prefill"] = args.prefill
+            figures["import_with_predictions"] = {"tasks": n_tasks, "shown": n_shown, "seconds": round(seconds, 2),
                                                   "tasks_per_s": round(n_tasks / seconds, 1),
-                                                  "predict_s": round(timed.seconds, 2)}
+                                                  "predict_and_record_s": round(timed.seconds, 2)}
             log(f"  {figures['import_with_predictions']}")
 
             # -- (a) a new version: the refresh job ----------------------------------------------------
@@ -138,10 +147,10 @@ def main() -> None:
             assert model.hot_model.get().version == "v2"
             log(f"refresh: Preannotator.run() with v2 over {n_tasks} unlabeled tasks (chunk {chunk})")
             done = pre.run()
-            assert done.version == "v2" and done.pushed == n_tasks and not done.failed, done.as_dict()
-            assert pre.pending_tasks("v2") == []
-            figures["refresh_preannotate"] = {"tasks": done.pushed, "seconds": done.seconds,
-                                              "tasks_per_s": round(done.pushed / done.seconds, 1),
+            assert done.version == "v2" and done.pushed == n_shown and done.recorded == n_tasks \
+                and not done.failed, done.as_dict()
+            figures["refresh_preannotate"] = {"tasks": n_tasks, "pushed": done.pushed, "seconds": done.seconds,
+                                              "tasks_per_s": round(n_tasks / done.seconds, 1),
                                               "chunk": chunk, "phases_s": done.phases}
             log(f"  {figures['refresh_preannotate']}")
         finally:
@@ -162,6 +171,13 @@ class _Timed:
         started = time.perf_counter()
         try:
             return self.predict(tasks)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def records(self, tasks):
+        started = time.perf_counter()
+        try:
+            return self.predict.records(tasks)
         finally:
             self.seconds += time.perf_counter() - started
 
