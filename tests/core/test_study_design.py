@@ -8,18 +8,15 @@ from collections import Counter
 
 import pytest
 
-from sense7.data import synth
 from sense7.data.store import Store
 from sense7.data.study import HIDDEN, REPEAT_SUFFIX, SHOWN, StudyRecords, draw_arm, plan
 from sense7.labelstudio.importer import import_conversations
 from sense7.settings import Settings, StudyDesign
+from tests.core import test_import_predictions as shared
 
 pytestmark = pytest.mark.labelstudio
 
-
-@pytest.fixture(scope="module")
-def study():
-    return synth.generate(40, 8, seed=5)
+study, _settings = shared.study, shared._settings  # the same small synthetic study and isolated settings
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +25,6 @@ def bundles(study):
 
     data = study.rating_data()
     return train_bundle(data, "v1"), train_bundle(data, "v2")
-
-
-def _settings(label_studio, tmp_path) -> Settings:
-    return Settings.from_env({**label_studio.settings_env(), "SENSE7_HOME": str(tmp_path / "home"),
-                              "SENSE7_STORE_URL": f"sqlite:///{tmp_path / 'store.sqlite'}",
-                              "SENSE7_MODEL_DIR": str(tmp_path / "models")})
 
 
 def test_arms_follow_the_policy_and_the_share_and_are_reproducible_from_the_seed():

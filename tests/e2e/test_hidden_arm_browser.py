@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from sense7.data import synth
 from sense7.data.raterpage import LinkBook
 from sense7.data.study import HIDDEN, SHOWN
-from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 from sense7.labelstudio.protocol import connect_backend
 from sense7.processes import free_port
-from sense7.settings import StudyDesign
 from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS
-from tests.jobs.helpers import make_conversations, make_raters
-from tests.rater_page.conftest import start_page
+from tests.rater_page.conftest import import_randomized_study, start_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow,
               pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(),
@@ -24,26 +20,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow,
 
 def test_hidden_arm_tasks_show_no_prediction_on_the_page_or_in_label_studio(job_stack):
     from playwright.sync_api import sync_playwright
-    from sense7.ml_backend.model import build_model
     from sense7.tasks.delivery import refresh_queues
-
-    from sense7.model.bundle import train_bundle
-    from sense7.model.registry import ModelRegistry
 
     stack = job_stack
     rt = stack.runtime()
     tax = rt.taxonomy
-    registry = ModelRegistry(rt.settings.model_dir)
-    registry.add(train_bundle(synth.generate(30, 6, seed=2).rating_data(), "v1"), "v1")
-    registry.promote("v1")
-    raters = make_raters(1, prefix="hb")
-    rt.store.upsert_raters(raters)
-    convs = make_conversations(["hb1"], per_rater=2, turns=4, prefix="hb")
-    label_config = rt.client.projects.get(rt.rating_project).label_config
-    import_conversations(rt.client, rt.rating_project, convs, rt.store,
-                         predict=build_model(rt.settings).import_predictor(label_config),
-                         design=StudyDesign("randomized", shown_share=0.5, seed="hb", repeat_share=0.0))
-    import_profile_tasks(rt.client, rt.profile_project, ["hb1"])
+    import_randomized_study(stack, 1, "hb", per_rater=2, turns=4, repeat_share=0.0)
     stack.start_backend()
     connect_backend(rt.client, rt.rating_project, rt.settings, url=stack.backend_url)
     port = free_port()

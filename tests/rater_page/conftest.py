@@ -95,3 +95,31 @@ def build(stack, per_rater: int = 2, turns: int = 3, worker_env: dict | None = N
 @pytest.fixture
 def page_stack(request) -> RaterPageStack:
     return build(request.getfixturevalue("job_stack"))
+
+
+def import_randomized_study(stack, n_raters: int, prefix: str, per_rater: int, turns: int,
+                            repeat_share: float) -> tuple[list[dict], list]:
+    """A served v1 (trained on a small synthetic study), then `n_raters` raters' conversations imported with
+    its predictions under a randomized pre-fill policy (seed = prefix), with their questionnaire tasks.
+    Returns (raters, conversations)."""
+    from sense7.ml_backend.model import build_model
+
+    from sense7.data import synth
+    from sense7.model.bundle import train_bundle
+    from sense7.model.registry import ModelRegistry
+    from sense7.settings import StudyDesign
+
+    rt = stack.runtime()
+    registry = ModelRegistry(rt.settings.model_dir)
+    registry.add(train_bundle(synth.generate(30, 6, seed=2).rating_data(), "v1"), "v1")
+    registry.promote("v1")
+    raters = make_raters(n_raters, prefix=prefix)
+    ids = [r["rater_id"] for r in raters]
+    rt.store.upsert_raters(raters)
+    convs = make_conversations(ids, per_rater=per_rater, turns=turns, prefix=prefix)
+    label_config = rt.client.projects.get(rt.rating_project).label_config
+    import_conversations(rt.client, rt.rating_project, convs, rt.store,
+                         predict=build_model(rt.settings).import_predictor(label_config),
+                         design=StudyDesign("randomized", shown_share=0.5, seed=prefix, repeat_share=repeat_share))
+    import_profile_tasks(rt.client, rt.profile_project, ids)
+    return raters, convs

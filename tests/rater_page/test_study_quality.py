@@ -13,17 +13,16 @@ import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
-from sense7.data import synth
 from sense7.data.raterpage import LinkBook
 from sense7.data.store import annotations
 from sense7.data.study import HIDDEN, SHOWN, StudyRecords
-from sense7.labelstudio.importer import import_conversations, import_profile_tasks, plan_tasks
+from sense7.labelstudio.importer import plan_tasks
 from sense7.labelstudio.protocol import webhook_headers
 from sense7.processes import free_port
-from sense7.settings import QualityPolicy, StudyDesign
+from sense7.settings import QualityPolicy
 from tests.jobs.conftest import VENV_BIN
-from tests.jobs.helpers import make_conversations, make_raters, wait_for
-from tests.rater_page.conftest import start_page
+from tests.jobs.helpers import wait_for
+from tests.rater_page.conftest import import_randomized_study, start_page
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -43,11 +42,9 @@ def _ratings(conversations, taxonomy, seed: int = 3) -> pd.DataFrame:
 
 
 def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports_status(job_stack):
-    from sense7.ml_backend.model import build_model
     from sense7.tasks.delivery import refresh_queues
     from sense7.tasks.sync import LabelSync
 
-    from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
     from sense7.rater_page.simulate import RaterBehaviour, rate_through_page
     from sense7.research.study import analyze_study
@@ -55,18 +52,9 @@ def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports
     stack = job_stack
     rt = stack.runtime()
     tax = rt.taxonomy
-    registry = ModelRegistry(rt.settings.model_dir)
-    registry.add(train_bundle(synth.generate(30, 6, seed=2).rating_data(), "v1"), "v1")
-    registry.promote("v1")
-    raters = make_raters(6, prefix="qs")
+    raters, convs = import_randomized_study(stack, 6, "qs", per_rater=3, turns=4, repeat_share=0.2)
     ids = [r["rater_id"] for r in raters]
-    rt.store.upsert_raters(raters)
-    convs = make_conversations(ids, per_rater=3, turns=4, prefix="qs")
-    label_config = rt.client.projects.get(rt.rating_project).label_config
-    design = StudyDesign("randomized", shown_share=0.5, seed="qs", repeat_share=0.2)
-    import_conversations(rt.client, rt.rating_project, convs, rt.store,
-                         predict=build_model(rt.settings).import_predictor(label_config), design=design)
-    import_profile_tasks(rt.client, rt.profile_project, ids)
+    registry = ModelRegistry(rt.settings.model_dir)
     stack.start_backend()
     LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
     stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2"})
