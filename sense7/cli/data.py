@@ -104,7 +104,8 @@ def import_batch(
             except ReimportConflict as exc:
                 raise _report_conflict(file, exc)
         new_profiles = import_profile_tasks(client, profile_id, sorted({c.rater_id for c in conversations}))
-    console.print(f"{result.conversations} conversation(s), {result.tasks_in_batch} task(s) in the batch: "
+    repeats = f" (incl. {result.repeats} repeat(s) of a turn, for test-retest)" if result.repeats else ""
+    console.print(f"{result.conversations} conversation(s), {result.tasks_in_batch} task(s) in the batch{repeats}: "
                   f"{result.created} created, {result.skipped_existing} already in Label Studio, "
                   f"{result.replaced} replaced (changed text); "
                   f"{new_profiles} new profile questionnaire task(s)")

@@ -35,6 +35,7 @@ class ImportResult:
     skipped_existing: int
     replaced: int = 0  # tasks re-created because their conversation's text changed (replace=True)
     predicted: int = 0  # new tasks imported together with a prediction (`predict` given)
+    repeats: int = 0    # tasks of the batch that repeat a turn for test-retest (sense7.data.study)
 
 
 # task dicts ({"data": ...}) -> one Label Studio prediction ({"result", "score", "model_version"}) or None each
@@ -138,7 +139,8 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
     else:
         predicted = _import_with_predictions(client, project_id, new, predict, on_progress, records)
     return ImportResult(len({(c.conversation_id, c.rater_id) for c in conversations}), len(tasks), len(new),
-                        len(tasks) - len(new), replaced, predicted)
+                        len(tasks) - len(new), replaced, predicted,
+                        sum(bool(t["data"].get("repeat_of")) for t in tasks))
 
 
 def with_predictions(tasks: list[dict], predict: Predict,

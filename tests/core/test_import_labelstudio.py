@@ -2,6 +2,8 @@
 and a bad file changes nothing."""
 
 import json
+import math
+from collections import Counter
 
 import pytest
 from typer.testing import CliRunner
@@ -63,12 +65,21 @@ def test_import_50_conversations_one_task_per_assistant_turn_and_rater_then_reim
     assert result.exit_code == 0, result.output
     project_id = rating_project_id(label_studio)
     tasks = list(ls_client.iter_tasks(label_studio.client, project_id))
-    got = [(t.data["conversation_id"], t.data["turn_index"], t.data["rater_id"]) for t in tasks]
+    got = [(t.data["conversation_id"], t.data["turn_index"], t.data["rater_id"]) for t in tasks
+           if not t.data.get("repeat_of")]
     assert sorted(got) == sorted(expected)  # exactly one per turn and rater, none missing, none twice
+    # The default study design: every task drew a pre-fill arm, and each rater has ceil(5%) of their turns
+    # again as hidden repeats (issue 15).
+    assert {t.data["prefill"] for t in tasks} == {"shown", "hidden"}
+    repeats = [t.data for t in tasks if t.data.get("repeat_of")]
+    per_rater = Counter(rater for _, _, rater in expected)
+    assert Counter(d["rater_id"] for d in repeats) == {r: math.ceil(0.05 * n) for r, n in per_rater.items()}
+    assert all(d["prefill"] == "hidden" for d in repeats)
+    assert f"incl. {len(repeats)} repeat(s)" in " ".join(result.output.split())
 
     again = invoke("import", batch50 / "conversations.jsonl")
     assert again.exit_code == 0 and "0 created" in again.output
-    assert ls_client.count_tasks(label_studio.client, project_id) == len(expected)
+    assert ls_client.count_tasks(label_studio.client, project_id) == len(expected) + len(repeats)
 
 
 def test_task_data_carries_the_turn_and_its_history_but_no_traits_or_context(label_studio, cli_env, batch50):

@@ -41,6 +41,8 @@ def test_study_taxonomy_setting_drives_the_whole_stack(job_stack, tmp_path):
     taxonomy_path = write_seven_point_taxonomy(tmp_path)
     tax = load_taxonomy(taxonomy_path)
     job_stack.env["SENSE7_TAXONOMY"] = str(taxonomy_path)
+    # This test is about the taxonomy: one task per turn and rater, every one pre-filled.
+    job_stack.env.update({"SENSE7_REPEAT_SHARE": "0", "SENSE7_PREFILL": "shown"})
 
     # Import through the CLI: it creates the projects from the study's taxonomy.
     raters = make_raters(3, prefix="t")

@@ -34,7 +34,9 @@ def _write(path, conversations) -> str:
 def env(label_studio, monkeypatch, tmp_path):
     values = {**label_studio.settings_env(), "SENSE7_STORE_URL": f"sqlite:///{tmp_path / 'store.sqlite'}",
               "SENSE7_RATING_PROJECT_TITLE": f"reimport {os.getpid()} {tmp_path.name[-12:]}",
-              "SENSE7_PROFILE_PROJECT_TITLE": f"reimport p {os.getpid()} {tmp_path.name[-12:]}"}
+              "SENSE7_PROFILE_PROJECT_TITLE": f"reimport p {os.getpid()} {tmp_path.name[-12:]}",
+              # One task per turn: a test-retest repeat of a changed turn would be replaced with it (and counted).
+              "SENSE7_REPEAT_SHARE": "0"}
     for key, value in values.items():
         monkeypatch.setenv(key, value)
     return values
