@@ -40,6 +40,17 @@ class Dimension:
 
 
 @dataclass(frozen=True)
+class InstructedItem:
+    """An instructed-response item ("to show you are reading, choose 2 here"): shown on a share of the rater
+    page's turns under the rating form, answered like a rating, checked against `expected`. Never sent to
+    Label Studio and never trained on: it checks attention, not empathy."""
+
+    key: str
+    prompt: str
+    expected: int
+
+
+@dataclass(frozen=True)
 class Field:
     """A questionnaire or context field: an int in [min, max] or one of `choices`."""
 
@@ -83,6 +94,11 @@ class Taxonomy:
     context_fields: tuple[Field, ...]
     profile_fields: tuple[Field, ...]
     source: Path = field(default=DEFAULT_TAXONOMY_PATH, compare=False)
+    instructed_items: tuple[InstructedItem, ...] = ()  # optional attention checks (`instructed:` in the YAML)
+    instructed_share: float = 0.0                      # share of a rater's turns that carry one
+
+    def instructed_item(self, key: str | None) -> InstructedItem | None:
+        return next((i for i in self.instructed_items if i.key == key), None) if key else None
 
     @property
     def levels(self) -> int:
@@ -112,6 +128,28 @@ def _field(raw: dict, where: str) -> Field:
     except KeyError as missing:
         raise TaxonomyError(f"{where}: missing {missing}") from None
     raise TaxonomyError(f"{where}: type must be int or choice, got {kind!r}")
+
+
+def _instructed(raw, path: Path, levels: int) -> dict:
+    """The optional `instructed:` block: {share: 0.05, items: [{key, prompt, expected}, ...]}."""
+    if not raw:
+        return {}
+    where = f"{path}: instructed"
+    try:
+        share = float(raw.get("share", 0.05))
+        items = tuple(InstructedItem(str(i["key"]), str(i["prompt"]), int(i["expected"])) for i in raw["items"])
+    except KeyError as missing:
+        raise TaxonomyError(f"{where}: missing {missing}") from None
+    except (TypeError, ValueError, AttributeError):
+        raise TaxonomyError(f"{where}: expected share (a number) and items (key, prompt, expected level)") from None
+    if not 0 < share <= 1:
+        raise TaxonomyError(f"{where}.share: expected a share in (0, 1], got {share}")
+    for item in items:
+        if not 1 <= item.expected <= levels:
+            raise TaxonomyError(f"{where}: item {item.key!r}: expected must be a level 1-{levels}, got {item.expected}")
+    if not items:
+        raise TaxonomyError(f"{where}: items is empty (remove the block to ask none)")
+    return {"instructed_items": items, "instructed_share": share}
 
 
 def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
@@ -160,10 +198,12 @@ def _load_cached(path: Path, _mtime: int) -> Taxonomy:
             context_fields=tuple(_field(f, f"{path}: context_fields") for f in raw["context_fields"]),
             profile_fields=tuple(_field(f, f"{path}: profile") for f in raw["profile"]),
             source=path,
+            **_instructed(raw.get("instructed"), path, len(raw["scale"])),
         )
     except (KeyError, TypeError) as exc:
         raise TaxonomyError(f"{path}: missing or malformed entry {exc}") from None
-    keys = tax.controls + [tax.expectation_key, tax.comment_key, HISTORY_TAG, TURN_TAG]
+    keys = tax.controls + [tax.expectation_key, tax.comment_key, HISTORY_TAG, TURN_TAG] + \
+        [i.key for i in tax.instructed_items]
     if len(set(keys)) != len(keys):
         raise TaxonomyError(f"{path}: control keys must be unique, got {keys}")
     if len(tax.scale) < 2:

@@ -99,7 +99,7 @@ def import_batch(
             job = bar.add_task("Importing tasks", total=None)
             try:
                 result = import_conversations(client, rating_id, conversations, store, replace=replace,
-                                              predict=predict, design=cfg.study, on_progress=lambda n: bar.advance(job, n),
+                                              predict=predict, design=cfg.study, taxonomy=tax, on_progress=lambda n: bar.advance(job, n),
                                               on_total=lambda n: bar.update(job, total=n))
             except ReimportConflict as exc:
                 raise _report_conflict(file, exc)

@@ -202,7 +202,7 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
     with phases.phase(f"import {len(live)} conversations as tasks with {first_version} pre-annotations"):
         # The study's pre-fill policy (default randomized) with the demo's seed, so a re-run draws the same arms.
         design = dataclasses.replace(cfg.study, seed=cfg.study.seed or f"demo-{seed}")
-        result = import_conversations(client, rating_id, live, store, predict=predict, design=design)
+        result = import_conversations(client, rating_id, live, store, predict=predict, design=design, taxonomy=tax)
         import_profile_tasks(client, profile_id, sorted({c.rater_id for c in batch}))
 
     backend = BackendServer(cfg)

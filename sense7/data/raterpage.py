@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import and_, func, select, update
 
-from sense7.data.store import Store, rater_links, rater_tasks, submissions
+from sense7.data.store import Store, instructed_answers, rater_links, rater_tasks, submissions
 
 TOKEN_BYTES = 32  # 256 random bits per link
 
@@ -203,3 +203,26 @@ class Outbox:
             query = query.where(submissions.c.rater_id == rater_id)
         with self.store.engine.connect() as conn:
             return [dict(r) for r in conn.execute(query.order_by(submissions.c.submitted_at)).mappings()]
+
+
+class InstructedAnswers:
+    """Answers to instructed-response items (sense7.taxonomy.InstructedItem), latest per (rater, task)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def record(self, rater_id: str, task_id: int, item: str, answered: int, expected: int) -> None:
+        row = {"rater_id": rater_id, "task_id": task_id, "item": item, "answered": int(answered),
+               "expected": int(expected), "answered_at": _now()}
+        with self.store.engine.begin() as conn:
+            self.store._upsert(conn, instructed_answers, [row], ["rater_id", "task_id"])
+
+    def frame(self):
+        """rater_id, task_id, item, answered, expected (sense7.research.quality's `instructed` input)."""
+        import pandas as pd
+
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(select(instructed_answers.c.rater_id, instructed_answers.c.task_id,
+                                       instructed_answers.c.item, instructed_answers.c.answered,
+                                       instructed_answers.c.expected)).all()
+        return pd.DataFrame(rows, columns=["rater_id", "task_id", "item", "answered", "expected"])

@@ -204,6 +204,18 @@ study_values = Table(
     Column("value", String(300), nullable=False),
 )
 
+# Answers to the taxonomy's instructed-response items (attention checks) on the rater page: kept here only
+# (never in Label Studio, never trained on), the latest answer per (rater, task).
+instructed_answers = Table(
+    "instructed_answers", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("task_id", Integer, primary_key=True, autoincrement=False),
+    Column("item", String(100), nullable=False),
+    Column("answered", Integer, nullable=False),
+    Column("expected", Integer, nullable=False),
+    Column("answered_at", DateTime(timezone=True), nullable=False),
+)
+
 RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
 
 

@@ -48,15 +48,20 @@ def draw_arm(design: StudyDesign, seed: str, task_key: str) -> str:
     return SHOWN if uniform(seed, "arm", task_key) < design.shown_share else HIDDEN
 
 
-def plan(tasks: list[dict], design: StudyDesign, seed: str) -> list[dict]:
+def plan(tasks: list[dict], design: StudyDesign, seed: str, taxonomy=None) -> list[dict]:
     """The rating tasks of a batch with their arm in `data.prefill`, plus each rater's repeat tasks.
 
     A rater's repeats are the ceil(repeat_share x turns) turns of this batch with the lowest draws; a
     repeat is hidden (a pre-fill would make the second answer a copy of the model, not of the first) and
-    carries `repeat_of` = the original's task key."""
+    carries `repeat_of` = the original's task key. When the taxonomy defines instructed-response items, a
+    share of the original turns carries one (`data.instructed` = the item's key, shown by the rater page)."""
+    items = list(getattr(taxonomy, "instructed_items", ()) or ())
     out, by_rater = [], defaultdict(list)
     for task in tasks:
-        data = {**task["data"], "prefill": draw_arm(design, seed, task["data"]["task_key"])}
+        key = task["data"]["task_key"]
+        data = {**task["data"], "prefill": draw_arm(design, seed, key)}
+        if items and uniform(seed, "instructed", key) < taxonomy.instructed_share:
+            data["instructed"] = items[int(uniform(seed, "instructed-item", key) * len(items))].key
         out.append({**task, "data": data})
         by_rater[data["rater_id"]].append(data)
     if design.repeat_share > 0:
@@ -64,8 +69,10 @@ def plan(tasks: list[dict], design: StudyDesign, seed: str) -> list[dict]:
             n = math.ceil(design.repeat_share * len(datas))
             chosen = sorted(datas, key=lambda d: uniform(seed, "repeat", d["task_key"]))[:n]
             for data in chosen:
-                out.append({"data": {**data, "task_key": data["task_key"] + REPEAT_SUFFIX, "prefill": HIDDEN,
-                                     "repeat_of": data["task_key"]}})
+                repeat = {**data, "task_key": data["task_key"] + REPEAT_SUFFIX, "prefill": HIDDEN,
+                          "repeat_of": data["task_key"]}
+                repeat.pop("instructed", None)  # the retest asks the turn's ratings only
+                out.append({"data": repeat})
     return out
 
 

@@ -96,13 +96,14 @@ def plan_tasks(conversations: list[Conversation]) -> list[dict]:
 def import_conversations(client: LabelStudio, project_id: int, conversations: list[Conversation],
                          store: Store, on_progress: Callable[[int], None] | None = None,
                          on_total: Callable[[int], None] | None = None, replace: bool = False,
-                         predict: Predict | None = None, design=None) -> ImportResult:
+                         predict: Predict | None = None, design=None, taxonomy=None) -> ImportResult:
     """`conversations` must already be validated (sense7.data.formats). Raises ReimportConflict, having
     written nothing, when a conversation's text changed (see the module's docstring).
 
     `predict`: see the module's docstring; called once per import chunk, after the store holds the
     batch's contexts (the model reads them from there). `design` (settings.study): the study's pre-fill
-    policy and repeats; None imports plain tasks (no arm: shown, no repeats).
+    policy and repeats; None imports plain tasks (no arm: shown, no repeats). `taxonomy`: the study's, whose
+    instructed-response items (if any) the design places on a share of the turns.
 
     Our store gets the texts and contexts first: if Label Studio then fails half-way, a retry skips
     what was imported and the store upsert is a no-op, so retries are idempotent."""
@@ -125,7 +126,7 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
     records = study.StudyRecords(store)
     if design is not None:
         seed = records.seed(design)
-        tasks = study.plan(tasks, design, seed)
+        tasks = study.plan(tasks, design, seed, taxonomy)
     existing = ls_client.task_keys(client, project_id)
     new = [t for t in tasks if t["data"]["task_key"] not in existing]
     if on_total:

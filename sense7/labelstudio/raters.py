@@ -109,7 +109,7 @@ def _queue_item(task, kind: str, account: int | None, taxonomy: Taxonomy) -> dic
                                   "expectation": expectation}
     return {**item, "conversation_id": data.get("conversation_id"), "turn_index": data.get("turn_index"),
             "data": {"history": data.get("history") or [], "turn": data.get("turn") or [],
-                     "repeat": bool(data.get("repeat_of"))}}
+                     "repeat": bool(data.get("repeat_of")), "instructed": data.get("instructed")}}
 
 
 def _in_order(items: list[dict]) -> list[dict]:

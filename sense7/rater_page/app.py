@@ -24,7 +24,7 @@ from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
-from sense7.data.raterpage import LinkBook, Outbox, QueueItem, RaterQueue, token_hash
+from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
 from sense7.data.store import Store
 from sense7.labelstudio.protocol import profile_result, rating_result
 from sense7.settings import Settings, local_secret
@@ -110,6 +110,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     tax = taxonomy or study_taxonomy(settings)
     store = store or Store(settings.store_url)
     links, queue, outbox = LinkBook(store), RaterQueue(store), Outbox(store)
+    instructed_answers = InstructedAnswers(store)
     CSRFProtect(app)
     limiter = Limiter(get_remote_address, app=app, storage_uri=limiter_storage,
                       strategy="moving-window", headers_enabled=False)
@@ -224,9 +225,15 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     def save_task(task_id: int):
         rater, items, item = own_turn(task_id)
         answer, problems = form_answer(request.form, tax)
+        check = tax.instructed_item((item.data or {}).get("instructed"))
+        checked = request.form.get(check.key, "") if check else ""
+        if check and not (checked.isdigit() and 1 <= int(checked) <= tax.levels):
+            problems.append(check.key)
         if problems:
             return _render_task(rater, items, item, answer, problems, request.form.get("revision"),
                                 request.form.get("rendered_at")), 422
+        if check:  # an attention check: kept in the store only, never in Label Studio
+            instructed_answers.record(rater, item.task_id, check.key, int(checked), check.expected)
         _store(rater, item, answer, rating_result(answer["values"], tax, answer["expectation"], answer["comment"]))
         return redirect(url_for("next_item"), code=303)
 
@@ -237,7 +244,10 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         # The study's pre-fill (sense7.data.study): only shown-arm turns have a prediction in the queue.
         if answer is None and item.prediction and item.prediction.get("values"):
             prefill = item.prediction
+        check = tax.instructed_item((item.data or {}).get("instructed"))
+        check_answer = request.form.get(check.key) if check and request.method == "POST" else None
         return render_template("task.html", tax=tax, item=item, answer=answer or prefill or {},
+                               instructed=check, instructed_answer=int(check_answer) if (check_answer or "").isdigit() else None,
                                prefilled=prefill is not None, problems=problems, revision=revision,
                                rendered_at=rendered_at, progress=progress_of(items, item),
                                previous=ratings[position - 1].task_id if position else None,

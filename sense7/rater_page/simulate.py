@@ -18,6 +18,7 @@ from sense7.taxonomy import Taxonomy
 
 _FIELD = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
 _FORM = re.compile(r'data-conversation="([^"]*)" data-turn="(-?\d+)"')
+_INSTRUCTED = re.compile(r'data-instructed="([^"]+)"')
 _CHECKED = re.compile(r'<input type="radio" name="([^"]+)" value="(\d+)" required checked>')
 
 
@@ -29,6 +30,7 @@ class RaterBehaviour:
     seconds: tuple[float, float] = (8.0, 40.0)  # time spent on a turn, uniform
     copy_probability: float = 0.0               # keeps a shown pre-fill (every control) with this probability
     straight_line: int | None = None            # gives this level to every control of every turn
+    attentive: bool = True                      # answers an instructed-response item as instructed
 
 
 def _hidden(html: str) -> dict[str, str]:
@@ -66,11 +68,18 @@ class SimulatedRater:
         controls = set(self.taxonomy.controls)
         return {name: int(level) for name, level in _CHECKED.findall(self.page.text) if name in controls}
 
-    def rate(self, values: dict[str, int], expectation: str, seconds: float | None = None) -> None:
+    def instructed(self) -> str | None:
+        """The key of the instructed-response item on the page now, if any."""
+        found = _INSTRUCTED.search(self.page.text) if self.page is not None else None
+        return found.group(1) if found else None
+
+    def rate(self, values: dict[str, int], expectation: str, seconds: float | None = None,
+             extra: dict[str, int] | None = None) -> None:
         hidden = _hidden(self.page.text)
         if seconds is not None and hidden.get("rendered_at"):
             hidden["rendered_at"] = str(float(hidden["rendered_at"]) - seconds)
-        form = {**hidden, **{k: str(v) for k, v in values.items()}, self.taxonomy.expectation_key: expectation}
+        form = {**hidden, **{k: str(v) for k, v in {**values, **(extra or {})}.items()},
+                self.taxonomy.expectation_key: expectation}
         action = re.search(r'<form method="post" action="([^"]+)"', self.page.text).group(1)
         self.page = self.http.post(f"{self.base}{action}", data=form, timeout=self.timeout)
         self.page.raise_for_status()
@@ -110,8 +119,13 @@ def rate_through_page(links: dict[str, str], ratings: pd.DataFrame, traits: dict
                 values = {c: habit.straight_line for c in values}
             elif shown and rng.random() < habit.copy_probability:
                 values = {c: shown.get(c, v) for c, v in values.items()}
+            extra = {}
+            check = taxonomy.instructed_item(rater.instructed())
+            if check:  # attentive raters do as told; the others answer as they answer everything
+                extra[check.key] = check.expected if habit.attentive else \
+                    (habit.straight_line or rng.choice([v for v in range(1, taxonomy.levels + 1) if v != check.expected]))
             rater.rate(values, taxonomy.expectation_values[int(expectation) - 1] if expectation else
-                       taxonomy.expectation_values[0], seconds=rng.uniform(*habit.seconds))
+                       taxonomy.expectation_values[0], seconds=rng.uniform(*habit.seconds), extra=extra)
             done += 1
             if on_done:
                 on_done()

@@ -17,6 +17,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from sense7.data.conversations import task_key
+from sense7.data.raterpage import InstructedAnswers
 from sense7.data.store import Store, annotations, ratings
 from sense7.data.study import REPEAT_SUFFIX, SHOWN, StudyRecords
 from sense7.research.agreement import krippendorff_alpha
@@ -151,11 +152,7 @@ def analyze_study(store: Store, taxonomy, policy: QualityPolicy | None = None, n
                     "arms": records.arm_counts(), "n_with_prediction": int(len(joined))}
     result["anchoring"] = anchoring(long, n_boot=n_boot, seed=seed) if len(long) else None
     result["live"] = _live(tasks, joined, long, controls, levels, n_boot, seed)
-    if len(tasks):
-        frame, repeats = quality_inputs(tasks)
-        quality = rater_quality(frame, policy, repeats=repeats)
-    else:
-        quality = {}
+    quality = _quality(store, tasks, policy)
     result["quality"] = {"policy": asdict(policy), "raters": quality,
                          "flagged": sorted(r for r, q in quality.items() if q["flags"])}
     frame = store.ratings_frame()
@@ -164,13 +161,18 @@ def analyze_study(store: Store, taxonomy, policy: QualityPolicy | None = None, n
     return result
 
 
-def flagged_weights(store: Store, policy: QualityPolicy) -> dict[str, float]:
-    """Training weight of each rater under the quality policy (1.0 unless flagged)."""
-    tasks = rated_tasks(store)
+def _quality(store: Store, tasks: pd.DataFrame, policy: QualityPolicy) -> dict[str, dict]:
+    """rater_quality on the store's rated tasks, repeats and instructed-item answers."""
     if tasks.empty:
         return {}
     frame, repeats = quality_inputs(tasks)
-    return training_weights(rater_quality(frame, policy, repeats=repeats), policy)
+    instructed = InstructedAnswers(store).frame()
+    return rater_quality(frame, policy, repeats=repeats, instructed=instructed if len(instructed) else None)
+
+
+def flagged_weights(store: Store, policy: QualityPolicy) -> dict[str, float]:
+    """Training weight of each rater under the quality policy (1.0 unless flagged)."""
+    return training_weights(_quality(store, rated_tasks(store), policy), policy)
 
 
 def study_status(store: Store, assigned: dict[str, int], policy: QualityPolicy | None = None) -> dict:
@@ -179,10 +181,7 @@ def study_status(store: Store, assigned: dict[str, int], policy: QualityPolicy |
     flags; totals and per-arm counts. Documented in README ("sense7 status --json")."""
     policy = policy or QualityPolicy()
     tasks = rated_tasks(store)
-    quality = {}
-    if len(tasks):
-        frame, repeats = quality_inputs(tasks)
-        quality = rater_quality(frame, policy, repeats=repeats)
+    quality = _quality(store, tasks, policy)
     raters = sorted(set(assigned) | set(tasks["rater_id"]) if len(tasks) else set(assigned))
     per_rater = []
     for rater in raters:

@@ -120,6 +120,7 @@ def import_randomized_study(stack, n_raters: int, prefix: str, per_rater: int, t
     label_config = rt.client.projects.get(rt.rating_project).label_config
     import_conversations(rt.client, rt.rating_project, convs, rt.store,
                          predict=build_model(rt.settings).import_predictor(label_config),
-                         design=StudyDesign("randomized", shown_share=0.5, seed=prefix, repeat_share=repeat_share))
+                         design=StudyDesign("randomized", shown_share=0.5, seed=prefix, repeat_share=repeat_share),
+                         taxonomy=rt.taxonomy)
     import_profile_tasks(rt.client, rt.profile_project, ids)
     return raters, convs
