@@ -15,6 +15,8 @@ CONVERSATIONS_HELP = "conversations.jsonl (native format)"
 RATINGS_HELP = "ratings.csv: conversation_id, turn_index, rater_id, dimension, rating"
 RATERS_HELP = "raters.csv: rater_id, email, profile fields (optional)"
 WASSA_HELP = "a directory with the WASSA 2024 CSV files (instead of the native files)"
+ASSIGNMENTS_HELP = ("CSV conversation_id,rater_id: more raters for a conversation line (as `sense7 import "
+                    "--assignments`; a rater in ratings.csv without a line of their own shares the conversation's)")
 TAXONOMY_HELP = "the study's taxonomy YAML: its controls and scale (default: SENSE7_TAXONOMY, else the packaged one)"
 
 
@@ -29,7 +31,7 @@ def _taxonomy(path: Path | None):
 
 
 def _load(conversations: Path | None, ratings: Path | None, raters: Path | None, wassa: Path | None,
-          need_conversations: bool = True, taxonomy=None):
+          need_conversations: bool = True, taxonomy=None, assignments: Path | None = None):
     """(RatingData or ratings frame, data set name); exits 2 with file:line: field: reason on bad input."""
     from sense7.data.dataset import load_native
     from sense7.data.formats import read_ratings
@@ -44,12 +46,15 @@ def _load(conversations: Path | None, ratings: Path | None, raters: Path | None,
         if ratings is None or (need_conversations and conversations is None):
             missing = "--ratings" if ratings is None else "--conversations"
             raise fail(f"missing {missing} (or give --wassa2024 DIR)", 2)
-        for path in (conversations, ratings, raters):
+        for path in (conversations, ratings, raters, assignments):
             if path is not None and not Path(path).is_file():
                 raise fail(f"{path}: file not found", 2)
+        if assignments is not None and conversations is None:
+            raise fail("--assignments needs --conversations (it gives their texts to more raters)", 2)
         if conversations is None:
             return read_ratings(ratings, taxonomy), Path(ratings).stem
-        return load_native(conversations, ratings, raters, taxonomy), Path(ratings).parent.name or Path(ratings).stem
+        return (load_native(conversations, ratings, raters, taxonomy, assignments),
+                Path(ratings).parent.name or Path(ratings).stem)
     except ValueError as exc:  # sense7.data.formats.FormatError: file:line: field: reason
         raise fail(str(exc), 2)
 
@@ -87,6 +92,7 @@ def evaluate_command(
     conversations: Path = typer.Option(None, help=CONVERSATIONS_HELP),
     ratings: Path = typer.Option(None, help=RATINGS_HELP),
     raters: Path = typer.Option(None, help=RATERS_HELP),
+    assignments: Path = typer.Option(None, help=ASSIGNMENTS_HELP),
     wassa2024: Path = typer.Option(None, "--wassa2024", help=WASSA_HELP),
     splits: str = typer.Option("known_rater,cold_start", help="comma-separated: known_rater, cold_start"),
     folds: int = typer.Option(5, min=2, help="cross-validation folds"),
@@ -123,7 +129,7 @@ def evaluate_command(
     except ValueError as exc:
         raise fail(f"--models: {exc}", 2)
     tax = _taxonomy(taxonomy)
-    data, name = _load(conversations, ratings, raters, wassa2024, taxonomy=tax)
+    data, name = _load(conversations, ratings, raters, wassa2024, taxonomy=tax, assignments=assignments)
     with progress() as bar:
         job = bar.add_task("Cross-validating", total=len(chosen) * len(estimators) * folds)
         try:
@@ -164,6 +170,7 @@ def analyze_command(
     conversations: Path = typer.Option(None, help=CONVERSATIONS_HELP + " (optional here)"),
     ratings: Path = typer.Option(None, help=RATINGS_HELP),
     raters: Path = typer.Option(None, help=RATERS_HELP + " (not used)"),
+    assignments: Path = typer.Option(None, help=ASSIGNMENTS_HELP),
     wassa2024: Path = typer.Option(None, "--wassa2024", help=WASSA_HELP),
     seed: int = typer.Option(0, help="bootstrap seed"),
     boot: int = typer.Option(1000, min=10, help="bootstrap resamples for the confidence intervals"),
@@ -187,7 +194,8 @@ def analyze_command(
         return _analyze_study(tax, seed, boot, json_path, report)
     if report:
         raise fail("--report needs --study (for files, `sense7 evaluate --report` draws the model comparison)", 2)
-    loaded, name = _load(conversations, ratings, raters, wassa2024, need_conversations=False, taxonomy=tax)
+    loaded, name = _load(conversations, ratings, raters, wassa2024, need_conversations=False, taxonomy=tax,
+                         assignments=assignments)
     frame = getattr(loaded, "ratings", loaded)
     try:
         result = analyze(frame, n_boot=boot, seed=seed, dataset=name, taxonomy=tax)

@@ -10,12 +10,14 @@ from sense7.cli._common import console, fail, progress
 
 
 def synth(
-    out: Path = typer.Option(..., "--out", help="directory for conversations.jsonl, raters.csv, ratings.csv"),
+    out: Path = typer.Option(..., "--out", help="directory for conversations.jsonl, raters.csv, ratings.csv "
+                             "(and assignments.csv with several raters per conversation)"),
     conversations: int = typer.Option(300, "--conversations", min=1, help="number of conversations"),
     raters: int = typer.Option(40, "--raters", min=1, help="number of raters"),
     seed: int = typer.Option(0, "--seed", help="random seed: the same seed writes byte-identical files"),
     raters_per_conversation: int = typer.Option(1, "--raters-per-conversation", min=1,
-                                                help="raters who rate each conversation (the first is its owner)"),
+                                                help="raters who rate each conversation (the first is its owner: "
+                                                     "its line in conversations.jsonl; the others in assignments.csv)"),
 ) -> None:
     """Generate a synthetic study with known structure: lexical cues per empathy behaviour, rater
     leniency and trait-dependent sensitivity, continuity failures and unmet expectations.

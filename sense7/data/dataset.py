@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from sense7.data.conversations import Conversation
-from sense7.data.formats import raters_frame, read_conversations, read_raters, read_ratings
+from sense7.data.formats import raters_frame, read_assignments, read_conversations, read_raters, read_ratings
 from sense7.taxonomy import Taxonomy, load_taxonomy
 
 ITEM_KEYS = ["conversation_id", "turn_index", "rater_id"]
@@ -55,12 +55,19 @@ def _controls_of(ratings: pd.DataFrame, taxonomy: Taxonomy | None) -> list[str]:
 # Reading the native files (through sense7.data.formats, the one reader of user files)
 
 
-def load_native(conversations_path, ratings_path, raters_path=None, taxonomy: Taxonomy | None = None) -> RatingData:
+def load_native(conversations_path, ratings_path, raters_path=None, taxonomy: Taxonomy | None = None,
+                assignments_path=None) -> RatingData:
     """conversations.jsonl + ratings.csv (+ raters.csv) validated against the taxonomy. Raises FormatError
-    listing every problem of a file as file:line: field: reason."""
+    listing every problem of a file as file:line: field: reason.
+
+    Several raters per conversation: one line per conversation is enough (every rater in ratings.csv shares
+    its text), or `assignments_path` (conversation_id, rater_id, as `sense7 import --assignments`)."""
     tax = taxonomy or load_taxonomy()
+    batch = read_conversations(conversations_path, taxonomy=tax)
+    if assignments_path:
+        batch = read_assignments(assignments_path, batch)
     conversations = {}
-    for conv in read_conversations(conversations_path, taxonomy=tax):
+    for conv in batch:
         conversations[(conv.conversation_id, conv.rater_id)] = conv
     if raters_path:
         raters = raters_frame(read_raters(raters_path, tax, extra_columns=True), tax)

@@ -440,6 +440,9 @@ def read_ratings(path: str | Path, taxonomy: Taxonomy | None = None, conversatio
     taxonomy's controls and scale, and (given the conversations, as a list or a {(conversation_id,
     rater_id): Conversation} dict) against the rated conversations' assistant turns.
 
+    A rater with no line of their own for a conversation that has a line shares that line's text (several
+    raters per conversation): a conversations dict given is completed in place with those pairs.
+
     Returns a frame with those columns (turn_index Int64, NA = the whole conversation). Raises FormatError
     listing every problem; a dimension that is not a control of the taxonomy is reported once per value."""
     import pandas as pd
@@ -449,6 +452,7 @@ def read_ratings(path: str | Path, taxonomy: Taxonomy | None = None, conversatio
     problems = _Collector(path)
     if isinstance(conversations, (list, tuple)):
         conversations = {(c.conversation_id, c.rater_id): c for c in conversations}
+    shared_texts = {cid: conv for (cid, _), conv in (conversations or {}).items()}
     known = tax.controls + [tax.expectation_key]
     n_expect = len(tax.expectation_choices)
     unknown_dims: dict[str, list[int]] = {}
@@ -483,9 +487,14 @@ def read_ratings(path: str | Path, taxonomy: Taxonomy | None = None, conversatio
             ok = False
         if conversations is not None and cid and rid:
             conv = conversations.get((cid, rid))
+            if conv is None and cid in shared_texts:
+                # One conversation line shared by every rater who rated it (a text rated by several people):
+                # this rater gets its text without the owner's context (context is what *that* rater felt).
+                source = shared_texts[cid]
+                conv = conversations[(cid, rid)] = Conversation(cid, rid, source.messages, {}, line=source.line)
             if conv is None:
                 problems.add(number, "conversation_id",
-                             f"no conversation {cid!r} for rater {rid!r} in the conversations file")
+                             f"no conversation {cid!r} in the conversations file")
                 ok = False
             elif turn is not None and turn not in conv.assistant_turns():
                 problems.add(number, "turn_index", f"{turn} is not an assistant turn of conversation {cid!r}")

@@ -275,13 +275,29 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy 
 
 
 def write(synth: SynthData, out_dir) -> dict[str, Path]:
-    """Write conversations.jsonl, raters.csv, ratings.csv (byte-identical for the same SynthData)."""
+    """Write conversations.jsonl, raters.csv, ratings.csv (byte-identical for the same SynthData).
+
+    Several raters per conversation: conversations.jsonl keeps one line per conversation (its owner's, with
+    the owner's context: a conversation id appears once) and assignments.csv (conversation_id, rater_id)
+    gives it to the other raters, as `sense7 import --assignments` and `sense7 evaluate --assignments` read.
+    (The other raters' own contexts, which the planted ratings used, are not in the files.)"""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / name for name in ("conversations.jsonl", "raters.csv", "ratings.csv")}
+    owners, extra = set(), []
     with open(paths["conversations.jsonl"], "w", encoding="utf-8", newline="\n") as fh:
         for conv in synth.conversations:
+            if conv.conversation_id in owners:
+                extra.append((conv.conversation_id, conv.rater_id))
+                continue
+            owners.add(conv.conversation_id)
             fh.write(json.dumps(conv.to_json(), ensure_ascii=False) + "\n")
+    if extra:
+        paths["assignments.csv"] = out / "assignments.csv"
+        with open(paths["assignments.csv"], "w", encoding="utf-8", newline="") as fh:
+            writer = csv.writer(fh, lineterminator="\n")
+            writer.writerow(["conversation_id", "rater_id"])
+            writer.writerows(extra)
     with open(paths["raters.csv"], "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(list(synth.raters.columns))
