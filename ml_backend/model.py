@@ -175,20 +175,33 @@ class Sense7Model:
         """What the study records before a rater sees each task (sense7.data.study), whatever its arm: the
         served version, the kind of model that answered, the most likely level and the expected rating per
         control, and the generic model's for the same task. None for a task that cannot be predicted."""
+        return self.predict_and_record(tasks)[1]
+
+    def predict_and_record(self, tasks: list[dict], label_config: str | None = None) -> tuple[list, list]:
+        """(Label Studio answers as `predict` gives them, or [] without a label config; the records of
+        `prediction_records`) from one pass of the model: bulk import and pre-annotation need both."""
         loaded = self.hot_model.get()
         if loaded is None:
             raise ModelUnavailable(self.hot_model.last_error or "no model version has been promoted yet")
-        good = [i for i, task in enumerate(tasks) if task_problem(task) is None]
+        plan = self._plan(rating_controls(label_config), loaded) if label_config else None
+        answers: list = [None] * len(tasks) if plan is not None else []
         records: list[dict | None] = [None] * len(tasks)
+        good = []
+        for i, task in enumerate(tasks):
+            problem = task_problem(task)
+            if problem is None:
+                good.append(i)
+            elif plan is not None:
+                answers[i] = self._error_result(task, problem, loaded.version)
         if not good:
-            return records
+            return answers, records
         predictor = loaded.predictor
         datas = [tasks[i]["data"] for i in good]
         columns = self._columns(datas)
         served = predictor.predict(columns, predictor.rater_table(self.rater_info.trait_table()))
         generic = predictor.predict_generic(columns)
         controls = list(predictor.controls)
-        s_level, g_level = served.best()[0], generic.best()[0]
+        (s_level, s_conf), g_level = served.best(), generic.best()[0]
         s_exp, g_exp = served.expected(), generic.expected()
         for row, (i, data) in enumerate(zip(good, datas)):
             records[i] = {
@@ -200,7 +213,12 @@ class Sense7Model:
                 "generic_levels": {c: int(v) for c, v in zip(controls, g_level[row])},
                 "generic_expected": {c: round(float(v), 4) for c, v in zip(controls, g_exp[row])},
             }
-        return records
+            if plan is not None:
+                answers[i] = ({"result": [], "score": 0.0, "model_version": loaded.version, "kind": "hidden"}
+                              if arm_of(data) == HIDDEN else
+                              self._result(ServedItem(served.kinds[row], s_level[row].tolist(), s_conf[row].tolist()),
+                                           plan, loaded.version))
+        return answers, records
 
     # ------------------------------------------------------------------ bulk import
     def import_predictor(self, label_config: str) -> "ImportPredictor | None":
@@ -233,9 +251,10 @@ class ImportPredictor:
     def __call__(self, tasks: list[dict]) -> list[dict | None]:
         return [import_prediction(a) for a in self.model.predict(tasks, label_config=self.label_config)]
 
-    def records(self, tasks: list[dict]) -> list[dict | None]:
-        """The predictions to record for these tasks (Sense7Model.prediction_records)."""
-        return self.model.prediction_records(tasks)
+    def with_records(self, tasks: list[dict]) -> tuple[list[dict | None], list[dict | None]]:
+        """(importable predictions, records to keep) from one pass (Sense7Model.predict_and_record)."""
+        answers, records = self.model.predict_and_record(tasks, self.label_config)
+        return [import_prediction(a) for a in answers], records
 
 
 def import_predictor(settings, label_config: str) -> ImportPredictor | None:

@@ -174,10 +174,10 @@ class _Timed:
         finally:
             self.seconds += time.perf_counter() - started
 
-    def records(self, tasks):
+    def with_records(self, tasks):
         started = time.perf_counter()
         try:
-            return self.predict.records(tasks)
+            return self.predict.with_records(tasks)
         finally:
             self.seconds += time.perf_counter() - started
 

@@ -83,12 +83,16 @@ class Preannotator:
         for start in range(0, len(tasks), self.chunk):
             part = tasks[start:start + self.chunk]
             clock = time.perf_counter()
-            if self.records is not None:
-                rows = [r for r in self.model.prediction_records(part) if r]
+            if self.records is not None:  # one pass of the model: the records of both arms, the shown answers
+                answers, made = self.model.predict_and_record(part, label_config)
+                rows = [r for r in made if r]
                 self.records.record_predictions(rows)
                 result.recorded += len(rows)
-            part = [t for t in part if arm_of(t["data"]) == SHOWN]
-            answers = self.model.predict(part, label_config=label_config) if part else []
+                shown = [k for k, t in enumerate(part) if arm_of(t["data"]) == SHOWN]
+                part, answers = [part[k] for k in shown], [answers[k] for k in shown]
+            else:
+                part = [t for t in part if arm_of(t["data"]) == SHOWN]
+                answers = self.model.predict(part, label_config=label_config) if part else []
             result.phases["predict"] = result.phases.get("predict", 0.0) + time.perf_counter() - clock
             predictions = []
             for task, answer in zip(part, answers):

@@ -148,10 +148,13 @@ def with_predictions(tasks: list[dict], predict: Predict,
                      records: study.StudyRecords | None = None) -> tuple[list[dict], int]:
     """Copies of `tasks`, each with `"predictions": [its prediction]` where `predict` gave one and the
     task's arm shows it. With `records`, every task's prediction (either arm) is recorded first, when
-    `predict` can make records (`predict.records`, as the ML backend's ImportPredictor)."""
-    if records is not None and hasattr(predict, "records"):
-        records.record_predictions([r for r in predict.records([{"data": t["data"]} for t in tasks]) if r])
-    answers = predict([{"data": t["data"]} for t in tasks])
+    `predict` can make records (`predict.with_records`, as the ML backend's ImportPredictor)."""
+    asked = [{"data": t["data"]} for t in tasks]
+    if records is not None and hasattr(predict, "with_records"):
+        answers, made = predict.with_records(asked)
+        records.record_predictions([r for r in made if r])
+    else:
+        answers = predict(asked)
     if len(answers) != len(tasks):
         raise RuntimeError(f"predict returned {len(answers)} predictions for {len(tasks)} tasks")
     out, n = [], 0

@@ -107,6 +107,13 @@ def test_randomized_import_records_both_arms_and_label_studio_holds_only_shown_p
     shown_task = next(t for k, t in tasks.items() if arms[k] == SHOWN)
     assert model.predict([{"id": shown_task.id, "data": dict(shown_task.data)}], label_config=label_config)[0]["result"]
 
+    # One pass of the model gives the same answers /predict gives, task by task, and the same records.
+    sample = [{"id": t.id, "data": dict(t.data)} for t in list(tasks.values())[:40]]
+    answers, made = model.predict_and_record(sample, label_config)
+    assert answers == model.predict(sample, label_config=label_config)
+    assert made == model.prediction_records(sample)
+    assert {a["kind"] == "hidden" for a in answers} == {True, False}
+
     # Importing the batch again draws nothing new and records nothing twice.
     again = import_conversations(client, rating_project, study.conversations[:10], store,
                                  predict=model.import_predictor(label_config), design=design)
