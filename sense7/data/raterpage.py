@@ -154,16 +154,18 @@ class Outbox:
                 submissions.c.rater_id == rater_id, submissions.c.task_id == task_id)) or 0)
 
     def undelivered(self, limit: int = 500) -> list[dict]:
-        """The newest undelivered revision per (rater, task), oldest first (older revisions ride along)."""
+        """The newest undelivered revision per (rater, task), oldest first (older revisions ride along).
+        One query with the limit in it: a backlog of thousands costs one page per delivery round."""
+        waiting = submissions.c.delivered_at.is_(None)
+        newest = (select(submissions.c.rater_id, submissions.c.task_id,
+                         func.max(submissions.c.revision).label("revision"))
+                  .where(waiting).group_by(submissions.c.rater_id, submissions.c.task_id).subquery())
+        query = (select(submissions).join(newest, and_(submissions.c.rater_id == newest.c.rater_id,
+                                                       submissions.c.task_id == newest.c.task_id,
+                                                       submissions.c.revision == newest.c.revision))
+                 .where(waiting).order_by(submissions.c.submitted_at, submissions.c.key).limit(limit))
         with self.store.engine.connect() as conn:
-            rows = conn.execute(select(submissions).where(submissions.c.delivered_at.is_(None))
-                                .order_by(submissions.c.submitted_at)).mappings().all()
-        newest: dict[tuple[str, int], dict] = {}
-        for row in rows:
-            key = (row["rater_id"], row["task_id"])
-            if key not in newest or row["revision"] > newest[key]["revision"]:
-                newest[key] = dict(row)
-        return sorted(newest.values(), key=lambda r: r["submitted_at"])[:limit]
+            return [dict(r) for r in conn.execute(query).mappings()]
 
     def mark_delivered(self, rater_id: str, task_id: int, revision: int, annotation_id: int) -> None:
         """This revision and every older one of (rater, task) are in Label Studio (older ones superseded)."""
