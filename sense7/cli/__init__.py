@@ -8,7 +8,7 @@ import traceback
 
 import typer
 
-from sense7.cli import backend, data, demo, jobs, project, raters, ratings, research, server, study, synth_cmd
+from sense7.cli import backend, data, demo, jobs, jury, project, raters, ratings, research, server, study, synth_cmd
 from sense7.cli._common import CleanErrorsGroup, err_console
 
 app = typer.Typer(
@@ -20,7 +20,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (demo, server, project, data, ratings, raters, synth_cmd, research, study, backend, jobs):
+for module in (demo, server, project, data, ratings, raters, synth_cmd, research, jury, study, backend, jobs):
     module.register(app)
 
 

@@ -214,3 +214,26 @@ class CompiledBundle:
             scores = g + self._generic_assistants([assistants[i] for i in generic])
             probs[generic] = self._generic_links(scores)
         return Predictions(kinds.tolist(), probs, self.levels)
+
+    def predict_panel(self, columns: dict, raters: RaterTable, members: list[str]) -> np.ndarray:
+        """(items, members, controls, levels): every item of `columns` as each member would rate it.
+
+        The same probabilities as `predict` on the items replicated once per member with their rater_id
+        replaced, but the text part, which is the same for every member, is scored once per item (a jury of
+        100 raters costs one text pass, not 100). Every member must be in `raters` (known or profiled)."""
+        rows = np.array([raters.index.get(str(m), -1) for m in members], dtype=np.int64)
+        if (rows < 0).any():
+            missing = [str(m) for m, row in zip(members, rows) if row < 0]
+            raise ValueError(f"not in the rater table (no ratings, no usable traits): {', '.join(missing)}")
+        g = self._text.scores(columns)[:, None, :]  # (items, 1, controls)
+        coef = raters.coef[rows][None]  # (1, members, controls, 1 or 2)
+        shift = coef[..., 0]
+        if coef.shape[3] > 1:
+            shift = shift + coef[..., 1] * (g - self._g_mean)
+        scores = g + raters.common[rows][None, :, None] + shift \
+            + self._personal_assistants(columns["assistant_id"])[:, None, :]
+        known = raters.known[rows]
+        probs = np.empty(scores.shape + (len(self.levels),))
+        probs[:, known] = self._known_links(scores[:, known])
+        probs[:, ~known] = self._cold_links(scores[:, ~known])
+        return probs
