@@ -39,6 +39,7 @@ from sense7.research.metrics import (
     percentile_ci,
     point_metrics,
 )
+from sense7.research.perspectivist import RaterTurns, perspectivist_metrics
 
 SPLITS = {"known_rater": "conversation_id", "cold_start": "rater_id"}
 # Bins of "how many training ratings did this rater have in this fold" for the personalization-gain curve.
@@ -100,14 +101,17 @@ def _fit_predict(model, X, Y, train, test):
 
 
 def cross_val_predictions(model, X, Y, folds, data_levels, progress: Progress | None = None, label: str = "",
-                          n_jobs: int = 1):
+                          n_jobs: int = 1, with_proba: bool = False):
     """Out-of-fold predicted levels and scores (expected rating under predict_proba) for every row.
 
     Also returns, per row, how many training rows its rater had in the fold that predicted it.
+    with_proba: also return {control: (rows, len(data_levels)) out-of-fold probabilities on the data's
+    scale} (the perspectivist metrics need distributions, not only the expected rating).
     n_jobs > 1 fits folds in parallel processes (joblib); results are identical to n_jobs=1.
     """
     levels = pd.DataFrame(np.nan, index=Y.index, columns=Y.columns)
     scores = levels.copy()
+    probabilities = {c: np.zeros((len(X), len(data_levels))) for c in Y.columns} if with_proba else None
     train_counts = np.zeros(len(X), int)
     raters = X["rater_id"].astype(str).to_numpy()
     jobs = (delayed(_fit_predict)(model, X, Y, train, test) for train, test in folds)
@@ -120,11 +124,25 @@ def cross_val_predictions(model, X, Y, folds, data_levels, progress: Progress | 
             column_levels = values[control] if values[control] is not None else _model_levels(
                 None, p.shape[1], data_levels, control)
             scores.iloc[test, scores.columns.get_loc(control)] = p @ column_levels
+            if with_proba:
+                probabilities[control][test] = _on_scale(p, column_levels, data_levels)
         per_rater = pd.Series(raters[train]).value_counts()
         train_counts[test] = pd.Series(raters[test]).map(per_rater).fillna(0).to_numpy(int)
         if progress:
             progress(f"{label} fold {k + 1}/{len(folds)}")
+    if with_proba:
+        return levels, scores, train_counts, probabilities
     return levels, scores, train_counts
+
+
+def _on_scale(p: np.ndarray, column_levels: np.ndarray, data_levels) -> np.ndarray:
+    """Probabilities over the model's levels moved onto the data's scale (a fold's model may know fewer
+    levels than the data has; a level outside the scale counts as its nearest end)."""
+    out = np.zeros((len(p), len(data_levels)))
+    index = np.clip(np.rint(np.asarray(column_levels) - data_levels[0]).astype(int), 0, len(data_levels) - 1)
+    for j, k in enumerate(index):
+        out[:, k] += p[:, j]
+    return out
 
 
 def fold_metrics(y_true, y_level, score, fold_ids, levels) -> dict:
@@ -240,6 +258,8 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
         "by_train_ratings": [{bin, n_items, n_raters, models: {name: {spearman, mae_expected}},
                               gain_spearman}],   # by the rater's number of ratings in the training fold
         "rater_train_ratings": [mean training ratings per rater, sorted],
+        "perspectivist": per-rater normalized distance, Wasserstein-1 on turns with several raters and the
+                         per-rater personalization gain (see sense7.research.perspectivist.perspectivist_metrics),
         "fit_predict_seconds": {name: seconds}, "n_folds", "cluster"}}}
     Undefined values (e.g. Spearman of a constant prediction) are None, so the result is strict JSON.
     `scale`: the rating levels (e.g. a taxonomy's 1..7); default the range of the observed ratings.
@@ -266,15 +286,18 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
         "splits": {},
     }
     raters = X["rater_id"].astype(str).to_numpy()
+    turns = RaterTurns(X, Y)
     for split in splits:
         folds = make_folds(X, split, n_folds, seed)
         levels, scores, counts = {}, {}, None
-        seconds = {}
+        seconds, turn_distances = {}, {}
         for name, model in models.items():
             started = time.perf_counter()
-            levels[name], scores[name], counts = cross_val_predictions(
-                model, X, Y, folds, data_levels, progress, label=f"{split} {name}", n_jobs=n_jobs)
+            levels[name], scores[name], counts, proba = cross_val_predictions(
+                model, X, Y, folds, data_levels, progress, label=f"{split} {name}", n_jobs=n_jobs, with_proba=True)
             seconds[name] = round(time.perf_counter() - started, 3)
+            # Reduced right away: one distance per multi-rater turn instead of every row's probabilities.
+            turn_distances[name] = turns.wasserstein(Y, proba, data_levels)
         clusters = pd.factorize(X[SPLITS[split]].astype(str))[0]
         fold_ids = np.empty(len(X), int)
         for k, (_, test) in enumerate(folds):
@@ -299,6 +322,8 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
         split_out["by_train_ratings"] = _train_count_bins(Y, scores, counts, raters, fold_ids)
         per_rater = pd.Series(counts).groupby(raters).mean()
         split_out["rater_train_ratings"] = sorted(float(v) for v in per_rater)
+        split_out["perspectivist"] = perspectivist_metrics(Y, raters, levels, scores, turn_distances, turns,
+                                                           fold_ids, len(data_levels), n_boot, seed)
         result["splits"][split] = split_out
     return result
 

@@ -123,6 +123,80 @@ def _fmt(value, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _with_ci(block: dict | None, signed: bool = False) -> str:
+    """"0.123 [0.100, 0.150]" from a {mean, ci} block; n/a when there is none."""
+    if not block or block.get("mean") is None:
+        return "n/a"
+    spec = "+.3f" if signed else ".3f"
+    lo, hi = block["ci"]
+    return f"{block['mean']:{spec}}" + ("" if lo is None else f" [{lo:{spec}}, {hi:{spec}}]")
+
+
+def _perspectivist_rows(split: dict, catalog: Catalog = CATALOG) -> list[dict]:
+    """One table row per model: per-rater normalized distance (mean with CI, quartiles over raters) and
+    the Wasserstein distance of turns with several raters."""
+    block = split.get("perspectivist") or {}
+    rows = []
+    for name in catalog.order(block.get("models", {})):
+        m = block["models"][name]
+        d = m["rater_distance"] or {}
+        q = d.get("quantiles", {})
+        rows.append({"label": catalog.label(name), "distance": _with_ci(d),
+                     "spread": "n/a" if q.get("p10") is None else
+                     f"{q['p10']:.3f} / {q['p50']:.3f} / {q['p90']:.3f}",
+                     "wasserstein": _with_ci(m["wasserstein"]),
+                     "turns": (m["wasserstein"] or {}).get("n_turns", 0)})
+    return rows
+
+
+def _gain_text(gain: dict | None, what: str) -> str | None:
+    if not gain:
+        return None
+    return (f"{what}: {_with_ci(gain, signed=True)}; of {gain['n_raters']} raters {gain['share_gain']:.0%} gain, "
+            f"{gain['share_loss']:.0%} lose (median {gain['quantiles']['p50']:+.3f})")
+
+
+def _rater_gain_histogram(split: dict, catalog: Catalog = CATALOG) -> str | None:
+    """Histograms over raters of the personalization gain, on distance and on within-rater Spearman."""
+    gain = (split.get("perspectivist") or {}).get("personalization_gain") or {}
+    panels = [(key, title, gain[key]) for key, title in
+              (("distance", "normalized distance: generic - personalized"),
+               ("spearman", "within-rater Spearman: personalized - generic")) if gain.get(key)]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.0), squeeze=False)
+    for ax, (_, title, block) in zip(axes[0], panels):
+        ax.hist(block["values"], bins=min(30, max(5, len(block["values"]) // 3)),
+                color=catalog.color("personalized") or "#d0734a", alpha=0.8)
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.axvline(block["mean"], color="black", linestyle="--", linewidth=1, label=f"mean {block['mean']:+.3f}")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("gain per rater (> 0: personalization helps)", fontsize=8)
+        ax.set_ylabel("raters")
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _audit_bars(units: list[dict], title: str) -> str | None:
+    """Horizontal bars of trait importance (cold-start MAE increase) with their 95% CI whiskers."""
+    units = [u for u in units if u.get("importance") is not None]
+    if not units:
+        return None
+    units = units[::-1]  # largest at the top
+    values = np.array([u["importance"] for u in units])
+    lo = np.array([np.nan if u["ci"][0] is None else u["ci"][0] for u in units])
+    hi = np.array([np.nan if u["ci"][1] is None else u["ci"][1] for u in units])
+    errors = np.nan_to_num(np.vstack([values - lo, hi - values]), nan=0.0).clip(0)
+    fig, ax = plt.subplots(figsize=(6.5, 0.28 * len(units) + 1.2))
+    y = np.arange(len(units))
+    ax.barh(y, values, xerr=errors, capsize=2, color=["#d0734a" if v > 0 else "#999999" for v in values])
+    ax.set_yticks(y, [u["name"] for u in units], fontsize=7)
+    ax.axvline(0, color="black", linewidth=0.6)
+    ax.set_xlabel("cold-start MAE increase when shuffled (> 0: the trait helps)")
+    ax.set_title(title, fontsize=9)
+    return _png(fig)
+
+
 TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>sense7 evaluation: {{ r.dataset }}</title>
 <style>
@@ -157,7 +231,30 @@ comparable){% endif %}.</p>
 <img alt="Confusion matrices, {{ split_name }}" src="{{ split.confusion_png }}">{% endif %}
 {% if split.gain_png %}<h3>Personalization gain by the rater's number of training ratings</h3>
 <img alt="Gain by training ratings, {{ split_name }}" src="{{ split.gain_png }}">{% endif %}
+{% if split.perspectivist %}<h3>Per rater and per turn (perspectivist metrics)</h3>
+<p class="note">Distance: |predicted level - rated level| / (levels - 1), averaged over each rater's ratings,
+then over raters (95% CI: raters resampled); p10 / median / p90 over raters. Wasserstein: on turns rated by
+several raters, the distance between the predicted distribution of their ratings (mean of their predicted
+probabilities) and the observed one, on the ordinal scale, 0-1 (95% CI: conversations resampled). Lower is
+better for both.</p>
+<table><tr><th>model</th><th>distance per rater</th><th>p10 / median / p90</th><th>Wasserstein</th>
+<th>turns</th></tr>
+{% for row in split.perspectivist %}<tr><td>{{ row.label }}</td><td>{{ row.distance }}</td><td>{{ row.spread }}</td>
+<td>{{ row.wasserstein }}</td><td>{{ row.turns }}</td></tr>
+{% endfor %}</table>
+{% for line in split.rater_gain_lines %}<p>Personalization gain per rater, {{ line }}</p>
 {% endfor %}
+{% if split.rater_gain_png %}<img alt="Personalization gain per rater, {{ split_name }}"
+src="{{ split.rater_gain_png }}">{% endif %}{% endif %}
+{% endfor %}
+{% if audit %}<h2>Trait audit: what each trait and questionnaire item is worth for new raters</h2>
+<p class="note">Cold start (folds by rater), {{ audit.model }}, {{ audit.method }}
+{%- if audit.n_repeats %} ({{ audit.n_repeats }} shuffles){% endif %}: the increase of the cold-start MAE of the
+expected rating when a trait is shuffled across the test raters (or, method drop, left out of the fit);
+averaged over controls, mean over {{ audit.n_raters }} raters with 95% CI (raters resampled). Baseline MAE
+{{ audit.baseline_mae }}, Spearman {{ audit.baseline_spearman }}.</p>
+{% for chart in audit.charts %}<img alt="Trait audit: {{ chart.title }}" src="{{ chart.png }}">
+{% endfor %}{% endif %}
 </body></html>
 """)
 
@@ -181,6 +278,7 @@ def render_report(result: dict, catalog: Catalog = CATALOG) -> str:
             ci = paired["ci"]
             paired_text = f"{paired['spearman']:+.3f}" + ("" if ci[0] is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
         control = "overall" if "overall" in result["controls"] else result["controls"][0]
+        gains = (split.get("perspectivist") or {}).get("personalization_gain") or {}
         splits.append((split_name, {
             "rows": rows,
             "paired": paired_text,
@@ -191,9 +289,26 @@ def render_report(result: dict, catalog: Catalog = CATALOG) -> str:
             "confusion_png": _confusions(split, levels, control, catalog),
             "confusion_control": control,
             "gain_png": _gain(split, catalog),
+            "perspectivist": _perspectivist_rows(split, catalog),
+            "rater_gain_lines": [line for line in (
+                _gain_text(gains.get("distance"), "normalized distance (generic - personalized)"),
+                _gain_text(gains.get("spearman"), "within-rater Spearman (personalized - generic)")) if line],
+            "rater_gain_png": _rater_gain_histogram(split, catalog),
         }))
     return TEMPLATE.render(r=result, splits=splits, split_labels=SPLIT_LABELS, paper_label=PAPER_LABEL,
-                           paper_spearman=PAPER_SPEARMAN, paper_accuracy=PAPER_ACCURACY)
+                           paper_spearman=PAPER_SPEARMAN, paper_accuracy=PAPER_ACCURACY,
+                           audit=_audit_view(result.get("trait_audit")))
+
+
+def _audit_view(audit: dict | None) -> dict | None:
+    """What the template shows of `result["trait_audit"]`: the numbers in words and one chart per level."""
+    if not audit:
+        return None
+    levels = (("items", "questionnaire items"), ("features", "trait features (what the model sees)"))
+    charts = [{"title": title, "png": _audit_bars(audit[level], title)} for level, title in levels]
+    return {"model": audit["model"], "method": audit["method"], "n_repeats": audit.get("n_repeats"),
+            "n_raters": audit["n_raters"], "baseline_mae": _fmt(audit["baseline"]["mae"]),
+            "baseline_spearman": _fmt(audit["baseline"]["spearman"]), "charts": [c for c in charts if c["png"]]}
 
 
 def write_report(result: dict, path: str | Path, catalog: Catalog = CATALOG) -> Path:
