@@ -124,3 +124,22 @@ def import_randomized_study(stack, n_raters: int, prefix: str, per_rater: int, t
                          taxonomy=rt.taxonomy)
     import_profile_tasks(rt.client, rt.profile_project, ids)
     return raters, convs
+
+
+def serve_study(stack, rater_ids: list[str]) -> tuple[str, dict[str, str]]:
+    """The backend receiving webhooks, a worker with beat, the rater page and a link per rater, their
+    queues copied: (page URL, rater_id -> link)."""
+    from sense7.tasks.delivery import refresh_queues
+    from sense7.tasks.sync import LabelSync
+
+    rt = stack.runtime()
+    stack.start_backend()
+    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
+    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2"})
+    port = free_port()
+    start_page(stack, port)
+    url = f"http://127.0.0.1:{port}"
+    book = LinkBook(rt.store)
+    links = {r: f"{url}/r/{book.issue(r)}" for r in rater_ids}
+    refresh_queues(rt, rater_ids)
+    return url, links

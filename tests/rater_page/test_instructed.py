@@ -10,13 +10,11 @@ import pytest
 import requests
 import yaml
 
-from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox
-from sense7.labelstudio.protocol import webhook_headers
-from sense7.processes import free_port
+from sense7.data.raterpage import InstructedAnswers, Outbox
 from sense7.settings import QualityPolicy
 from sense7.taxonomy import DEFAULT_TAXONOMY_PATH
 from tests.jobs.helpers import wait_for
-from tests.rater_page.conftest import csrf_of, hidden, import_randomized_study, start_page
+from tests.rater_page.conftest import csrf_of, hidden, import_randomized_study, serve_study
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -25,8 +23,6 @@ ITEMS = [{"key": "attention_two", "prompt": "To show you are reading carefully, 
 
 
 def test_instructed_items_are_asked_kept_apart_and_flag_the_inattentive_rater(job_stack, tmp_path):
-    from sense7.tasks.delivery import refresh_queues
-    from sense7.tasks.sync import LabelSync
 
     from sense7.rater_page.simulate import RaterBehaviour, rate_through_page
     from sense7.research.study import analyze_study
@@ -43,14 +39,7 @@ def test_instructed_items_are_asked_kept_apart_and_flag_the_inattentive_rater(jo
     assert [i.key for i in tax.instructed_items] == [i["key"] for i in ITEMS]
     raters, convs = import_randomized_study(stack, 2, "ia", per_rater=2, turns=4, repeat_share=0.0)
     ids = [r["rater_id"] for r in raters]
-    stack.start_backend()
-    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
-    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2"})
-    port = free_port()
-    start_page(stack, port)
-    url = f"http://127.0.0.1:{port}"
-    links = {r: f"{url}/r/{LinkBook(rt.store).issue(r)}" for r in ids}
-    refresh_queues(rt, ids)
+    url, links = serve_study(stack, ids)
 
     tasks = [t for t in rt.client.tasks.list(project=rt.rating_project, include="id,data", page_size=1000)]
     marked = {t.id: t.data.get("instructed") for t in tasks}

@@ -13,16 +13,13 @@ import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
-from sense7.data.raterpage import LinkBook
 from sense7.data.store import annotations
 from sense7.data.study import HIDDEN, SHOWN, StudyRecords
 from sense7.labelstudio.importer import plan_tasks
-from sense7.labelstudio.protocol import webhook_headers
-from sense7.processes import free_port
 from sense7.settings import QualityPolicy
 from tests.jobs.conftest import VENV_BIN
 from tests.jobs.helpers import wait_for
-from tests.rater_page.conftest import import_randomized_study, start_page
+from tests.rater_page.conftest import import_randomized_study, serve_study
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -42,8 +39,6 @@ def _ratings(conversations, taxonomy, seed: int = 3) -> pd.DataFrame:
 
 
 def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports_status(job_stack):
-    from sense7.tasks.delivery import refresh_queues
-    from sense7.tasks.sync import LabelSync
 
     from sense7.model.registry import ModelRegistry
     from sense7.rater_page.simulate import RaterBehaviour, rate_through_page
@@ -55,15 +50,7 @@ def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports
     raters, convs = import_randomized_study(stack, 6, "qs", per_rater=3, turns=4, repeat_share=0.2)
     ids = [r["rater_id"] for r in raters]
     registry = ModelRegistry(rt.settings.model_dir)
-    stack.start_backend()
-    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
-    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2"})
-    port = free_port()
-    start_page(stack, port)
-    url = f"http://127.0.0.1:{port}"
-    book = LinkBook(rt.store)
-    links = {r: f"{url}/r/{book.issue(r)}" for r in ids}
-    refresh_queues(rt, ids)
+    url, links = serve_study(stack, ids)
 
     # Before anyone rates: a hidden-arm turn shows no pre-fill on the page, a shown-arm turn does.
     arms = dict(zip(*StudyRecords(rt.store).arms_frame()[["task_key", "arm"]].T.values))
