@@ -170,7 +170,7 @@ def _problem(name: str, value) -> str | None:
         return None if value in TRAINING_CHOICES else f"must be one of {', '.join(TRAINING_CHOICES)}"
     if not math.isfinite(value) or value < 0:
         return "must be a finite number >= 0"
-    if name == "instructed_min_share" and value > 1:
+    if name in ("instructed_min_share", "straight_line_share") and value > 1:
         return "must be between 0 and 1"
     if name in ("straight_line_turns", "retest_min_pairs") and value < 1:
         return "must be at least 1"
@@ -183,7 +183,11 @@ class QualityPolicy:
 
     min_median_seconds: float = 4.0     # a rater whose median time per task is below this is "too_fast"
     min_tasks: int = 5                  # no flag is raised on fewer rated tasks than this
-    straight_line_turns: int = 6        # this many consecutive turns with one level for every control
+    straight_line_turns: int = 6        # this many consecutive turns with one level for every control ...
+    # ... covering at least this share of the rater's turns: honest raters hit the scale's floor for several
+    # turns when an assistant keeps failing (the paper-scale demo: 5 of 107 honest raters had runs of 6-11
+    # turns of 1s, at most 40% of their turns), a straight-liner clicks through most of the study.
+    straight_line_share: float = 0.5
     retest_min_pairs: int = 2           # repeated turns needed before judging test-retest agreement
     retest_max_distance: float = 1.5    # mean |first - repeat| over controls and pairs above this: "inconsistent"
     instructed_min_share: float = 1.0   # share of instructed items answered as told below this: "failed_instructed"

@@ -96,6 +96,16 @@ def _wait(condition, what: str, timeout: float = 180.0):
                f"read {_worker_log(settings())}")
 
 
+def _settles(condition, seconds: float) -> bool:
+    """Whether `condition` becomes true within `seconds` (no error when it does not)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
 def _run_job(name: str, what: str, timeout: float, **kwargs) -> dict:
     """Run one job on the worker and wait for it; giving up names the job, the queues and the log."""
     from sense7.tasks.celery_app import get_app
@@ -138,6 +148,7 @@ def demo(
 
 def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started, copy_probability=0.3) -> None:
     from sense7.data.formats import read_conversations, read_raters, read_ratings
+    from sense7.data.raterpage import Outbox
     from sense7.data.store import Store
     from sense7.labelstudio.importer import import_conversations, import_profile_tasks
     from sense7.labelstudio.protocol import connect_backend
@@ -250,8 +261,16 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
                                          default=behaviours["honest"], seed=seed)
         with phases.phase(f"sync {labelled} annotations -> retrain -> new version"):
             _run_job(names.RECONCILE, "the reconciliation with Label Studio", 300)
+            outbox = Outbox(store)
+            _wait(lambda: outbox.counts()["undelivered"] == 0, "the rater page's submissions to reach Label Studio",
+                  900)
+            # Label Studio sends each webhook once, with a 1 s timeout: under load one can be lost, and the
+            # reconciliation beat would find it minutes later. Once every answer is in Label Studio and the
+            # store still lacks some after a short while, reconcile now.
+            if not _settles(lambda: store.counts()["annotations"] >= labelled, 20):
+                _run_job(names.RECONCILE, "the reconciliation with Label Studio", 600)
             _wait(lambda: store.counts()["annotations"] >= labelled,
-                  "the rater page's submissions to reach Label Studio and the store", 600)
+                  "the rater page's submissions to reach the store", 600)
             if registry.current() == first_version:
                 done = _run_job(names.RETRAIN, "the retrain", 600, reason="demo: new annotations")
                 if done.get("status") == "skipped":  # a retrain the new ratings triggered holds the lock

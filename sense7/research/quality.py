@@ -118,9 +118,11 @@ def rater_quality(tasks: pd.DataFrame, policy: QualityPolicy = QualityPolicy(), 
             flags.append({"flag": "too_fast", "evidence": {
                 "median_seconds": median, "timed_tasks": int(len(seconds)),
                 "min_median_seconds": policy.min_median_seconds}})
-        if straight is not None and straight["run"] >= policy.straight_line_turns:
+        if straight is not None and straight["run"] >= policy.straight_line_turns \
+                and straight["run"] >= policy.straight_line_share * len(task_ids):
             flags.append({"flag": "straight_lining", "evidence": {
-                **straight, "straight_line_turns": policy.straight_line_turns}})
+                **straight, "share_of_turns": round(straight["run"] / len(task_ids), 3),
+                "straight_line_turns": policy.straight_line_turns, "straight_line_share": policy.straight_line_share}})
         if retest is not None and retest["pairs"] >= policy.retest_min_pairs \
                 and retest["mean_distance"] > policy.retest_max_distance:
             flags.append({"flag": "inconsistent", "evidence": {

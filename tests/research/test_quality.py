@@ -57,10 +57,23 @@ def test_straight_lining_needs_one_level_for_every_control_and_across_the_run():
     quality = rater_quality(pd.DataFrame(straight + uniform_turns + short + exact))
     assert _flags(quality["straight"])["straight_lining"] == {
         "run": 10, "level": 3, "first_task_id": "straight-t2", "last_task_id": "straight-t11",
-        "straight_line_turns": 6}
+        "share_of_turns": 0.714, "straight_line_turns": 6, "straight_line_share": 0.5}
     assert quality["uniform"]["flags"] == [] and quality["uniform"]["straight_line_run"] == 1
     assert quality["short"]["flags"] == [] and quality["short"]["straight_line_run"] == 5
     assert "straight_lining" in _flags(quality["exact"])
+
+
+def test_a_run_at_the_floor_that_is_a_minority_of_the_turns_is_not_straight_lining():
+    # An honest rater whose assistant kept failing for 8 turns (all 1s), among 25 varied turns: a run long
+    # enough, but 32% of their turns (the paper-scale demo saw 5 such honest raters); the same run over
+    # most of the turns is flagged.
+    varied = [(1, 2, 3), (4, 2, 5), (3, 4, 2), (5, 3, 4)]
+    honest = _tasks("honest", varied * 2 + [1] * 8 + varied * 2 + [(2, 3, 4)], [20.0] * 25)
+    lazy = _tasks("lazy", varied[:2] + [1] * 8, [20.0] * 10)
+    quality = rater_quality(pd.DataFrame(honest + lazy))
+    assert quality["honest"]["straight_line_run"] == 8 and quality["honest"]["flags"] == []
+    assert _flags(quality["lazy"])["straight_lining"]["share_of_turns"] == 0.8
+    assert "straight_lining" in _flags(rater_quality(pd.DataFrame(honest), QualityPolicy(straight_line_share=0.3))["honest"])
 
 
 def test_turns_are_taken_in_order_not_in_row_order():
