@@ -259,18 +259,6 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
             behaviours = _planted_habits(sorted(links), copy_probability)
             labelled = rate_through_page(links, live_ratings, answers, tax, LABEL_FRACTION, behaviours=behaviours,
                                          default=behaviours["honest"], seed=seed)
-
-    report = cfg.home / "report.html"
-    report_job = None
-    if ratings_path is not None:
-        # The report reads only the study's files: it is computed while the worker writes the raters'
-        # answers to Label Studio (which is then the bottleneck, on one core), not after.
-        from concurrent.futures import ThreadPoolExecutor
-
-        report_pool = ThreadPoolExecutor(max_workers=1)
-        report_job = report_pool.submit(_write_report, conversations, ratings_path, raters, report)
-        report_pool.shutdown(wait=False)
-    if ratings is not None:
         with phases.phase(f"sync {labelled} annotations -> retrain -> new version"):
             _run_job(names.RECONCILE, "the reconciliation with Label Studio", 300)
             outbox = Outbox(store)
@@ -300,9 +288,10 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
         with phases.phase("the study's anchoring, live accuracy and rater quality"):
             study = _study_summary(cfg, store, tax)
 
-    if report_job is not None:
-        with phases.phase("personalized vs generic report (the rest of it)"):
-            report_job.result()
+    report = cfg.home / "report.html"
+    if ratings_path is not None:
+        with phases.phase("personalized vs generic report"):
+            _write_report(conversations, ratings_path, raters, report)
 
     timings = cfg.home / "demo-timings.md"
     timings.write_text(phases.table() + "\n")
