@@ -54,8 +54,11 @@ class Preannotator:
             if task.total_annotations:
                 continue
             versions = {v.strip() for v in str(task.predictions_model_versions or "").split(",") if v.strip()}
-            if version not in versions:
-                pending.append({"id": task.id, "data": dict(task.data or {})})
+            data = dict(task.data or {})
+            # A hidden task may carry the empty answer the backend gave Label Studio's editor for it: whether
+            # its prediction is recorded is the store's to say (run() filters by the records), not Label Studio's.
+            if version not in versions or arm_of(data) != SHOWN:
+                pending.append({"id": task.id, "data": data})
         return pending
 
     def run(self, on_total: Callable[[int], None] | None = None,
