@@ -96,7 +96,7 @@ class Sense7Model:
             elif arm_of(task.get("data")) == HIDDEN:
                 # The study hides this task's prediction (sense7.data.study): it was recorded at import;
                 # an empty result of the served version shows nothing and stops Label Studio asking again.
-                results[i] = {"result": [], "score": 0.0, "model_version": loaded.version, "kind": "hidden"}
+                results[i] = self._hidden_result(loaded.version)
             else:
                 good.append(i)
         if good:
@@ -165,6 +165,11 @@ class Sense7Model:
         return {"result": result, "score": round(score, 4), "model_version": version, "kind": item.kind}
 
     @staticmethod
+    def _hidden_result(version: str) -> dict:
+        """A hidden-arm task's answer: nothing to show, of the served version (Label Studio stops asking)."""
+        return {"result": [], "score": 0.0, "model_version": version, "kind": "hidden"}
+
+    @staticmethod
     def _error_result(task: Any, problem: str, version: str) -> dict:
         task_id = task.get("id") if isinstance(task, dict) else None
         label = f"task {task_id}" if task_id is not None else "task"
@@ -214,8 +219,7 @@ class Sense7Model:
                 "generic_expected": {c: round(float(v), 4) for c, v in zip(controls, g_exp[row])},
             }
             if plan is not None:
-                answers[i] = ({"result": [], "score": 0.0, "model_version": loaded.version, "kind": "hidden"}
-                              if arm_of(data) == HIDDEN else
+                answers[i] = (self._hidden_result(loaded.version) if arm_of(data) == HIDDEN else
                               self._result(ServedItem(served.kinds[row], s_level[row].tolist(), s_conf[row].tolist()),
                                            plan, loaded.version))
         return answers, records

@@ -83,27 +83,25 @@ def _worker_log(cfg: Settings) -> Path:
     return worker_process(cfg).log_file
 
 
+def _settles(condition, seconds: float):
+    """`condition()`'s first truthy value within `seconds`, else None (no error)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value or time.monotonic() >= deadline:
+            return value or None
+        time.sleep(0.5)
+
+
 def _wait(condition, what: str, timeout: float = 180.0):
+    """`_settles`, but giving up is an error that names what was waited for, the queues and the log."""
     from sense7.tasks.waiting import describe_state
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise fail(f"gave up after {timeout:.0f} s waiting for {what}; {describe_state()}; "
-               f"read {_worker_log(settings())}")
-
-
-def _settles(condition, seconds: float) -> bool:
-    """Whether `condition` becomes true within `seconds` (no error when it does not)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.5)
-    return True
+    value = _settles(condition, timeout)
+    if value is None:
+        raise fail(f"gave up after {timeout:.0f} s waiting for {what}; {describe_state()}; "
+                   f"read {_worker_log(settings())}")
+    return value
 
 
 def _run_job(name: str, what: str, timeout: float, **kwargs) -> dict:

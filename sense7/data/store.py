@@ -270,7 +270,9 @@ class Store:
                 time.sleep(0.2 * (attempt + 1))
 
     # -- generic upsert ------------------------------------------------------------------------------
-    def _upsert(self, conn, table: Table, rows: list[dict], keys: list[str]) -> None:
+    def _upsert(self, conn, table: Table, rows: list[dict], keys: list[str], keep_existing: bool = False) -> None:
+        """Insert `rows`; a row whose keys exist updates it, or is skipped with `keep_existing` (first write
+        wins: e.g. the prediction made before a rater saw the task)."""
         if not rows:
             return
         if self.engine.dialect.name == "postgresql":
@@ -279,7 +281,7 @@ class Store:
             from sqlalchemy.dialects.sqlite import insert
         stmt = insert(table).values(rows)
         updates = {c.name: stmt.excluded[c.name] for c in table.columns if c.name not in keys}
-        stmt = stmt.on_conflict_do_update(index_elements=keys, set_=updates) if updates else \
+        stmt = stmt.on_conflict_do_update(index_elements=keys, set_=updates) if updates and not keep_existing else \
             stmt.on_conflict_do_nothing(index_elements=keys)
         conn.execute(stmt)
 

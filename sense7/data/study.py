@@ -107,7 +107,7 @@ class StudyRecords:
                  "repeat_of": d.get("repeat_of"), "drawn_at": _now()} for d in (t["data"] for t in tasks)]
         with self.store.engine.begin() as conn:
             for start in range(0, len(rows), 500):
-                self._insert_new(conn, task_arms, rows[start:start + 500], ["task_key"])
+                self.store._upsert(conn, task_arms, rows[start:start + 500], ["task_key"], keep_existing=True)
 
     def record_predictions(self, rows: list[dict]) -> None:
         """Keep predictions (one per task key and model version; the first one made is the one kept,
@@ -115,16 +115,8 @@ class StudyRecords:
         stamped = [{**r, "recorded_at": r.get("recorded_at") or _now()} for r in rows]
         with self.store.engine.begin() as conn:
             for start in range(0, len(stamped), 500):
-                self._insert_new(conn, recorded_predictions, stamped[start:start + 500], ["task_key", "version"])
-
-    def _insert_new(self, conn, table, rows: list[dict], keys: list[str]) -> None:
-        if not rows:
-            return
-        if self.store.engine.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
-        conn.execute(insert(table).values(rows).on_conflict_do_nothing(index_elements=keys))
+                self.store._upsert(conn, recorded_predictions, stamped[start:start + 500], ["task_key", "version"],
+                                   keep_existing=True)
 
     def recorded_keys(self, version: str) -> set[str]:
         with self.store.engine.connect() as conn:
