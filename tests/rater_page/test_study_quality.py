@@ -122,6 +122,7 @@ def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports
                           "--report", str(out_html)], env=stack.env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert f"{RUSHING}: too_fast" in out.stdout and f"{STRAIGHT}: straight_lining" in out.stdout
+    assert {oct(f.stat().st_mode & 0o777) for f in (out_json, out_html)} == {"0o600"}  # rater ids and flags
     analysed = json.loads(out_json.read_text())
     assert analysed["quality"]["flagged"] == [RUSHING, STRAIGHT]
     assert analysed["live"]["all"]["n_ratings"] == hidden_turns
