@@ -28,9 +28,10 @@ from sense7.ml_backend.hot_model import HotModel, LoadedModel
 from sense7.ml_backend.labels import RatingControl, rating_controls
 from sense7.ml_backend.rater_info import RaterInfoCache
 
+from sense7.data.items import task_columns
 from sense7.data.study import HIDDEN, arm_of
-from sense7.labelstudio.protocol import task_columns, task_problem
-from sense7.taxonomy import Taxonomy, load_taxonomy
+from sense7.labelstudio.protocol import task_problem
+from sense7.taxonomy import Taxonomy
 
 log = logging.getLogger("sense7.ml_backend")
 
@@ -48,17 +49,16 @@ class ServedItem(NamedTuple):
 class Sense7Model:
     """Answers Label Studio's /setup, /predict and /webhook calls for one serving process."""
 
-    def __init__(self, hot_model: HotModel, rater_info: RaterInfoCache,
-                 on_event: Callable[[str, dict], Any] | None = None, taxonomy: Taxonomy | None = None):
+    def __init__(self, hot_model: HotModel, rater_info: RaterInfoCache, taxonomy: Taxonomy,
+                 on_event: Callable[[str, dict], Any] | None = None):
         self.hot_model = hot_model
         self.rater_info = rater_info
         self.on_event = on_event or log_event
         self._schemas: dict[str, str] = {}  # project uid -> label config from the last /setup
         self._plans: dict = {}  # (label config controls, predictor) -> which predicted control fills which Rating
-        # Which context fields to read from the store: once per process (a model uses only the fields it
-        # was trained on, and re-reading the taxonomy file cost ~0.1 ms a request). The study's taxonomy
-        # (settings.taxonomy_path) comes from build_model; the packaged one otherwise.
-        self.taxonomy = taxonomy or load_taxonomy()
+        # Which context fields to read from the store: the study's taxonomy (settings.taxonomy_path, read
+        # once per process by build_model: re-reading the taxonomy file cost ~0.1 ms a request).
+        self.taxonomy = taxonomy
         # Concurrent requests of this process share model calls (see ml_backend/batcher.py).
         self.batcher = MicroBatcher(self._predict_data)
 
@@ -123,7 +123,7 @@ class Sense7Model:
         return results
 
     def _columns(self, task_datas: list[dict]) -> dict:
-        """The predictor's plain item columns (sense7.labelstudio.protocol.task_columns), with contexts from
+        """The predictor's plain item columns (sense7.data.items.task_columns), with contexts from
         the store's cache: traits and contexts never come from the task."""
         contexts = self.rater_info.contexts((str(d["conversation_id"]), str(d["rater_id"])) for d in task_datas)
         return task_columns(task_datas, contexts, self.taxonomy)
@@ -284,5 +284,5 @@ def build_model(settings, on_event: Callable[[str, dict], Any] | None = None,
     hot = HotModel(ModelRegistry(settings.model_dir), check_interval=check_interval)
     hot.reload()
     taxonomy = study_taxonomy(settings)
-    return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), refresh_seconds, taxonomy), on_event=on_event,
-                       taxonomy=taxonomy)
+    return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), taxonomy, refresh_seconds=refresh_seconds),
+                       taxonomy, on_event=on_event)

@@ -14,15 +14,15 @@ import time
 
 import pandas as pd
 
-from sense7.data.dataset import trait_features
+from sense7.data.items import trait_table
 
 log = logging.getLogger("sense7.ml_backend")
 
 
 class RaterInfoCache:
-    def __init__(self, store, refresh_seconds: float = 30.0, taxonomy=None):
+    def __init__(self, store, taxonomy, refresh_seconds: float = 30.0):
         self.store = store
-        self.taxonomy = taxonomy  # the study's (its profile fields score the traits); None = packaged
+        self.taxonomy = taxonomy  # the study's: its profile fields score the traits
         self.refresh_seconds = refresh_seconds
         self._raters = pd.DataFrame(index=pd.Index([], name="rater_id"))
         self._traits = pd.DataFrame(index=self._raters.index)
@@ -36,9 +36,8 @@ class RaterInfoCache:
             try:
                 raters = self.store.raters_frame()
                 # The numeric trait features of every rater, computed once per refresh by the same
-                # function training uses (sense7.data.dataset.trait_features); per request only a reindex.
-                traits = trait_features(raters, self.taxonomy) if len(raters.columns) else pd.DataFrame(index=raters.index)
-                self._raters, self._traits = raters, traits.add_prefix("trait_")
+                # function training uses (sense7.data.items.trait_table); per request only a reindex.
+                self._raters, self._traits = raters, trait_table(raters, self.taxonomy)
             except Exception as exc:  # keep serving the last good copy
                 log.error("rater traits not refreshed (%s); using the copy from %.0f s ago",
                           type(exc).__name__, now - self._raters_at)

@@ -54,12 +54,13 @@ def prepare(home: Path, n_conversations: int, n_raters: int, seed: int):
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
     from sense7.settings import Settings
+    from sense7.taxonomy import load_taxonomy
 
     settings = Settings.from_env({"SENSE7_HOME": str(home), "SENSE7_BACKEND_USER": "bench",
                                   "SENSE7_BACKEND_PASSWORD": "bench-pass"})
-    data = synth.generate(n_conversations, n_raters, seed=seed, raters_per_conversation=2)
+    data = synth.generate(n_conversations, n_raters, seed, load_taxonomy(), raters_per_conversation=2)
     started = time.perf_counter()
-    bundle = train_bundle(data.rating_data(), "v1")
+    bundle = train_bundle(data.rating_data(), "v1", data.taxonomy)
     print(f"trained bundle v1 on {len(data.ratings)} ratings in {time.perf_counter() - started:.1f} s",
           file=sys.stderr)
     registry = ModelRegistry(settings.model_dir)

@@ -49,15 +49,16 @@ def bench_wassa(directory: Path, out: Path | None, folds: int, boot: int, seed: 
     from sense7.data.wassa import load_wassa
     from sense7.research.analysis import analyze
     from sense7.research.report import write_report
+    from sense7.taxonomy import load_taxonomy
 
     t0 = time.perf_counter()
     data = load_wassa(directory)
     t_load = time.perf_counter() - t0
     t0 = time.perf_counter()
-    result = evaluate(data, n_folds=folds, seed=seed, n_boot=boot, dataset="wassa2024")
+    result = evaluate(data, n_folds=folds, seed=seed, n_boot=boot, dataset="wassa2024", taxonomy=load_taxonomy())
     t_eval = time.perf_counter() - t0
     t0 = time.perf_counter()
-    analysis = analyze(data.ratings, n_boot=boot, seed=seed, dataset="wassa2024")
+    analysis = analyze(data.ratings, n_boot=boot, seed=seed, dataset="wassa2024", taxonomy=load_taxonomy())
     t_analyze = time.perf_counter() - t0
     print(f"## WASSA 2024 ({result['n_ratings']} ratings, {result['n_raters']} raters, "
           f"{result['n_conversations']} conversations, scale {result['levels'][0]}-{result['levels'][-1]})")
@@ -80,19 +81,21 @@ def bench_harness(n_conversations: int, n_raters: int, boot: int, folds: int) ->
     """Harness overhead alone: folds, metrics, bootstrap, gain curve. Five RaterMean variants stand in for
     the five models: near-free to fit, and (unlike constant baselines) every one has a Spearman to
     bootstrap, so this is the worst case for the resampling."""
-    from sense7.data.dataset import build_items
+    from sense7.data.items import build_items
     from sense7.data.synth import generate
     from sense7.model.baselines import RaterMean
     from sense7.research.analysis import analyze
+    from sense7.taxonomy import load_taxonomy
 
-    data = generate(n_conversations, n_raters, seed=0).rating_data()
-    X, Y = build_items(data)
+    tax = load_taxonomy()
+    data = generate(n_conversations, n_raters, 0, tax).rating_data()
+    X, Y = build_items(data, tax)
     models = {f"rater_mean_{k}": RaterMean(pseudo_count=k) for k in (0.5, 1, 2, 5, 10)}
     t0 = time.perf_counter()
     evaluate_items(X, Y, models, n_folds=folds, n_boot=boot)
     t_eval = time.perf_counter() - t0
     t0 = time.perf_counter()
-    analyze(data.ratings, n_boot=boot)
+    analyze(data.ratings, n_boot=boot, taxonomy=tax)
     t_analyze = time.perf_counter() - t0
     n = int(Y.notna().to_numpy().sum())
     print(f"\nharness on synthetic data: {n} ratings ({len(X)} items x {Y.shape[1]} controls), 5 models, "
@@ -102,10 +105,13 @@ def bench_harness(n_conversations: int, n_raters: int, boot: int, folds: int) ->
 def bench_planted(n_conversations: int, n_raters: int, folds: int, boot: int, seed: int) -> None:
     """All five models on synthetic data with planted rater structure (sense7.data.synth)."""
     from sense7.data.synth import generate
+    from sense7.taxonomy import load_taxonomy
 
-    data = generate(n_conversations, n_raters, seed=seed).rating_data()
+    synth = generate(n_conversations, n_raters, seed, load_taxonomy())
+    data = synth.rating_data()
     t0 = time.perf_counter()
-    result = evaluate(data, n_folds=folds, seed=seed, n_boot=boot, dataset=f"synth {n_conversations}x{n_raters}")
+    result = evaluate(data, n_folds=folds, seed=seed, n_boot=boot, dataset=f"synth {n_conversations}x{n_raters}",
+                      taxonomy=synth.taxonomy)
     elapsed = time.perf_counter() - t0
     print(f"\n## Synthetic, planted structure ({result['n_ratings']} ratings, {result['n_items']} items, "
           f"{result['n_raters']} raters, {len(result['controls'])} controls; `generate({n_conversations}, "

@@ -24,6 +24,7 @@ from sense7.labelstudio.importer import import_conversations, plan_tasks
 from sense7.labelstudio.server import LabelStudioServer
 from sense7.processes import free_port
 from sense7.settings import Settings
+from sense7.taxonomy import load_taxonomy
 
 
 def main() -> None:
@@ -39,14 +40,15 @@ def main() -> None:
         server = LabelStudioServer(settings)
         server.start()
         try:
-            synth.write(synth.generate(args.conversations, args.raters, args.seed), home / "batch")
+            tax = load_taxonomy()
+            synth.write(synth.generate(args.conversations, args.raters, args.seed, tax), home / "batch")
             client = ls_client.connect(settings, timeout=600)
-            ours = ls_client.create_rating_project(client, "bench: sense7 import")
-            raw = ls_client.create_rating_project(client, "bench: raw SDK")
+            ours = ls_client.create_rating_project(client, "bench: sense7 import", tax)
+            raw = ls_client.create_rating_project(client, "bench: raw SDK", tax)
 
             start = time.perf_counter()
-            conversations = read_conversations(home / "batch" / "conversations.jsonl")
-            result = import_conversations(client, ours, conversations, Store(settings.store_url))
+            conversations = read_conversations(home / "batch" / "conversations.jsonl", tax)
+            result = import_conversations(client, ours, conversations, Store(settings.store_url), taxonomy=tax)
             ours_s = time.perf_counter() - start
 
             tasks = plan_tasks(conversations)
@@ -56,7 +58,7 @@ def main() -> None:
 
             assert ls_client.count_tasks(client, ours) == ls_client.count_tasks(client, raw) == len(tasks)
             start = time.perf_counter()
-            again = import_conversations(client, ours, conversations, Store(settings.store_url))
+            again = import_conversations(client, ours, conversations, Store(settings.store_url), taxonomy=tax)
             reimport_s = time.perf_counter() - start
         finally:
             server.stop()

@@ -71,7 +71,7 @@ def main() -> None:
         from sense7.tasks.runtime import Runtime
 
         rt = Runtime.from_env()
-        rating, profile = ensure_projects(client, settings)
+        rating, profile = ensure_projects(client, settings, rt.taxonomy)
 
         # -- data: raters (store + Label Studio users), conversations, annotated tasks ------------------
         raters = make_raters(args.raters, prefix="b")

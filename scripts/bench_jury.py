@@ -36,15 +36,17 @@ def main() -> None:
     from sense7.data.conversations import Conversation
     from sense7.model.bundle import train_bundle
     from sense7.research.jury import jury_predict, select_panel, write_csv
+    from sense7.taxonomy import load_taxonomy
 
-    study = synth.generate(args.train_conversations, args.raters, seed=3)
+    tax = load_taxonomy()
+    study = synth.generate(args.train_conversations, args.raters, 3, tax)
     started = time.perf_counter()
-    bundle = train_bundle(study.rating_data(), "bench")
+    bundle = train_bundle(study.rating_data(), "bench", tax)
     train_seconds = time.perf_counter() - started
     raters = study.raters.set_index("rater_id")
 
     transcripts, turns = [], 0
-    for conv in synth.generate(max(10, args.turns // 8), args.raters, seed=4).conversations:
+    for conv in synth.generate(max(10, args.turns // 8), args.raters, 4, tax).conversations:
         wanted = args.turns - turns
         if wanted <= 0:
             break
@@ -57,12 +59,12 @@ def main() -> None:
     if turns < args.turns:
         raise SystemExit(f"only {turns} assistant turns generated")
 
-    panel = select_panel("all", raters, sorted(bundle.known_raters))[: args.raters]
+    panel = select_panel("all", raters, sorted(bundle.known_raters), tax)[: args.raters]
     compiled = bundle.compile()  # once per model version, as the CLI and the ML backend do
     seconds = []
     for _ in range(args.repeat):
         started = time.perf_counter()
-        jury = jury_predict(compiled, transcripts, panel, raters)
+        jury = jury_predict(compiled, transcripts, panel, raters, tax)
         seconds.append(time.perf_counter() - started)
 
     started = time.perf_counter()

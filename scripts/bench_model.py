@@ -19,17 +19,18 @@ import json
 import statistics
 import time
 
-from sense7.data.dataset import build_items
+from sense7.data.items import build_items
 from sense7.data.synth import generate
 from sense7.model import GenericRater, PersonalizedRater
 from sense7.model.bundle import ModelBundle
 from sense7.model.oracle import compare_with_oracle
+from sense7.taxonomy import load_taxonomy
 
 
 def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int) -> dict:
-    synth = generate(n_conversations, n_raters, seed=1)
+    synth = generate(n_conversations, n_raters, 1, load_taxonomy())
     started = time.perf_counter()
-    X, Y = build_items(synth.rating_data())
+    X, Y = build_items(synth.rating_data(), synth.taxonomy)
     items_seconds = time.perf_counter() - started
     out = {"items": len(X), "ratings": int(Y.notna().sum().sum()), "build_items_s": round(items_seconds, 2)}
     # What train_bundle fits: the personalized model; the served generic model is its text part.
@@ -78,7 +79,7 @@ def bench_wassa(directory: str) -> dict:
     from sense7.model.baselines import RaterMean
     from sense7.research.evaluation import evaluate_items
 
-    X, Y = build_items(load_wassa(directory))
+    X, Y = build_items(load_wassa(directory), load_taxonomy())
     models = {"rater_mean": RaterMean(), "generic": GenericRater(), "personalized": PersonalizedRater()}
     result = evaluate_items(X, Y, models, n_folds=5, seed=0, n_boot=10)
     def rounded(value):  # None: a constant prediction (e.g. rater means of unseen raters)
@@ -103,7 +104,7 @@ def main() -> None:
         report["speed"] = bench_speed(args.conversations, args.raters, args.batch, args.repeats)
         print(json.dumps(report, indent=2), flush=True)
     if not args.skip_oracle:
-        report["oracle"] = {k: round(v, 3) for k, v in compare_with_oracle(generate(300, 40, seed=7)).items()}
+        report["oracle"] = {k: round(v, 3) for k, v in compare_with_oracle(generate(300, 40, 7, load_taxonomy())).items()}
         print(json.dumps({"oracle": report["oracle"]}, indent=2), flush=True)
     if args.wassa:
         report["wassa"] = bench_wassa(args.wassa)

@@ -59,6 +59,7 @@ def main() -> None:
     from sense7.model.registry import ModelRegistry
     from sense7.processes import free_port
     from sense7.settings import Settings, StudyDesign
+    from sense7.taxonomy import load_taxonomy
 
     figures: dict = {"machine": f"{os.cpu_count()} cores",
                      "study": f"synth.generate({args.conversations}, {args.raters}, seed={args.seed})"}
@@ -73,11 +74,12 @@ def main() -> None:
         server.start()
         try:
             # -- the study: pilot half trains v1, live half becomes tasks (as `sense7 demo` splits it) -----
-            study = synth.generate(args.conversations, args.raters, args.seed)
+            tax = load_taxonomy()
+            study = synth.generate(args.conversations, args.raters, args.seed, tax)
             paths = synth.write(study, home / "study")
-            conversations = read_conversations(paths["conversations.jsonl"])
-            raters = read_raters(paths["raters.csv"])
-            ratings = read_ratings(paths["ratings.csv"])
+            conversations = read_conversations(paths["conversations.jsonl"], tax)
+            raters = read_raters(paths["raters.csv"], tax)
+            ratings = read_ratings(paths["ratings.csv"], tax)
             ids = sorted({c.conversation_id for c in conversations})
             live_ids = set(ids[: len(ids) // 2])
             live = [c for c in conversations if c.conversation_id in live_ids]
@@ -100,21 +102,21 @@ def main() -> None:
                                     study.raters.set_index("rater_id"))
             log(f"training v1 on the pilot half ({len(pilot)} ratings); {n_tasks} live tasks")
             started = time.perf_counter()
-            bundle = train_bundle(pilot_data, "v1")
+            bundle = train_bundle(pilot_data, "v1", tax)
             figures["train_v1_s"] = round(time.perf_counter() - started, 1)
             registry = ModelRegistry(settings.model_dir)
             registry.add(bundle, "v1")
             registry.promote("v1")
 
             client = ls_client.connect(settings, timeout=600)
-            plain = ls_client.create_rating_project(client, "bench: import without predictions")
-            served = ls_client.create_rating_project(client, "bench: import with predictions")
+            plain = ls_client.create_rating_project(client, "bench: import without predictions", tax)
+            served = ls_client.create_rating_project(client, "bench: import with predictions", tax)
             model = build_model(settings)
 
             # -- (b) import without / with predictions -------------------------------------------------
             log("import without predictions")
             started = time.perf_counter()
-            result = import_conversations(client, plain, live, store)
+            result = import_conversations(client, plain, live, store, taxonomy=tax)
             seconds = time.perf_counter() - started
             assert result.created == n_tasks, result
             figures["import_without_predictions"] = {"tasks": n_tasks, "seconds": round(seconds, 2),
@@ -127,7 +129,7 @@ def main() -> None:
             timed = _Timed(predict)
             design = StudyDesign(args.prefill, seed="bench", repeat_share=0.0)
             records = StudyRecords(store)
-            result = import_conversations(client, served, live, store, predict=timed, design=design)
+            result = import_conversations(client, served, live, store, predict=timed, design=design, taxonomy=tax)
             seconds = time.perf_counter() - started
             n_shown = sum(a == "shown" for a in records.arms_frame()["arm"])
             assert result.created == n_tasks and result.predicted == n_shown, result

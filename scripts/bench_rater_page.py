@@ -197,7 +197,7 @@ def main() -> None:
         ids = [r["rater_id"] for r in raters]
         # Two conversations per rater: one for the rater page, one for the API comparison.
         convs = make_conversations(ids, per_rater=2, turns=args.turns, prefix="bp")
-        import_conversations(client, rating, convs, store)
+        import_conversations(client, rating, convs, store, taxonomy=tax)
         accounts = ensure_accounts(client, store, ids)
         backend.start()
         LabelSync(client, store, tax, rating, profile).ensure_webhooks(f"{cfg.backend_url}/webhook",

@@ -283,9 +283,8 @@ def render_profile_config(tax: Taxonomy) -> str:
     return _to_xml(root, "SENSE-7 rater-profile questionnaire")
 
 
-def render_all(tax: Taxonomy | None = None, out_dir: Path | None = None) -> dict[Path, str]:
+def render_all(tax: Taxonomy, out_dir: Path | None = None) -> dict[Path, str]:
     """The files `sense7 config render` writes (path -> content)."""
-    tax = tax or load_taxonomy()
     out_dir = Path(out_dir) if out_dir else DEFAULT_TAXONOMY_PATH.parent
     return {
         out_dir / RATING_CONFIG_PATH.name: render_rating_config(tax),

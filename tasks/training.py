@@ -160,7 +160,7 @@ class Retrainer:
         return {rater for rater, weight in flagged_weights(self.store, self.quality).items() if weight == 0}
 
     def run(self, reason: str = "manual") -> RetrainResult:
-        from sense7.data.dataset import build_items
+        from sense7.data.items import build_items
         from sense7.model.bundle import train_bundle
 
         self.clean_staging()

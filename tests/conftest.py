@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 from sense7.settings import Settings
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 _counter = itertools.count(1)
 
@@ -60,7 +63,7 @@ def rating_project(label_studio) -> int:
     """A fresh rating project (own title) per test, with the rendered config."""
     from sense7.labelstudio.client import create_rating_project
 
-    project = create_rating_project(label_studio.client, title=f"test rating {next(_counter)} {os.getpid()}")
+    project = create_rating_project(label_studio.client, title=f"test rating {next(_counter)} {os.getpid()}", taxonomy=TAXONOMY)
     return project
 
 

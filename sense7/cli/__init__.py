@@ -1,4 +1,6 @@
-"""The `sense7` command line. Each module of this package registers one group of commands."""
+"""The `sense7` command line. Each module of this package registers one command or one group of commands
+(`sense7 raters ...` lives in raters.py, `sense7 import` in import_cmd.py); `_common` holds what they share,
+`research_tables` the tables of `evaluate` and `analyze`."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import traceback
 
 import typer
 
-from sense7.cli import backend, data, demo, jobs, jury, project, raters, ratings, research, server, study, synth_cmd
+from sense7.cli import (backend, config, demo, import_cmd, jobs, jury, models, project, rater_page, raters, ratings,
+                        research, server, status, synth_cmd)
 from sense7.cli._common import CleanErrorsGroup, err_console
 
 app = typer.Typer(
@@ -20,7 +23,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for module in (demo, server, project, data, ratings, raters, synth_cmd, research, jury, study, backend, jobs):
+# Registration order is the order `sense7 --help` lists the commands (then the groups) in.
+for module in (demo, server, project, config, import_cmd, raters, ratings, rater_page, synth_cmd, research, jury,
+               status, backend, jobs, models):
     module.register(app)
 
 

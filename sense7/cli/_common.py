@@ -1,9 +1,10 @@
-"""Helpers shared by the CLI modules: settings, consoles, progress bars, clean failures."""
+"""Helpers shared by the CLI modules: settings, the study's taxonomy, consoles, progress bars, clean failures."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 
 import click
 import typer
@@ -17,9 +18,28 @@ from sense7.settings import Settings
 console = Console()
 err_console = Console(stderr=True)
 
+TAXONOMY_HELP = "the study's taxonomy YAML: its controls and scale (default: SENSE7_TAXONOMY, else the packaged one)"
+
 
 def settings() -> Settings:
     return Settings.from_env()
+
+
+def taxonomy_option():
+    """The `--taxonomy FILE` option of every command that reads the study's taxonomy."""
+    return typer.Option(None, "--taxonomy", help=TAXONOMY_HELP)
+
+
+def resolve_taxonomy(path: Path | None = None, cfg: Settings | None = None):
+    """The study's taxonomy, for every command that reads one: --taxonomy FILE, else SENSE7_TAXONOMY (cfg's,
+    or the environment's when the command builds no settings), else the packaged file. Library functions
+    take it as an argument and never choose one themselves. A file that is not a taxonomy: one line, exit 2."""
+    from sense7.taxonomy import TaxonomyError, study_taxonomy
+
+    try:
+        return study_taxonomy(cfg, path)
+    except TaxonomyError as exc:
+        raise fail(str(exc), 2)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -30,12 +50,17 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def nothing_imported(exc: Exception) -> typer.Exit:
+    """A refused input file (FormatError: every problem as file:line: field: reason): the import commands
+    write nothing then."""
+    return fail(f"{exc}\nnothing was imported", 2)
+
+
 # Errors a user can cause and fix (bad input files, paths, data conflicts): one line, no traceback.
 # (module, class name, exit code). Matched by name so that `sense7 --help` imports none of these modules:
 # an exception can only be an instance of a class whose module is already loaded.
 EXPECTED_ERRORS = (
     ("sense7.data.formats", "FormatError", 2),
-    ("sense7.data.dataset", "DataError", 2),
     ("sense7.taxonomy", "TaxonomyError", 1),
     ("sense7.model.catalog", "UnknownModelError", 2),
     ("sense7.model.bundle", "BundleError", 1),

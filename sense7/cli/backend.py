@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from sense7.cli._common import console, fail, label_studio_errors, settings
+from sense7.cli._common import console, fail, label_studio_errors, resolve_taxonomy, settings
 
 CONNECTED = "CO"  # Label Studio's MLBackendState for a backend that answered /health and /setup
 
@@ -69,7 +69,7 @@ def connect(
     cfg = settings()
     with label_studio_errors(cfg):
         client = ls_connect(cfg)
-        project_id = project or ensure_projects(client, cfg)[0]
+        project_id = project or ensure_projects(client, cfg, resolve_taxonomy(cfg=cfg))[0]
         try:
             reg = connect_backend(client, project_id, cfg, url=url, is_interactive=interactive)
         except ApiError as exc:  # Label Studio checks the URL itself and says why it refuses it

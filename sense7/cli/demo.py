@@ -23,7 +23,7 @@ from pathlib import Path
 
 import typer
 
-from sense7.cli._common import console, err_console, fail, settings
+from sense7.cli._common import console, err_console, fail, resolve_taxonomy, settings
 from sense7.data import synth
 from sense7.files import write_private
 from sense7.labelstudio import client as ls_client
@@ -156,9 +156,8 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
     from sense7.rater_page.server import RaterPageServer
     from sense7.rater_page.simulate import rate_through_page
     from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
-    from sense7.taxonomy import study_taxonomy
 
-    phases, tax = Phases(), study_taxonomy(cfg)
+    phases, tax = Phases(), resolve_taxonomy(cfg=cfg)
     server = LabelStudioServer(cfg)
     with phases.phase(f"Label Studio on {cfg.ls_url}"):
         was_running = server.status().running
@@ -362,10 +361,9 @@ def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: 
     from sense7.data.dataset import load_native
     from sense7.research.evaluation import evaluate
     from sense7.research.report import write_report
-    from sense7.taxonomy import study_taxonomy
 
-    tax = study_taxonomy()
-    data = load_native(conversations, ratings, raters, tax)
+    tax = resolve_taxonomy()
+    data = load_native(conversations, ratings, raters, taxonomy=tax)
     results = evaluate(data, splits=("known_rater", "cold_start"), n_folds=3, seed=0, n_boot=200,
                        dataset="sense7 demo (synthetic)", taxonomy=tax)
     write_report(results, out)

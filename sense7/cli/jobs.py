@@ -1,4 +1,4 @@
-"""`sense7 worker`, `sense7 sync`, `sense7 retrain`, `sense7 preannotate`, `sense7 models list`.
+"""`sense7 worker`, `sense7 beat`, `sense7 sync`, `sense7 retrain`, `sense7 preannotate`.
 
 `worker` runs the Celery worker with beat (periodic reconciliation and retrain). The other commands run
 the same job code in this process, so they work without a worker; `--enqueue` hands them to the worker.
@@ -15,9 +15,6 @@ import typer
 
 from sense7.cli._common import console, fail, label_studio_errors, progress, settings
 from sense7.tasks import names
-
-models_app = typer.Typer(help="Trained model versions and their held-out metrics.", no_args_is_help=True)
-
 
 def _redis(cfg) -> str:
     from sense7.tasks.redis_local import RedisUnavailable, ensure_redis
@@ -195,62 +192,9 @@ def preannotate(
         console.print(f"[yellow]failed[/] {problem}", highlight=False)
 
 
-@models_app.command("list")
-def list_models() -> None:
-    """Model versions (oldest first) with held-out metrics, the served version's and the baseline's."""
-    from rich.table import Table
-
-    from sense7.model.registry import ModelRegistry
-
-    cfg = settings()
-    registry = ModelRegistry(cfg.model_dir)
-    versions = registry.list_versions()
-    if not versions:
-        console.print(f"No model versions in {cfg.model_dir} yet: run `sense7 retrain`.")
-        return
-
-    def fmt(value) -> str:
-        return "-" if value is None else f"{value:.3f}"
-
-    live = _live_metrics(cfg)
-    table = Table("version", "serving", "trained", "reason", "items", "Spearman", "accuracy", "served Spearman",
-                  "baseline acc.", "promoted", "live Spearman: pers. / generic / rater mean (n)",
-                  caption="Spearman..promoted: held-out slice at training time. Live: ratings of the study's hidden "
-                          "arm, predicted by that version before the rater saw the task.")
-    for v in versions:
-        m = v.metrics or {}
-        macro = (m.get("holdout") or {}).get("macro") or {}
-        served = (m.get("served_on_holdout") or {})
-        baseline = ((m.get("baseline_majority") or {}).get("macro") or {})
-        table.add_row(v.name, "*" if v.current else "", m.get("trained_at", "-"), str(m.get("reason", "-")),
-                      str(m.get("n_train_items", "-")), fmt(macro.get("spearman")), fmt(macro.get("accuracy")),
-                      f"{served.get('version')}: {fmt((served.get('macro') or {}).get('spearman'))}" if served else "-",
-                      fmt(baseline.get("accuracy")), {True: "yes", False: "no"}.get(m.get("promoted"), "-"),
-                      _live_cell(live.get(v.name), fmt))
-    console.print(table)
-
-
-def _live_metrics(cfg) -> dict:
-    """Live evaluation per version from the store (empty when the store has none or cannot be read)."""
-    from sense7.data.store import Store
-    from sense7.research.study import live_by_version
-    from sense7.taxonomy import study_taxonomy
-
-    return live_by_version(Store(cfg.store_url), study_taxonomy(cfg))
-
-
-def _live_cell(block: dict | None, fmt) -> str:
-    if not block:
-        return "-"
-    spearman = [fmt(((block["models"].get(m) or {}).get("overall") or {}).get("spearman"))
-                for m in ("personalized", "generic", "rater_mean")]
-    return f"{' / '.join(spearman)} ({block['n_ratings']})"
-
-
 def register(app: typer.Typer) -> None:
     app.command()(worker)
     app.command()(beat)
     app.command()(sync)
     app.command()(retrain)
     app.command()(preannotate)
-    app.add_typer(models_app, name="models")

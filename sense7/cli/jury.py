@@ -7,8 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from sense7.cli._common import console, fail, settings
-from sense7.cli.research import TAXONOMY_HELP, _taxonomy
+from sense7.cli._common import console, fail, resolve_taxonomy, settings, taxonomy_option
 
 PANEL_HELP = ("who sits on the jury: `all`, `raters:r001,r002`, a trait filter such as `ai_trust >= 4` or "
               "`age_band in [18-24, 25-34] and gender == woman`, or a composition such as "
@@ -24,8 +23,8 @@ def _read_inputs(conversations: Path, compare_with: Path | None, assignments: Pa
         if path is not None and not Path(path).is_file():
             raise fail(f"{path}: file not found", 2)
     try:
-        transcripts = read_conversations(conversations, taxonomy=tax)
-        other = read_conversations(compare_with, taxonomy=tax) if compare_with else None
+        transcripts = read_conversations(conversations, tax)
+        other = read_conversations(compare_with, tax) if compare_with else None
         seats = None
         if assignments:
             seats = {}
@@ -102,7 +101,7 @@ def jury_command(
                                                  "conversation ids; turns matched by position): b - a"),
     boot: int = typer.Option(1000, min=0, help="bootstrap resamples for the comparison's intervals"),
     seed: int = typer.Option(0, help="bootstrap seed"),
-    taxonomy: Path = typer.Option(None, help=TAXONOMY_HELP),
+    taxonomy: Path = taxonomy_option(),
     assignments: Path = typer.Option(None, help="CSV conversation_id,rater_id: each conversation is judged only "
                                                 "by the panel members assigned to it (and its line's rater)"),
     raters: Path = typer.Option(None, help="raters.csv to read traits from instead of the store"),
@@ -118,7 +117,7 @@ def jury_command(
         raise fail("--panel: give one panel, or two to compare them", 2)
     if len(panel) == 2 and compare_with is not None:
         raise fail("compare two panels (--panel twice) or two assistants (--compare-with), not both at once", 2)
-    tax = _taxonomy(taxonomy)
+    tax = resolve_taxonomy(taxonomy)
     transcripts, other, seats, rater_frame = _read_inputs(conversations, compare_with, assignments, raters, tax)
     version, bundle = _served_bundle()
     if rater_frame is None:

@@ -1,5 +1,4 @@
-"""`sense7 raters invite|revoke|list` (private rating links, in the `raters` group of data.py) and
-`sense7 rater-page start|stop|status`."""
+"""`sense7 raters import|invite|revoke|list`: rater traits, and the raters' private rating links."""
 
 from __future__ import annotations
 
@@ -9,11 +8,11 @@ from pathlib import Path
 
 import typer
 
-from sense7.cli._common import console, fail, settings
-from sense7.cli.data import raters_app  # one `sense7 raters` group: `import` (traits) lives in data.py
+from sense7.cli._common import console, fail, nothing_imported, resolve_taxonomy, settings, taxonomy_option
 from sense7.files import write_private
 
-page_app = typer.Typer(help="The rater page (gunicorn) that private links open.", no_args_is_help=True)
+raters_app = typer.Typer(help="Raters: traits (answers to the profile questionnaire) and private rating links.",
+                         no_args_is_help=True)
 
 NOT_RECOVERABLE = "(kept: handed out earlier; only its hash is stored. --rotate --rater ID makes a new one)"
 
@@ -22,6 +21,45 @@ def _store():
     from sense7.data.store import Store
 
     return Store(settings().store_url)
+
+
+def _email_conflicts(store, rows: list[dict]) -> list[str]:
+    """Emails of `rows` that another rater already has in the store (the store keeps emails unique).
+    Names the raters and the email only: never anybody's traits."""
+    emails = store.rater_emails()  # rater_id -> email
+    emails.update({r["rater_id"]: r["email"] for r in rows})  # as they would be after the import
+    owners: dict[str, list[str]] = {}
+    for rid, email in emails.items():
+        if email:
+            owners.setdefault(email, []).append(rid)
+    conflicts = []
+    for row in rows:
+        others = [rid for rid in owners.get(row["email"] or "", []) if rid != row["rater_id"]]
+        if others:
+            conflicts.append(f"rater {row['rater_id']}: email {row['email']} is already used by rater "
+                             f"{', '.join(sorted(others))}")
+    return conflicts
+
+
+@raters_app.command("import")
+def raters_import(file: Path = typer.Argument(..., help="CSV: rater_id, email, profile fields of the taxonomy"),
+                  taxonomy: Path = taxonomy_option()) -> None:
+    """Register or update rater traits in sense7's store (never in Label Studio task data)."""
+    from sense7.data.formats import FormatError, read_raters
+    from sense7.data.store import Store
+
+    cfg = settings()
+    try:
+        rows = read_raters(file, resolve_taxonomy(taxonomy, cfg))
+    except FormatError as exc:
+        raise nothing_imported(exc)
+    store = Store(cfg.store_url)
+    conflicts = _email_conflicts(store, rows)
+    if conflicts:
+        raise fail(f"{file}: {len(conflicts)} email conflict(s), nothing was imported:\n  " + "\n  ".join(conflicts), 2)
+    inserted, updated = store.upsert_raters(rows)
+    console.print(f"{len(rows)} rater(s): {inserted} new, {updated} updated, "
+                  f"{len(rows) - inserted - updated} unchanged")
 
 
 def _existing_rows(path: Path) -> dict[str, dict]:
@@ -120,40 +158,5 @@ def list_links() -> None:
     console.print(f"submissions: {counts['submissions']}, not yet in Label Studio: {counts['undelivered']}")
 
 
-def _page_server():
-    from sense7.rater_page.server import RaterPageServer
-
-    return RaterPageServer(settings())
-
-
-@page_app.command()
-def start() -> None:
-    """Start the rater page in the background (SENSE7_RATER_PAGE_HOST:PORT, 127.0.0.1:8090 by default)."""
-    from sense7.rater_page.server import RaterPageError
-    from sense7.tasks.redis_local import ensure_redis
-
-    cfg = settings()
-    try:
-        status = _page_server().start({"SENSE7_REDIS_URL": ensure_redis(cfg)})
-    except RaterPageError as exc:
-        raise fail(str(exc))
-    console.print(status.describe())
-
-
-@page_app.command()
-def stop() -> None:
-    """Stop the rater page."""
-    console.print("rater page stopped" if _page_server().stop() else "rater page was not running")
-
-
-@page_app.command()
-def status() -> None:
-    """Say whether the rater page runs. Exit 1 when it does not answer."""
-    state = _page_server().status()
-    console.print(state.describe())
-    if not (state.running and state.healthy):
-        raise typer.Exit(1)
-
-
 def register(app: typer.Typer) -> None:
-    app.add_typer(page_app, name="rater-page")  # `raters invite|revoke|list` join data.py's `raters` group
+    app.add_typer(raters_app, name="raters")

@@ -1,4 +1,5 @@
-"""`sense7 ratings history | revert | quarantined`: every change of a synced rating, and its undo.
+"""`sense7 ratings import | history | revert | quarantined`: ratings collected elsewhere, every change of a
+synced rating, and its undo.
 
 Label Studio Community lets any member edit or delete any annotation, so the store keeps each change
 (who, when, before and after); a project manager lists them and reverts one in Label Studio, after which
@@ -8,11 +9,43 @@ the store follows. Quarantined annotations (author not the task's rater) are lis
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
-from sense7.cli._common import console, fail, label_studio_errors, settings
-from sense7.cli.data import ratings_app
+from sense7.cli._common import (console, fail, label_studio_errors, nothing_imported, resolve_taxonomy, settings,
+                                taxonomy_option)
+
+ratings_app = typer.Typer(help="Ratings collected outside Label Studio (a pilot, an earlier study).",
+                          no_args_is_help=True)
+
+
+@ratings_app.command("import")
+def ratings_import(
+    ratings: Path = typer.Argument(..., help="ratings.csv: conversation_id, turn_index, rater_id, dimension, rating"),
+    conversations: Path = typer.Option(..., help="the conversations the ratings refer to (native JSONL)"),
+    taxonomy: Path = taxonomy_option(),
+) -> None:
+    """Add earlier ratings to the training data (they never become Label Studio tasks).
+
+    Both files are validated first (every rating must point at an assistant turn of a conversation of
+    that rater); on any problem nothing is written."""
+    from sense7.data.formats import FormatError, read_conversations, read_ratings
+    from sense7.data.store import Store
+
+    cfg = settings()
+    tax = resolve_taxonomy(taxonomy, cfg)
+    try:
+        convs = read_conversations(conversations, tax)
+        frame = read_ratings(ratings, tax, convs)
+    except FormatError as exc:
+        raise nothing_imported(exc)
+    store = Store(cfg.store_url)
+    store.upsert_conversations(convs)
+    written = store.import_ratings(frame)
+    # An explicit staff entry on the raters' behalf: logged (`sense7 ratings history --staff`).
+    store.log_staff("ratings import", file=str(ratings), ratings=written, raters=int(frame["rater_id"].nunique()))
+    console.print(f"{written} rating(s) from {frame['rater_id'].nunique()} rater(s) stored")
 
 
 def _summary(state: dict | None) -> str:
@@ -88,4 +121,4 @@ def quarantined() -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """The commands attach to `sense7 ratings` (defined with `ratings import` in sense7.cli.data)."""
+    app.add_typer(ratings_app, name="ratings")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sense7.cli._common import console, fail, progress
+from sense7.cli._common import console, fail, progress, resolve_taxonomy, taxonomy_option
 
 
 def synth(
@@ -18,6 +18,7 @@ def synth(
     raters_per_conversation: int = typer.Option(1, "--raters-per-conversation", min=1,
                                                 help="raters who rate each conversation (the first is its owner: "
                                                      "its line in conversations.jsonl; the others in assignments.csv)"),
+    taxonomy: Path = taxonomy_option(),
 ) -> None:
     """Generate a synthetic study with known structure: lexical cues per empathy behaviour, rater
     leniency and trait-dependent sensitivity, continuity failures and unmet expectations.
@@ -28,9 +29,10 @@ def synth(
 
     if raters_per_conversation > raters:
         raise fail(f"--raters-per-conversation ({raters_per_conversation}) exceeds --raters ({raters})", 2)
+    tax = resolve_taxonomy(taxonomy)
     with progress() as bar:
         job = bar.add_task("Generating", total=None)
-        data = generate(conversations, raters, seed, raters_per_conversation=raters_per_conversation)
+        data = generate(conversations, raters, seed, tax, raters_per_conversation=raters_per_conversation)
         bar.update(job, description="Writing")
         paths = write(data, out)
     console.print(f"{len(data.conversations)} conversation(s), {len(data.raters)} rater(s), "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sense7.data.conversations import ROLES, Conversation, Message
-from sense7.taxonomy import Taxonomy, load_taxonomy
+from sense7.taxonomy import Taxonomy
 
 MAX_ID_CHARS = 200
 MAX_CONTENT_CHARS = 50_000
@@ -302,17 +302,17 @@ def detect_format(path: Path) -> str:
     return "native"
 
 
-def read_conversations(path: str | Path, fmt: str | None = None, rater: str | None = None,
-                       taxonomy: Taxonomy | None = None) -> list[Conversation]:
-    """Read and validate a whole batch. Raises FormatError listing every problem; returns nothing partial."""
+def read_conversations(path: str | Path, taxonomy: Taxonomy, fmt: str | None = None,
+                       rater: str | None = None) -> list[Conversation]:
+    """Read and validate a whole batch against the study's taxonomy (its context fields). Raises
+    FormatError listing every problem; returns nothing partial."""
     path = Path(path)
-    tax = taxonomy or load_taxonomy()
     problems = _Collector(path)
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     reader = {"native": _read_native, "csv": _read_csv, "openai": _read_openai}[fmt]
-    conversations = reader(path, problems, tax, rater)
+    conversations = reader(path, problems, taxonomy, rater)
     seen: dict[str, int | None] = {}
     for conv in conversations:
         if conv.conversation_id in seen:
@@ -352,16 +352,15 @@ def read_assignments(path: str | Path, conversations: list[Conversation]) -> lis
     return conversations + extra
 
 
-def read_raters(path: str | Path, taxonomy: Taxonomy | None = None, extra_columns: bool = False) -> list[dict]:
+def read_raters(path: str | Path, taxonomy: Taxonomy, extra_columns: bool = False) -> list[dict]:
     """Validate a rater-traits CSV: rater_id, optional email, and taxonomy profile fields (blank = unknown).
 
     Rows are {"rater_id", "email", "traits"}; traits in the file's column order. With extra_columns,
     columns that are not profile fields (e.g. a study's own numeric traits) are kept as text instead of
     being reported."""
     path = Path(path)
-    tax = taxonomy or load_taxonomy()
     problems = _Collector(path)
-    fields = {f.key: f for f in tax.profile_fields}
+    fields = {f.key: f for f in taxonomy.profile_fields}
     rows, seen = [], {}
     header_checked = False
     columns: list[str] = []
@@ -408,14 +407,13 @@ def read_raters(path: str | Path, taxonomy: Taxonomy | None = None, extra_column
     return rows
 
 
-def raters_frame(rows: list[dict], taxonomy: Taxonomy | None = None):
+def raters_frame(rows: list[dict], taxonomy: Taxonomy):
     """read_raters' rows as the dataset layer's frame: index rater_id, columns email and the traits in file
     order, NaN where blank; extra (non-profile) columns become numbers when every value parses."""
     import numpy as np
     import pandas as pd
 
-    tax = taxonomy or load_taxonomy()
-    profile = {f.key for f in tax.profile_fields}
+    profile = {f.key for f in taxonomy.profile_fields}
     columns = ["email"] if any(r["email"] for r in rows) else []
     for row in rows:
         columns += [k for k in row["traits"] if k not in columns]
@@ -435,7 +433,7 @@ RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rat
 TAXONOMY_HINT = "pass the study's taxonomy with --taxonomy FILE or SENSE7_TAXONOMY"
 
 
-def read_ratings(path: str | Path, taxonomy: Taxonomy | None = None, conversations=None):
+def read_ratings(path: str | Path, taxonomy: Taxonomy, conversations=None):
     """Validate ratings.csv (conversation_id, turn_index, rater_id, dimension, rating) against the
     taxonomy's controls and scale, and (given the conversations, as a list or a {(conversation_id,
     rater_id): Conversation} dict) against the rated conversations' assistant turns.
@@ -448,13 +446,12 @@ def read_ratings(path: str | Path, taxonomy: Taxonomy | None = None, conversatio
     import pandas as pd
 
     path = Path(path)
-    tax = taxonomy or load_taxonomy()
     problems = _Collector(path)
     if isinstance(conversations, (list, tuple)):
         conversations = {(c.conversation_id, c.rater_id): c for c in conversations}
     shared_texts = {cid: conv for (cid, _), conv in (conversations or {}).items()}
-    known = tax.controls + [tax.expectation_key]
-    n_expect = len(tax.expectation_choices)
+    known = taxonomy.controls + [taxonomy.expectation_key]
+    n_expect = len(taxonomy.expectation_choices)
     unknown_dims: dict[str, list[int]] = {}
     records, first_seen, hinted = [], {}, False
     for number, row in _csv_rows(path, problems, RATING_COLUMNS):
@@ -476,13 +473,13 @@ def read_ratings(path: str | Path, taxonomy: Taxonomy | None = None, conversatio
                 ok = False
             else:
                 turn = int(raw_turn)
-        top = n_expect if dim == tax.expectation_key else tax.levels
+        top = n_expect if dim == taxonomy.expectation_key else taxonomy.levels
         raw_rating = row["rating"]
         if not raw_rating.isdigit() or not 1 <= int(raw_rating) <= top:
             hint = ""
-            if raw_rating.isdigit() and int(raw_rating) > top and dim != tax.expectation_key and not hinted:
+            if raw_rating.isdigit() and int(raw_rating) > top and dim != taxonomy.expectation_key and not hinted:
                 # Probably another study's scale: say once how to pass the right taxonomy.
-                hint, hinted = f" (taxonomy {tax.source.name} has a {top}-point scale; {TAXONOMY_HINT})", True
+                hint, hinted = f" (taxonomy {taxonomy.source.name} has a {top}-point scale; {TAXONOMY_HINT})", True
             problems.add(number, "rating", f"expected an integer 1-{top}, got {raw_rating!r}{hint}")
             ok = False
         if conversations is not None and cid and rid:
@@ -510,7 +507,7 @@ def read_ratings(path: str | Path, taxonomy: Taxonomy | None = None, conversatio
         records.append((cid, pd.NA if turn is None else turn, rid, dim, int(raw_rating)))
     for dim, lines in unknown_dims.items():
         others = f" (and on {len(lines) - 1} more line(s))" if len(lines) > 1 else ""
-        problems.add(lines[0], "dimension", f"{dim!r} is not a control of the taxonomy {tax.source.name} "
+        problems.add(lines[0], "dimension", f"{dim!r} is not a control of the taxonomy {taxonomy.source.name} "
                                             f"({', '.join(known)}){others}; {TAXONOMY_HINT}")
     problems.problems.sort(key=lambda p: (p.line is not None, p.line or 0))
     problems.raise_if_any()

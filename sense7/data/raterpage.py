@@ -42,7 +42,7 @@ class LinkBook:
             current = conn.execute(select(rater_links).where(rater_links.c.rater_id == rater_id)).mappings().first()
             if current and current["revoked_at"] is None and not rotate:
                 return None
-            self.store._upsert(conn, rater_links, [row], ["rater_id"])
+            self.store.upsert_rows(conn, rater_links, [row], ["rater_id"])
         return token
 
     def revoke(self, rater_id: str) -> bool:
@@ -217,7 +217,7 @@ class InstructedAnswers:
         row = {"rater_id": rater_id, "task_id": task_id, "item": item, "answered": int(answered),
                "expected": int(expected), "answered_at": _now()}
         with self.store.engine.begin() as conn:
-            self.store._upsert(conn, instructed_answers, [row], ["rater_id", "task_id"])
+            self.store.upsert_rows(conn, instructed_answers, [row], ["rater_id", "task_id"])
 
     def frame(self):
         """rater_id, task_id, item, answered, expected (sense7.research.quality's `instructed` input)."""

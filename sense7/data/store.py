@@ -270,9 +270,10 @@ class Store:
                 time.sleep(0.2 * (attempt + 1))
 
     # -- generic upsert ------------------------------------------------------------------------------
-    def _upsert(self, conn, table: Table, rows: list[dict], keys: list[str], keep_existing: bool = False) -> None:
-        """Insert `rows`; a row whose keys exist updates it, or is skipped with `keep_existing` (first write
-        wins: e.g. the prediction made before a rater saw the task)."""
+    def upsert_rows(self, conn, table: Table, rows: list[dict], keys: list[str], keep_existing: bool = False) -> None:
+        """Insert `rows` into one of the store's tables in `conn`'s transaction; a row whose keys exist updates
+        it, or is skipped with `keep_existing` (first write wins: e.g. the prediction made before a rater saw
+        the task). The store's own methods and its tables' owners (sense7.data.study, .raterpage) use it."""
         if not rows:
             return
         if self.engine.dialect.name == "postgresql":
@@ -296,7 +297,7 @@ class Store:
                 select(raters.c.rater_id, raters.c.email, raters.c.traits).where(
                     raters.c.rater_id.in_([r["rater_id"] for r in rows])))}
             changed = [r for r in rows if existing.get(r["rater_id"]) != (r["email"], r["traits"])]
-            self._upsert(conn, raters, changed, ["rater_id"])
+            self.upsert_rows(conn, raters, changed, ["rater_id"])
         inserted = sum(r["rater_id"] not in existing for r in changed)
         return inserted, len(changed) - inserted
 
@@ -306,7 +307,7 @@ class Store:
             row = conn.execute(select(raters).where(raters.c.rater_id == rater_id)).mappings().first()
             traits = dict(row["traits"]) if row else {}
             traits.update(answers)
-            self._upsert(conn, raters, [{"rater_id": rater_id, "email": row["email"] if row else None,
+            self.upsert_rows(conn, raters, [{"rater_id": rater_id, "email": row["email"] if row else None,
                                          "traits": traits, "updated_at": _now()}], ["rater_id"])
 
     def raters_frame(self, rater_ids: Iterable[str] | None = None) -> pd.DataFrame:
@@ -325,7 +326,7 @@ class Store:
         """Give a rater (created when missing) an email, without touching their traits."""
         with self.engine.begin() as conn:
             row = conn.execute(select(raters).where(raters.c.rater_id == rater_id)).mappings().first()
-            self._upsert(conn, raters, [{"rater_id": rater_id, "email": email.strip().lower(),
+            self.upsert_rows(conn, raters, [{"rater_id": rater_id, "email": email.strip().lower(),
                                          "traits": row["traits"] if row else {}, "updated_at": _now()}],
                          ["rater_id"])
 
@@ -350,9 +351,9 @@ class Store:
                     "conversation_id": conv.conversation_id, "rater_id": conv.rater_id, "context": conv.context}
         with self.engine.begin() as conn:
             for chunk in _chunks(list(convs.values()), 500):
-                self._upsert(conn, conversations, chunk, ["conversation_id"])
+                self.upsert_rows(conn, conversations, chunk, ["conversation_id"])
             for chunk in _chunks(list(ctxs.values()), 500):
-                self._upsert(conn, contexts, chunk, ["conversation_id", "rater_id"])
+                self.upsert_rows(conn, contexts, chunk, ["conversation_id", "rater_id"])
 
     def contexts_for(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
         pairs = set(pairs)
@@ -386,7 +387,7 @@ class Store:
                     and current.quarantine == quarantine):
                 return False
             old = self._state(conn, annotation_id) if current and not current.deleted else None
-            self._upsert(conn, annotations, [{
+            self.upsert_rows(conn, annotations, [{
                 "annotation_id": annotation_id, "task_id": task_id, "conversation_id": conversation_id,
                 "turn_index": turn_index, "rater_id": rater_id, "updated_at": updated_at,
                 "expectation": expectation, "comment": comment, "deleted": False, "author_id": author_id,
@@ -513,7 +514,7 @@ class Store:
                 for r in frame.itertuples(index=False)]
         with self.engine.begin() as conn:
             for chunk in _chunks(rows, 500):
-                self._upsert(conn, imported_ratings, chunk, ["conversation_id", "turn_index", "rater_id", "dimension"])
+                self.upsert_rows(conn, imported_ratings, chunk, ["conversation_id", "turn_index", "rater_id", "dimension"])
         return len(rows)
 
     def imported_frame(self) -> pd.DataFrame:
@@ -534,13 +535,11 @@ class Store:
             return pd.DataFrame(conn.execute(query).all(),
                                 columns=["conversation_id", "turn_index", "rater_id", "expectation"])
 
-    def rating_data(self, taxonomy=None):
+    def rating_data(self, taxonomy):
         """Everything a model needs, as sense7.data.dataset.RatingData: synced annotations plus imported
         ratings (expectation answers included as `expectation_met` rows scored 1..3, as in ratings.csv)."""
         from sense7.data.dataset import RatingData
-        from sense7.taxonomy import load_taxonomy
 
-        taxonomy = taxonomy or load_taxonomy()
         frame = self.ratings_frame()
         exp = self.expectation_frame()
         if not exp.empty:

@@ -48,14 +48,14 @@ def draw_arm(design: StudyDesign, seed: str, task_key: str) -> str:
     return SHOWN if uniform(seed, "arm", task_key) < design.shown_share else HIDDEN
 
 
-def plan(tasks: list[dict], design: StudyDesign, seed: str, taxonomy=None) -> list[dict]:
+def plan(tasks: list[dict], design: StudyDesign, seed: str, taxonomy) -> list[dict]:
     """The rating tasks of a batch with their arm in `data.prefill`, plus each rater's repeat tasks.
 
     A rater's repeats are the ceil(repeat_share x turns) turns of this batch with the lowest draws; a
     repeat is hidden (a pre-fill would make the second answer a copy of the model, not of the first) and
     carries `repeat_of` = the original's task key. When the taxonomy defines instructed-response items, a
     share of the original turns carries one (`data.instructed` = the item's key, shown by the rater page)."""
-    items = list(getattr(taxonomy, "instructed_items", ()) or ())
+    items = list(taxonomy.instructed_items or ())
     out, by_rater = [], defaultdict(list)
     for task in tasks:
         key = task["data"]["task_key"]
@@ -95,7 +95,7 @@ class StudyRecords:
             value = conn.scalar(select(study_values.c.value).where(study_values.c.name == "prefill_seed"))
             if value is None:
                 value = secrets.token_hex(8)
-                self.store._upsert(conn, study_values, [{"name": "prefill_seed", "value": value}], ["name"])
+                self.store.upsert_rows(conn, study_values, [{"name": "prefill_seed", "value": value}], ["name"])
                 value = conn.scalar(select(study_values.c.value).where(study_values.c.name == "prefill_seed"))
         return value
 
@@ -107,7 +107,7 @@ class StudyRecords:
                  "repeat_of": d.get("repeat_of"), "drawn_at": _now()} for d in (t["data"] for t in tasks)]
         with self.store.engine.begin() as conn:
             for start in range(0, len(rows), 500):
-                self.store._upsert(conn, task_arms, rows[start:start + 500], ["task_key"], keep_existing=True)
+                self.store.upsert_rows(conn, task_arms, rows[start:start + 500], ["task_key"], keep_existing=True)
 
     def record_predictions(self, rows: list[dict]) -> None:
         """Keep predictions (one per task key and model version; the first one made is the one kept,
@@ -115,8 +115,8 @@ class StudyRecords:
         stamped = [{**r, "recorded_at": r.get("recorded_at") or _now()} for r in rows]
         with self.store.engine.begin() as conn:
             for start in range(0, len(stamped), 500):
-                self.store._upsert(conn, recorded_predictions, stamped[start:start + 500], ["task_key", "version"],
-                                   keep_existing=True)
+                self.store.upsert_rows(conn, recorded_predictions, stamped[start:start + 500],
+                                       ["task_key", "version"], keep_existing=True)
 
     def recorded_keys(self, version: str) -> set[str]:
         with self.store.engine.connect() as conn:

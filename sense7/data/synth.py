@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sense7.data.conversations import Conversation, Message
-from sense7.taxonomy import Taxonomy, load_taxonomy
+from sense7.taxonomy import Taxonomy
 
 # Cue templates per dimension: +1 shows the behaviour, -1 shows its failure, 0 (absent) adds nothing.
 CUES = {
@@ -107,8 +107,9 @@ class SynthData:
     raters: pd.DataFrame  # raters.csv: rater_id, email, profile fields
     ratings: pd.DataFrame  # ratings.csv rows
     truth: SynthTruth = field(repr=False)
+    taxonomy: Taxonomy = field(repr=False)  # the one it was generated for (its controls and scale)
 
-    def rating_data(self, taxonomy: Taxonomy | None = None):
+    def rating_data(self):
         """The same data as `sense7.data.dataset.load_native` would read from the written files."""
         from sense7.data.dataset import RatingData
 
@@ -135,27 +136,26 @@ def _z(value: float, low: float, high: float) -> float:
     return (value - mean) / sd
 
 
-def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy | None = None,
+def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy,
              raters_per_conversation: int = 1, whole_conversation_share: float = 0.1) -> SynthData:
     if n_conversations < 1 or n_raters < 1:
         raise ValueError("need at least one conversation and one rater")
     if not 1 <= raters_per_conversation <= n_raters:
         raise ValueError(f"raters_per_conversation must be 1-{n_raters}")
-    tax = taxonomy or load_taxonomy()
     rng = np.random.default_rng(seed)
-    dims = [d.key for d in tax.dimensions]
-    controls = tax.controls
-    levels = tax.levels
+    dims = [d.key for d in taxonomy.dimensions]
+    controls = taxonomy.controls
+    levels = taxonomy.levels
     base = (levels + 1) / 2  # the middle of the taxonomy's scale: BASE (3) on 1..5, 4 on 1..7
     thresholds = base + np.arange(levels - 1) - (levels - 2) / 2  # 1..5 -> cuts 1.5..4.5 around 3
 
     # -- raters --------------------------------------------------------------------------------------
     rater_ids = [f"r{i:03d}" for i in range(1, n_raters + 1)]
     profiles, leniency, trait_len, sens = [], {}, {}, {}
-    fields = {f.key: f for f in tax.profile_fields}
+    fields = {f.key: f for f in taxonomy.profile_fields}
     llm_choices = fields["llm_use"].choices if "llm_use" in fields else ("never",)
     for rid in rater_ids:
-        prof = _profile(rng, tax)
+        prof = _profile(rng, taxonomy)
         profiles.append({"rater_id": rid, "email": f"{rid}@example.org", **prof})
         agree = (_z(prof.get("tipi_7", 4), 1, 7) + _z(8 - prof.get("tipi_2", 4), 1, 7)) / 2
         ai_emotional = _z(prof.get("ai_emotional", 3), 1, 5)
@@ -179,7 +179,7 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy 
 
     # -- conversations and ratings -------------------------------------------------------------------
     conversations, rating_rows, latent_rows, cue_rows = [], [], [], []
-    ctx_fields = {f.key: f for f in tax.context_fields}
+    ctx_fields = {f.key: f for f in taxonomy.context_fields}
     for ci in range(1, n_conversations + 1):
         conv_id = f"c{ci:04d}"
         problem_t, echo_t, step_t = TOPICS[int(rng.integers(len(TOPICS)))]
@@ -245,23 +245,23 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy 
                     weighted.append(s[d] * q)
                     means[d] = base + leniency[rid] + s["_offsets"][j] + s[d] * q + 0.1 * (mood - 3) - penalty
                 j = len(dims)
-                means[tax.overall.key] = (base + leniency[rid] + s["_offsets"][j] + 0.1 * (mood - 3) - penalty
-                                          + s[tax.overall.key] * 0.8 * float(np.mean(weighted)) * 2.5)
-                overall_means.append(means[tax.overall.key])
+                means[taxonomy.overall.key] = (base + leniency[rid] + s["_offsets"][j] + 0.1 * (mood - 3) - penalty
+                                               + s[taxonomy.overall.key] * 0.8 * float(np.mean(weighted)) * 2.5)
+                overall_means.append(means[taxonomy.overall.key])
                 latent_rows.append({"conversation_id": conv_id, "turn_index": turn_index, "rater_id": rid, **means})
                 for c in controls:
                     rating = 1 + int(np.searchsorted(thresholds, means[c] + rng.normal(0, NOISE_SD)))
                     rating_rows.append((conv_id, turn_index, rid, c, rating))
                 expected = 1 if unmet[t] else (3 if np.mean([st[d] for d in dims]) > 0.2 else 2)
-                rating_rows.append((conv_id, turn_index, rid, tax.expectation_key, expected))
+                rating_rows.append((conv_id, turn_index, rid, taxonomy.expectation_key, expected))
                 if rid == owners[0]:
                     cue_rows.append({"conversation_id": conv_id, "turn_index": turn_index, **st})
             if whole:
                 mean = float(np.mean(overall_means))
                 latent_rows.append({"conversation_id": conv_id, "turn_index": pd.NA, "rater_id": rid,
-                                    tax.overall.key: mean})
+                                    taxonomy.overall.key: mean})
                 rating = 1 + int(np.searchsorted(thresholds, mean + rng.normal(0, NOISE_SD)))
-                rating_rows.append((conv_id, pd.NA, rid, tax.overall.key, rating))
+                rating_rows.append((conv_id, pd.NA, rid, taxonomy.overall.key, rating))
 
     ratings = pd.DataFrame(rating_rows, columns=["conversation_id", "turn_index", "rater_id", "dimension", "rating"])
     ratings["turn_index"] = ratings["turn_index"].astype("Int64")
@@ -271,7 +271,7 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy 
     truth = SynthTruth(thresholds=thresholds, noise_sd=NOISE_SD, latent=latent,
                        leniency=pd.Series(leniency), trait_leniency=pd.Series(trait_len),
                        sensitivity=sensitivity, cues=pd.DataFrame(cue_rows))
-    return SynthData(conversations, raters, ratings, truth)
+    return SynthData(conversations, raters, ratings, truth, taxonomy)
 
 
 def write(synth: SynthData, out_dir) -> dict[str, Path]:

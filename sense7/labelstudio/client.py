@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from label_studio_sdk import LabelStudio
 
 from sense7.settings import Settings
-from sense7.taxonomy import Taxonomy, load_taxonomy, render_profile_config, render_rating_config, study_taxonomy
+from sense7.taxonomy import Taxonomy, render_profile_config, render_rating_config
 
 IMPORT_CHUNK = 5000  # tasks per bulk request: Label Studio redoes project bookkeeping per request
 
@@ -34,22 +34,21 @@ def _ensure(client: LabelStudio, title: str, label_config: str, description: str
     return project_id
 
 
-def create_rating_project(client: LabelStudio, title: str, taxonomy: Taxonomy | None = None) -> int:
-    return _ensure(client, title, render_rating_config(taxonomy or load_taxonomy()),
+def create_rating_project(client: LabelStudio, title: str, taxonomy: Taxonomy) -> int:
+    return _ensure(client, title, render_rating_config(taxonomy),
                    "Rate each assistant response on the SENSE-7 empathy dimensions.")
 
 
-def create_profile_project(client: LabelStudio, title: str, taxonomy: Taxonomy | None = None) -> int:
-    return _ensure(client, title, render_profile_config(taxonomy or load_taxonomy()),
+def create_profile_project(client: LabelStudio, title: str, taxonomy: Taxonomy) -> int:
+    return _ensure(client, title, render_profile_config(taxonomy),
                    "Rater-profile questionnaire: one task per rater.")
 
 
-def ensure_projects(client: LabelStudio, settings: Settings, taxonomy: Taxonomy | None = None) -> tuple[int, int]:
-    """Create (or find) the rating project and the profile project, rendered from `taxonomy` (default:
-    the study's, settings.taxonomy_path). Idempotent."""
-    tax = taxonomy or study_taxonomy(settings)
-    return (create_rating_project(client, settings.rating_project_title, tax),
-            create_profile_project(client, settings.profile_project_title, tax))
+def ensure_projects(client: LabelStudio, settings: Settings, taxonomy: Taxonomy) -> tuple[int, int]:
+    """Create (or find) the rating project and the profile project, rendered from the study's `taxonomy`
+    (a project whose interface differs is brought up to date). Idempotent."""
+    return (create_rating_project(client, settings.rating_project_title, taxonomy),
+            create_profile_project(client, settings.profile_project_title, taxonomy))
 
 
 def list_tasks(client: LabelStudio, page_size: int = 1000, **query) -> Iterator:

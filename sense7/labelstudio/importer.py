@@ -96,7 +96,7 @@ def plan_tasks(conversations: list[Conversation]) -> list[dict]:
 def import_conversations(client: LabelStudio, project_id: int, conversations: list[Conversation],
                          store: Store, on_progress: Callable[[int], None] | None = None,
                          on_total: Callable[[int], None] | None = None, replace: bool = False,
-                         predict: Predict | None = None, design=None, taxonomy=None) -> ImportResult:
+                         predict: Predict | None = None, design=None, *, taxonomy) -> ImportResult:
     """`conversations` must already be validated (sense7.data.formats). Raises ReimportConflict, having
     written nothing, when a conversation's text changed (see the module's docstring).
 

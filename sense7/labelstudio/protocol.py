@@ -1,7 +1,7 @@
 """sense7's side of Label Studio's protocol, in one place so that no two parts can drift apart:
 
-- task data: built from conversations (`rating_tasks`, `profile_task`), validated (`task_problem`) and
-  parsed back into model items (`task_columns`, `items_from_tasks`); DESIGN.md describes the shape;
+- task data: built from conversations (`rating_tasks`, `profile_task`) and validated (`task_problem`);
+  DESIGN.md describes the shape, and `sense7.data.items.task_columns` reads it back into model items;
 - annotations parsed into ratings and questionnaire answers (`parse_annotation`, ...);
 - webhooks: the actions we listen to, the headers they carry and their idempotent registration, and the
   ML backend's registration on a project (`connect_backend`).
@@ -12,16 +12,13 @@ Functions that talk to Label Studio take its SDK client as an argument: this mod
 from __future__ import annotations
 
 import base64
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-import pandas as pd
-
 from sense7.data.conversations import Conversation, task_key
-from sense7.data.dataset import ITEM_COLUMNS, _assistant_id, _attach, _context_columns, _item_row
-from sense7.taxonomy import PROFILE_OBJECT_TAG, TURN_TAG, Taxonomy, load_taxonomy
+from sense7.data.items import START_PLACEHOLDER
+from sense7.taxonomy import PROFILE_OBJECT_TAG, TURN_TAG, Taxonomy
 
 # START_TRAINING is not a webhook action: Label Studio's ML API sends it to the backend's /webhook itself.
 WEBHOOK_ACTIONS = ["ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"]
@@ -32,9 +29,8 @@ REQUIRED_TASK_FIELDS = ("conversation_id", "turn_index", "rater_id", "turn")
 
 class MalformedEvent(ValueError):
     """A webhook payload without what its action promises (answered 400, never retried)."""
-_POSITION = re.compile(r"(\d+)\D+(\d+)")
 
-START_PLACEHOLDER = {"role": "system", "content": "(This is the start of the conversation.)"}
+
 PROFILE_INTRO = ("Please answer a few questions about yourself. Your answers are used only to model how "
                  "you perceive empathy and are never shown to other annotators.")
 
@@ -132,7 +128,7 @@ def parse_profile_annotation(result: list[dict], taxonomy: Taxonomy) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Task data read back: validated, then turned into model items
+# Task data read back: validated (sense7.data.items turns it into model items)
 
 def task_problem(task: Any) -> str | None:
     """Why a task cannot be predicted, or None. Messages name the field, never its value."""
@@ -143,7 +139,7 @@ def task_problem(task: Any) -> str | None:
         return "task has no 'data' object"
     for key in REQUIRED_TASK_FIELDS:
         if data.get(key) in (None, "", []):
-            return f"task data has no '{key}' (tasks must be imported by `sense7 data import`)"
+            return f"task data has no '{key}' (tasks must be imported by `sense7 import`)"
     if not isinstance(data["rater_id"], (str, int)) or not isinstance(data["conversation_id"], (str, int)):
         return "task data 'rater_id' and 'conversation_id' must be strings"
     if isinstance(data["turn_index"], bool) or not isinstance(data["turn_index"], int):
@@ -156,40 +152,6 @@ def task_problem(task: Any) -> str | None:
     if not isinstance(history, list) or not all(isinstance(m, dict) and "content" in m for m in history):
         return "task data 'history' must be a list of {role, content} messages"
     return None
-
-
-def task_columns(task_datas: list[dict], contexts: dict, taxonomy: Taxonomy | None = None) -> dict[str, list]:
-    """The item columns of Label Studio task data (DESIGN.md) as plain lists, contexts included, traits
-    not: what `items_from_tasks` turns into its frame, and what the serving path
-    (`sense7.model.serving`) reads directly, since building a DataFrame costs more than predicting."""
-    tax = taxonomy or load_taxonomy()
-    rows = []
-    for data in task_datas:
-        match = _POSITION.search(str(data.get("position", "")))
-        position, n_turns = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
-        # The "start of conversation" placeholder is display only: training items have an empty history.
-        history = [m for m in data.get("history") or [] if m != START_PLACEHOLDER]
-        turn_index = data.get("turn_index")
-        turn_index = pd.NA if turn_index in (None, "") else int(turn_index)
-        # The assistant (ratee), when the task data or the stored context names it; else unknown.
-        assistant_id = data.get("assistant_id")
-        if _assistant_id(assistant_id) is None:
-            assistant_id = (contexts.get((str(data["conversation_id"]), str(data["rater_id"]))) or {}).get("assistant_id")
-        rows.append(_item_row(data["conversation_id"], turn_index, data["rater_id"], history,
-                              data.get("turn") or [], position, n_turns, assistant_id))
-    columns = {name: [row[name] for row in rows] for name in ITEM_COLUMNS}
-    columns.update(_context_columns(columns["conversation_id"], columns["rater_id"], contexts, tax))
-    return columns
-
-
-def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dict,
-                     taxonomy: Taxonomy | None = None) -> pd.DataFrame:
-    """X for Label Studio task data (DESIGN.md): raters = raw trait frame, contexts = store.contexts_for."""
-    tax = taxonomy or load_taxonomy()
-    columns = task_columns(task_datas, contexts, tax)
-    X = pd.DataFrame({name: columns[name] for name in ITEM_COLUMNS}, columns=ITEM_COLUMNS)
-    context = {name: values for name, values in columns.items() if name not in X.columns}
-    return _attach(X, raters, context, tax)
 
 
 def iso_time(value) -> str:

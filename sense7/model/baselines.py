@@ -1,7 +1,7 @@
 """Trivial rater models every evaluation reports next to the real ones.
 
 They follow the same contract as `GenericRater` / `PersonalizedRater` (DESIGN.md): `fit(X, Y)` with X the
-item frame of `sense7.data.dataset.build_items` and Y one float column per control (NaN = not rated);
+item frame of `sense7.data.items.build_items` and Y one float column per control (NaN = not rated);
 `predict(X)` -> DataFrame of levels; `predict_proba(X)` -> {control: (n, len(levels_))}. The scale is
 read from the training ratings (or given), never assumed, so the same classes serve 1-5 and 1-7 data.
 """

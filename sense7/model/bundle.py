@@ -18,10 +18,11 @@ import joblib
 import numpy as np
 import pandas as pd
 
-from sense7.data.dataset import RatingData, build_items
+from sense7.data.dataset import RatingData
+from sense7.data.items import build_items
 from sense7.files import fsync_dir
 from sense7.model.estimators import GenericRater, PersonalizedRater, controls_from_proba
-from sense7.taxonomy import Taxonomy, load_taxonomy
+from sense7.taxonomy import Taxonomy
 
 BUNDLE_FILE = "bundle.joblib"
 TEMP_PREFIX = ".bundle-"
@@ -86,10 +87,10 @@ class ModelBundle:
         return out
 
 
-def train_bundle(data: RatingData, version: str, taxonomy: Taxonomy | None = None,
+def train_bundle(data: RatingData, version: str, taxonomy: Taxonomy,
                  generic: GenericRater | None = None, personalized: PersonalizedRater | None = None) -> ModelBundle:
     """Fit both models on all of `data` (evaluation is sense7.research.evaluation's job, on held-out folds)."""
-    tax = taxonomy or load_taxonomy()
+    tax = taxonomy
     X, Y = build_items(data, tax)
     if not len(X):
         raise ValueError("no rated items to train on")

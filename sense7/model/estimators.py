@@ -109,7 +109,8 @@ class _RaterModel(BaseEstimator):
                 oof[test] = np.asarray(F[test] @ coef[:, block]) + intercept[block]
         return np.where(rated, oof, np.nan)
 
-    def _text_scores(self, X: pd.DataFrame) -> np.ndarray:
+    def text_scores(self, X: pd.DataFrame) -> np.ndarray:
+        """(n, controls) the text model's scores (text, history, position, context), before any rater."""
         F = self.features_.transform(X)
         return np.asarray(F @ self.text_coef_, dtype=np.float64) + self.text_intercept_
 
@@ -207,7 +208,7 @@ class GenericRater(_RaterModel):
         return self
 
     def _proba(self, X):
-        scores = self._text_scores(X)
+        scores = self.text_scores(X)
         if getattr(self, "assistant_effects_", None):
             scores = scores + self._assistant_shift(self.assistant_effects_, X)
         return {c: self.links_[j].predict_proba(scores[:, j]) for j, c in enumerate(self.controls_)}
@@ -267,7 +268,9 @@ class PersonalizedRater(_RaterModel):
         self.trait_scale_ = per_rater[usable].std().to_numpy(dtype=float)
         return per_rater
 
-    def _trait_matrix(self, traits: pd.DataFrame) -> np.ndarray:
+    def trait_matrix(self, traits: pd.DataFrame) -> np.ndarray:
+        """Traits standardized as in training (0 where unknown), after an intercept column: the Z the
+        rater effects' trait prior reads."""
         values = traits.reindex(columns=self.trait_columns_).to_numpy(dtype=float)
         z = (values - self.trait_mean_) / self.trait_scale_
         return np.column_stack([np.ones(len(values)), np.nan_to_num(z, nan=0.0)])
@@ -277,7 +280,7 @@ class PersonalizedRater(_RaterModel):
         Tv = self._fit_target_scale(Yv)
         per_rater = self._fit_traits(X)
         self.known_raters_ = per_rater.index.to_numpy(dtype=object)
-        Z = self.known_trait_matrix_ = self._trait_matrix(per_rater)
+        Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
         self.fit_keys_ = assistant_keys(X) if self.assistant_effects else None
         if self.fit_keys_ is not None and not any(k is not None for k in self.fit_keys_):
@@ -317,7 +320,7 @@ class PersonalizedRater(_RaterModel):
             has = np.isfinite(item_resid)
             self.common_ = RaterEffects(slopes=False).fit(rows_all[has], Z, np.zeros(has.sum()), item_resid[has])
             self.common_known_ = self.common_.posterior_[:, 0]
-        common_cold = self._common_prior(Z)
+        common_cold = self.common_prior(Z)
         self.effects_, self.links_known_, self.links_cold_, coefs = [], [], [], []
         self.assistant_effects_ = []
         self.assistant_rows_ = np.zeros(Tv.shape)  # in-sample assistant effects, for backfitting
@@ -357,15 +360,16 @@ class PersonalizedRater(_RaterModel):
         """The fitted GenericRater this model contains (text, context, position only). With backfit=0 it
         equals GenericRater(same params).fit(X, Y); with backfitting its text model was trained on ratings
         with each rater's leniency removed, i.e. it predicts a typical rater."""
-        generic = GenericRater(**{k: v for k, v in self.get_params().items()
-                                  if k in GenericRater._get_param_names()})
+        shared = GenericRater().get_params().keys()
+        generic = GenericRater(**{k: v for k, v in self.get_params().items() if k in shared})
         for name in ("controls_", "levels_", "features_", "text_coef_", "text_intercept_"):
             setattr(generic, name, getattr(self, name))
         generic.links_ = self.generic_links_
         generic.assistant_effects_ = self.generic_assistant_
         return generic
 
-    def _common_prior(self, Z: np.ndarray) -> np.ndarray:
+    def common_prior(self, Z: np.ndarray) -> np.ndarray:
+        """The leniency pooled over controls that traits Z predict (0 unless pool_controls)."""
         return self.common_.prior(Z)[:, 0] if self.pool_controls else np.zeros(len(Z))
 
     def rater_effects(self, control: str) -> pd.DataFrame:
@@ -375,7 +379,7 @@ class PersonalizedRater(_RaterModel):
         effects = self.effects_[j]
         Z = self.known_trait_matrix_
         out = pd.DataFrame({"offset": self.common_known_ + effects.posterior_[:, 0],
-                            "trait_offset": self._common_prior(Z) + effects.prior(Z)[:, 0]},
+                            "trait_offset": self.common_prior(Z) + effects.prior(Z)[:, 0]},
                            index=pd.Index(self.known_raters_, name="rater_id"))
         if self.slopes:
             out["slope"] = effects.posterior_[:, 1]
@@ -384,18 +388,18 @@ class PersonalizedRater(_RaterModel):
     def trait_effects(self, X: pd.DataFrame, control: str) -> np.ndarray:
         """The trait-predicted offset for each row of X (what a new rater with these traits gets)."""
         j = self.controls_.index(control)
-        Z = self._trait_matrix(X[[c for c in X.columns if c.startswith("trait_")]])
-        return self._common_prior(Z) + self.effects_[j].prior(Z)[:, 0]
+        Z = self.trait_matrix(X[[c for c in X.columns if c.startswith("trait_")]])
+        return self.common_prior(Z) + self.effects_[j].prior(Z)[:, 0]
 
     def is_known(self, X: pd.DataFrame) -> np.ndarray:
         return pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str)) >= 0
 
     def _proba(self, X):
-        g_all = self._text_scores(X)
+        g_all = self.text_scores(X)
         rows = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
         known = rows >= 0
-        Z = self._trait_matrix(X[[c for c in X.columns if c.startswith("trait_")]])
-        common = self._common_prior(Z)
+        Z = self.trait_matrix(X[[c for c in X.columns if c.startswith("trait_")]])
+        common = self.common_prior(Z)
         common[known] = self.common_known_[rows[known]]
         shift = self._assistant_shift(getattr(self, "assistant_effects_", []), X)
         out = {}

@@ -19,7 +19,7 @@ TEXT_FEATURE_KINDS = ("tfidf", "tfidf+char", "none")
 
 
 class ItemFeatures(TransformerMixin, BaseEstimator):
-    """Sparse design matrix from X (the columns of `sense7.data.dataset.build_items`).
+    """Sparse design matrix from X (the columns of `sense7.data.items.build_items`).
 
     text_features: "tfidf" (word 1-2 gram presence of the turn, word presence in the history's tail;
     document frequencies from fit), "tfidf+char" (adds character 2-4 grams of the turn: slower, more robust
@@ -54,10 +54,11 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
                                                sublinear_tf=True)
         return out
 
-    # _texts and _dense read X[column] only, so X may be an item frame or the plain column lists of
-    # `sense7.labelstudio.protocol.task_columns` (the serving path, sense7.model.serving): one definition for both.
+    # block_texts and dense_features read X[column] only, so X may be an item frame or the plain item columns
+    # of `sense7.data.items` (the serving path, sense7.model.serving): one definition for both.
 
-    def _texts(self, X, name: str) -> list[str]:
+    def block_texts(self, X, name: str) -> list[str]:
+        """The texts one vectorizer block reads ("text": the rated turn; "history": its last characters)."""
         if name == "history":
             keep = int(self.history_chars)
             texts = _strings(X["history_text"])
@@ -66,7 +67,8 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             return [h[-keep:] for h in texts]
         return _strings(X["text"])
 
-    def _dense(self, X) -> np.ndarray:
+    def dense_features(self, X) -> np.ndarray:
+        """(n, k) the non-text features: the turn's position and the context fields, standardized."""
         n_turns = np.asarray(X["n_turns"], dtype=float)
         position = np.asarray(X["turn_position"], dtype=float)
         n = len(n_turns)
@@ -113,7 +115,7 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
         blocks = []
         for name, vec in self.vectorizers_.items():
             try:
-                block = vec.fit_transform(self._texts(X, name.replace("_char", "")))
+                block = vec.fit_transform(self.block_texts(X, name.replace("_char", "")))
             except ValueError:  # empty vocabulary (e.g. no history anywhere): drop the block
                 self.vectorizers_[name] = None
                 continue
@@ -129,14 +131,14 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
         return self._assemble(X, self._fit_blocks(X))
 
     def transform(self, X: pd.DataFrame):
-        blocks = [vec.transform(self._texts(X, name.replace("_char", ""))) * self.block_scales_[name]
+        blocks = [vec.transform(self.block_texts(X, name.replace("_char", ""))) * self.block_scales_[name]
                   for name, vec in self.vectorizers_.items() if vec is not None]
         return self._assemble(X, blocks)
 
     def _assemble(self, X: pd.DataFrame, text_blocks: list):
         # The context/position block is scaled down, i.e. penalised more by the ridge: a few dense
         # columns with a light penalty overfit conversation-level quirks (measured on synthetic data).
-        blocks = [sp.csr_matrix(self._dense(X) * self.context_weight, dtype=np.float32)] + text_blocks
+        blocks = [sp.csr_matrix(self.dense_features(X) * self.context_weight, dtype=np.float32)] + text_blocks
         if self.context_interactions and text_blocks:
             # The turn's words times each numeric context answer (standardized): the same words can
             # matter more when, e.g., the rater wanted a lot of empathy.

@@ -49,11 +49,11 @@ def compare_with_oracle(synth, n_folds: int = 5, models: dict | None = None) -> 
     from sklearn.base import clone
     from sklearn.model_selection import GroupKFold
 
-    from sense7.data.dataset import build_items
+    from sense7.data.items import build_items
     from sense7.model.estimators import GenericRater, PersonalizedRater
 
     models = models or {"generic": GenericRater(), "personalized": PersonalizedRater()}
-    X, Y = build_items(synth.rating_data())
+    X, Y = build_items(synth.rating_data(), synth.taxonomy)
     oracle = SynthOracle(synth.truth)
     turn_level = X["turn_index"].notna().to_numpy()
     scores = {name: [] for name in ["oracle", *models]}

@@ -3,9 +3,9 @@
 The reference is `ModelBundle.predict_items(items_from_tasks(...))`: it builds a DataFrame, a sparse design
 matrix and pandas look-ups on every call, about 4 ms of fixed cost whatever the batch, which a serving
 process would pay on every /predict. `CompiledBundle` is built once per model version per process and
-computes the same probabilities from the plain task columns of `sense7.labelstudio.protocol.task_columns`:
+computes the same probabilities from the plain task columns of `sense7.data.items.task_columns`:
 
-    text score    = intercept + context/position features (ItemFeatures._dense) @ their coefficients
+    text score    = intercept + context/position features (ItemFeatures.dense_features) @ their coefficients
                     + the coefficients of every term present (BulkNgramVectorizer.cells), per control
     personalized  = text score + the rater's intercept and slope (posterior of a known rater, trait prior
                     of any other rater with traits) + the assistant's effect, through the known or cold link
@@ -41,7 +41,7 @@ class _TextScores:
         self.features = features
         coef = np.asarray(model.text_coef_, dtype=np.float64)
         self.intercept = np.asarray(model.text_intercept_, dtype=np.float64)
-        n_dense = features._dense({"n_turns": [0.0], "turn_position": [0.0]}).shape[1]
+        n_dense = features.dense_features({"n_turns": [0.0], "turn_position": [0.0]}).shape[1]
         self.dense_coef = coef[:n_dense] * features.context_weight
         self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale)
         self.fast = not features.context_interactions
@@ -58,10 +58,10 @@ class _TextScores:
     def scores(self, columns: dict) -> np.ndarray:
         """(n, controls) text scores of the items in `columns`."""
         if not self.fast:
-            return self.model._text_scores(pd.DataFrame(columns))
-        out = self.features._dense(columns) @ self.dense_coef + self.intercept
+            return self.model.text_scores(pd.DataFrame(columns))
+        out = self.features.dense_features(columns) @ self.dense_coef + self.intercept
         for name, vec, coef in self.blocks:
-            rows, cols = vec.cells(self.features._texts(columns, name))
+            rows, cols = vec.cells(self.features.block_texts(columns, name))
             if not len(rows):
                 continue
             # Presence features: a term counts once per document, however often it occurs.
@@ -168,12 +168,12 @@ class CompiledBundle:
         with_traits = used[used.notna().any(axis=1).to_numpy()] if len(model.trait_columns_) else used.iloc[:0]
         known_ids = [str(r) for r in model.known_raters_]
         new_ids = [str(r) for r in with_traits.index if str(r) not in set(known_ids)]
-        Z = model._trait_matrix(with_traits.set_axis(with_traits.index.astype(str)).loc[new_ids])
+        Z = model.trait_matrix(with_traits.set_axis(with_traits.index.astype(str)).loc[new_ids])
         prior = np.einsum("rp,pck->rck", Z, self._trait_W)
         table = RaterTable(
             index={r: i for i, r in enumerate(known_ids + new_ids)},
             coef=np.concatenate([np.asarray(model.rater_coef_), prior]),
-            common=np.concatenate([np.asarray(model.common_known_, dtype=float), model._common_prior(Z)]),
+            common=np.concatenate([np.asarray(model.common_known_, dtype=float), model.common_prior(Z)]),
             known=np.r_[np.ones(len(known_ids), bool), np.zeros(len(new_ids), bool)],
         )
         self._raters_for = (traits, table)
@@ -187,7 +187,7 @@ class CompiledBundle:
         return self.predict(columns, nobody)
 
     def predict(self, columns: dict, raters: RaterTable) -> Predictions:
-        """Probabilities for the items of `columns` (sense7.labelstudio.protocol.task_columns)."""
+        """Probabilities for the items of `columns` (sense7.data.items: task_columns, transcript_columns)."""
         rater_rows = np.array([raters.index.get(str(r), -1) for r in columns["rater_id"]], dtype=np.int64)
         personal = np.flatnonzero(rater_rows >= 0)
         generic = np.flatnonzero(rater_rows < 0)

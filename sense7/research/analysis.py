@@ -239,16 +239,14 @@ def _mean_with_ci(delta: np.ndarray, raters: np.ndarray, n_raters: int, offset: 
             "n": int(len(delta))}
 
 
-def analyze(ratings: pd.DataFrame, n_boot: int = 1000, seed: int = 0, dataset: str = "", taxonomy=None) -> dict:
+def analyze(ratings: pd.DataFrame, n_boot: int = 1000, seed: int = 0, dataset: str = "", *, taxonomy) -> dict:
     """Both analyses as one JSON-able dict (what `sense7 analyze --json` writes).
 
     `taxonomy` (the study's): its expectation answer is not a control, and its controls come first in its
-    order; without one, "expectation_met" is the expectation answer and controls keep the data's order."""
-    controls, expectation_key = None, "expectation_met"
-    if taxonomy is not None:
-        expectation_key = taxonomy.expectation_key
-        present = _controls(ratings, skip=(expectation_key,))
-        controls = [c for c in taxonomy.controls if c in present] + [c for c in present if c not in taxonomy.controls]
+    order (controls it does not have follow in the data's order)."""
+    expectation_key = taxonomy.expectation_key
+    present = _controls(ratings, skip=(expectation_key,))
+    controls = [c for c in taxonomy.controls if c in present] + [c for c in present if c not in taxonomy.controls]
     return {
         "dataset": dataset,
         "n_ratings": int(len(ratings)),

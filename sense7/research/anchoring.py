@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sense7.research.metrics import _finite_or_none, cluster_draws, percentile_ci
+from sense7.research.metrics import finite_or_none, cluster_draws, percentile_ci
 
 ARMS = ("shown", "hidden")
 ALL = "__all__"
@@ -33,7 +33,7 @@ def simulate_anchored(own: int, predicted: int | None, copy_probability: float, 
 
 def _estimate(values: np.ndarray) -> dict:
     """values[0] is the statistic on the data, values[1:] on the resamples."""
-    return {"value": _finite_or_none(values[0]), "ci": percentile_ci(values[1:])}
+    return {"value": finite_or_none(values[0]), "ci": percentile_ci(values[1:])}
 
 
 def _weighted_medians(values: np.ndarray, clusters: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -73,8 +73,8 @@ def _control_summary(rows: pd.DataFrame, raters: np.ndarray, n_raters: int, weig
                 weights @ count)
             mean_distance[name] = (weights @ np.bincount(raters[mask], weights=distance[mask],
                                                           minlength=n_raters)) / (weights @ count)
-        arms[name] = {"n": int(mask.sum()), "share_equal": _finite_or_none(share[name][0]),
-                      "mean_distance": _finite_or_none(mean_distance[name][0])}
+        arms[name] = {"n": int(mask.sum()), "share_equal": finite_or_none(share[name][0]),
+                      "mean_distance": finite_or_none(mean_distance[name][0])}
     with np.errstate(invalid="ignore", divide="ignore"):
         # Undefined (None) when the hidden arm always equals the prediction: nothing left to copy.
         copy_rate = (share["shown"] - share["hidden"]) / (1.0 - share["hidden"])
@@ -138,7 +138,7 @@ def anchoring(frame: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> dict:
         timed = in_arm & np.isfinite(seconds)
         medians[name] = _weighted_medians(seconds[timed], task_rater[timed], weights)
         arms[name] = {"n_tasks": int(in_arm.sum()), "n_raters": int(len(np.unique(task_rater[in_arm]))),
-                      "median_seconds": _finite_or_none(medians[name][0])}
+                      "median_seconds": finite_or_none(medians[name][0])}
     return {
         "n_raters": n_raters,
         "arms": arms,

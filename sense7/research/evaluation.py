@@ -74,7 +74,7 @@ def make_folds(X: pd.DataFrame, split: str, n_folds: int, seed: int) -> list[tup
     return [(train, test) for train, test in folds.split(X, groups=groups)]
 
 
-def _model_levels(model, n_columns: int, data_levels, control: str):
+def model_levels(model, n_columns: int, data_levels, control: str):
     """The rating value of each predict_proba column: the model's fitted levels_ when it exposes them,
     else the data's scale (None when neither fits, so the caller can fall back)."""
     levels = getattr(model, "levels_", None)
@@ -96,7 +96,7 @@ def _fit_predict(model, X, Y, train, test):
     fitted = clone(model).fit(X.iloc[train].reset_index(drop=True), Y.iloc[train].reset_index(drop=True))
     X_test = X.iloc[test].reset_index(drop=True)
     proba = fitted.predict_proba(X_test)
-    values = {c: _model_levels(fitted, np.asarray(proba[c]).shape[1], None, c) for c in Y.columns}
+    values = {c: model_levels(fitted, np.asarray(proba[c]).shape[1], None, c) for c in Y.columns}
     return fitted.predict(X_test), proba, values
 
 
@@ -121,7 +121,7 @@ def cross_val_predictions(model, X, Y, folds, data_levels, progress: Progress | 
         for control in Y.columns:
             levels.iloc[test, levels.columns.get_loc(control)] = np.asarray(predicted[control], float)
             p = np.asarray(proba[control], float)
-            column_levels = values[control] if values[control] is not None else _model_levels(
+            column_levels = values[control] if values[control] is not None else model_levels(
                 None, p.shape[1], data_levels, control)
             scores.iloc[test, scores.columns.get_loc(control)] = p @ column_levels
             if with_proba:
@@ -247,7 +247,7 @@ def _train_count_bins(y, scores, train_counts, raters, fold_ids) -> list[dict]:
 def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(SPLITS), n_folds: int = 5,
                    seed: int = 0, n_boot: int = 1000, dataset: str = "", progress: Progress | None = None,
                    n_jobs: int = 1, scale=None) -> dict:
-    """`evaluate` on an item frame (X, Y) already built by `sense7.data.dataset.build_items`.
+    """`evaluate` on an item frame (X, Y) already built by `sense7.data.items.build_items`.
 
     Returns {"dataset", "n_ratings", "n_items", "n_raters", "n_conversations", "controls", "levels", ...,
     "splits": {split: {
@@ -353,17 +353,17 @@ def _confusion(y_true, y_level, levels) -> list[list[int]]:
 
 def evaluate(data, splits=("known_rater", "cold_start"), n_folds: int = 5, seed: int = 0, n_boot: int = 1000,
              models: dict | None = None, dataset: str | None = None, progress: Progress | None = None,
-             n_jobs: int = 1, taxonomy=None) -> dict:
+             n_jobs: int = 1, *, taxonomy) -> dict:
     """Cross-validate `models` (default: every kind of sense7.model.catalog.CATALOG) on a
     `sense7.data.dataset.RatingData`.
 
-    `taxonomy` (the study's; default the packaged one) orders the controls and, when every rated control
-    is one of its controls, sets the scale 1..taxonomy.levels (else the scale is the data's)."""
-    from sense7.data.dataset import build_items
+    `taxonomy` (the study's) orders the controls and, when every rated control is one of its controls,
+    sets the scale 1..taxonomy.levels (else the scale is the data's)."""
+    from sense7.data.items import build_items
 
     X, Y = build_items(data, taxonomy)
     scale = None
-    if taxonomy is not None and set(Y.columns) <= set(taxonomy.controls):
+    if set(Y.columns) <= set(taxonomy.controls):
         scale = range(1, taxonomy.levels + 1)
     name = dataset if dataset is not None else getattr(data, "name", "") or ""
     return evaluate_items(X, Y, models if models is not None else default_models(), splits, n_folds, seed,

@@ -33,11 +33,11 @@ import numpy as np
 import pandas as pd
 
 from sense7.data.conversations import Conversation
-from sense7.data.dataset import NON_TRAIT_COLUMNS, ORDINAL_PROFILE_FIELDS, trait_features
+from sense7.data.dataset import NON_TRAIT_COLUMNS, ORDINAL_PROFILE_FIELDS
+from sense7.data.items import trait_table, transcript_columns
 from sense7.files import fsync_dir
-from sense7.labelstudio.protocol import rating_tasks, task_columns
 from sense7.research.metrics import cluster_draws, percentile_ci
-from sense7.taxonomy import Taxonomy, load_taxonomy
+from sense7.taxonomy import Taxonomy
 
 # ---------------------------------------------------------------------------------------------------
 # Panel specs
@@ -256,10 +256,10 @@ def parse_panel(spec: str):
     return _parse_simple(text)
 
 
-def select_panel(spec: str, raters: pd.DataFrame, known: list[str], taxonomy: Taxonomy | None = None) -> list[str]:
+def select_panel(spec: str, raters: pd.DataFrame, known: list[str], taxonomy: Taxonomy) -> list[str]:
     """The rater ids of a panel spec. `raters`: the raw trait frame (index rater_id) as
     `sense7.data.dataset.raters_frame` / `Store.raters_frame()` give it; `known`: the model's known raters."""
-    members = parse_panel(spec).select(raters, [str(r) for r in known], taxonomy or load_taxonomy())
+    members = parse_panel(spec).select(raters, [str(r) for r in known], taxonomy)
     if not members:
         raise ValueError(f"no rater matches the panel {spec.strip()!r}")
     return members
@@ -356,21 +356,12 @@ def _unique_conversations(conversations: list[Conversation]) -> list[Conversatio
     return list(seen.values())
 
 
-def trait_table(raters: pd.DataFrame, taxonomy: Taxonomy | None = None) -> pd.DataFrame:
-    """The trait_<name> table `CompiledBundle.rater_table` reads, from the raw trait frame (as the ML
-    backend builds it)."""
-    if not len(raters.columns):
-        return pd.DataFrame(index=raters.index.astype(str))
-    traits = trait_features(raters, taxonomy or load_taxonomy()).add_prefix("trait_")
-    return traits.set_axis(traits.index.astype(str))
-
-
 # Probabilities of at most this many (turn, member, control, level) cells are computed at once.
 _CHUNK_CELLS = 4_000_000
 
 
 def jury_predict(model, conversations: list[Conversation], panel: list[str], raters: pd.DataFrame,
-                 taxonomy: Taxonomy | None = None, seats: dict | None = None, label: str = "") -> JuryResult:
+                 taxonomy: Taxonomy, seats: dict | None = None, label: str = "") -> JuryResult:
     """Every panel member's predicted ratings of every assistant turn of `conversations`.
 
     `model`: a ModelBundle or its CompiledBundle. Members the model was trained on get their personalized
@@ -378,7 +369,7 @@ def jury_predict(model, conversations: list[Conversation], panel: list[str], rat
     is read with its conversation's own context. `seats` ({conversation_id: rater ids}, e.g. from an
     assignments file) restricts who judges which conversation; turns nobody on the panel judges, and
     members who judge nothing, are left out."""
-    tax = taxonomy or load_taxonomy()
+    tax = taxonomy
     compiled = model.compile() if hasattr(model, "compile") else model
     members = list(dict.fromkeys(str(m) for m in panel))
     if not members:
@@ -397,28 +388,22 @@ def jury_predict(model, conversations: list[Conversation], panel: list[str], rat
         shown = ", ".join(strangers[:20]) + (f" and {len(strangers) - 20} more" if len(strangers) > 20 else "")
         raise ValueError(f"{len(strangers)} panel member(s) have neither ratings the model was trained on nor a "
                          f"profile it can use: {shown}")
-    datas, conversation_ids, positions = [], [], []
-    for conv in conversations:
-        for position, task in enumerate(rating_tasks(conv)):
-            datas.append(task["data"])
-            conversation_ids.append(conv.conversation_id)
-            positions.append(position)
-    if not datas:
+    columns = transcript_columns(conversations, tax)
+    n_turns = len(columns["conversation_id"])
+    if not n_turns:
         raise ValueError("no assistant turn to judge" + (" (no panel member is assigned to any conversation)"
                                                           if seats is not None else ""))
-    contexts = {(c.conversation_id, c.rater_id): c.context for c in conversations}
-    columns = task_columns(datas, contexts, tax)
     step = max(1, _CHUNK_CELLS // (len(members) * len(compiled.controls) * len(compiled.levels)))
     probs = np.concatenate([
         compiled.predict_panel({name: values[start:start + step] for name, values in columns.items()}, table, members)
-        for start in range(0, len(datas), step)])
-    conversation_ids = np.asarray(conversation_ids, dtype=object)
+        for start in range(0, n_turns, step)])
+    conversation_ids = np.asarray(columns["conversation_id"], dtype=object)
     if seats is not None:
         seated = np.array([[m in seats[c] for m in members] for c in conversation_ids], dtype=bool)
     return JuryResult(
         conversation_ids=conversation_ids,
-        turn_indices=np.array([d["turn_index"] for d in datas], dtype=int),
-        positions=np.array(positions, dtype=int),
+        turn_indices=np.array(columns["turn_index"], dtype=int),
+        positions=np.array(columns["turn_position"], dtype=int) - 1,  # k-th assistant turn, from 0
         members=members,
         kinds=["personalized" if table.known[table.index[m]] else "traits" for m in members],
         controls=list(compiled.controls),

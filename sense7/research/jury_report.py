@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 
 from sense7.data.dataset import NON_TRAIT_COLUMNS  # noqa: E402
 from sense7.research.jury import Comparison, JuryResult  # noqa: E402
-from sense7.research.report import _png  # noqa: E402
+from sense7.research.report import png_data_uri  # noqa: E402
 
 COLORS = ("#3b6fb6", "#d0734a")
 
@@ -66,7 +66,7 @@ def _distribution(jury: JuryResult) -> str:
     ax.set_xlabel("share of the panel's predicted ratings")
     ax.legend(title="level", fontsize=7, ncol=len(columns), loc="upper center",
               bbox_to_anchor=(0.5, -0.5 / fig.get_size_inches()[1] - 0.08))
-    return _png(fig)
+    return png_data_uri(fig)
 
 
 def _turns(juries: list[JuryResult], labels: list[str], control: str) -> str:
@@ -94,7 +94,7 @@ def _turns(juries: list[JuryResult], labels: list[str], control: str) -> str:
     bottom.set_ylabel("dissent")
     bottom.set_ylim(0, 1)
     bottom.set_xlabel(f"assistant turn ({len(starts)} conversations, in file order)")
-    return _png(fig)
+    return png_data_uri(fig)
 
 
 def _differences(comparison: Comparison) -> str:
@@ -108,7 +108,7 @@ def _differences(comparison: Comparison) -> str:
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xticks(x, frame["control"], rotation=20)
     ax.set_ylabel("difference in mean rating (b - a)")
-    return _png(fig)
+    return png_data_uri(fig)
 
 
 TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string("""<!doctype html>

@@ -18,7 +18,7 @@ from sklearn.metrics import cohen_kappa_score
 METRIC_NAMES = ("spearman", "accuracy", "qwk", "mae")
 
 
-def _finite_or_none(value: float) -> float | None:
+def finite_or_none(value: float) -> float | None:
     """JSON has no NaN: an undefined metric (e.g. Spearman of a constant prediction) becomes null."""
     value = float(value)
     return value if math.isfinite(value) else None
@@ -124,6 +124,6 @@ def percentile_ci(samples, level: float = 0.95) -> list[float | None]:
 
 
 def json_metrics(values: dict, spearman_ci) -> dict:
-    out = {name: _finite_or_none(values[name]) for name in METRIC_NAMES}
+    out = {name: finite_or_none(values[name]) for name in METRIC_NAMES}
     out["spearman_ci"] = list(spearman_ci)
     return out

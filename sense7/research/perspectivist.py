@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sense7.research.metrics import _finite_or_none, cluster_draws, percentile_ci
+from sense7.research.metrics import finite_or_none, cluster_draws, percentile_ci
 
 QUANTILES = (10, 25, 50, 75, 90)
 # What makes two ratings "of the same turn". The rated assistant is part of it: in WASSA both people of a
@@ -242,7 +242,7 @@ def strict_json(value):
     if isinstance(value, (list, tuple)):
         return [strict_json(v) for v in value]
     if isinstance(value, (float, np.floating)):
-        return _finite_or_none(value)
+        return finite_or_none(value)
     if isinstance(value, np.integer):
         return int(value)
     return value

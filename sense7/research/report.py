@@ -27,7 +27,8 @@ SPLIT_LABELS = {"known_rater": "Known raters (folds by conversation)",
                 "cold_start": "Cold start (folds by rater)"}
 
 
-def _png(fig) -> str:
+def png_data_uri(fig) -> str:
+    """A matplotlib figure as a data: URI (the reports are one self-contained HTML file); closes the figure."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
     plt.close(fig)
@@ -74,7 +75,7 @@ def _bars(split: dict, metric: str, reference: float | None, reference_note: str
     ax.set_xticks(x, groups, rotation=20)
     ax.set_ylabel(metric)
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.22))
-    return _png(fig)
+    return png_data_uri(fig)
 
 
 def _confusions(split: dict, levels: list[int], control: str, catalog: Catalog = CATALOG) -> str | None:
@@ -95,7 +96,7 @@ def _confusions(split: dict, levels: list[int], control: str, catalog: Catalog =
         ax.set_xlabel("predicted level")
         ax.set_ylabel("rated level")
         ax.set_title(f"{catalog.label(name)}: {control}", fontsize=9)
-    return _png(fig)
+    return png_data_uri(fig)
 
 
 def _gain(split: dict, catalog: Catalog = CATALOG) -> str | None:
@@ -116,7 +117,7 @@ def _gain(split: dict, catalog: Catalog = CATALOG) -> str | None:
     ax.set_ylabel("Spearman")
     ax.axhline(0, color="black", linewidth=0.5)
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png_data_uri(fig)
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -174,7 +175,7 @@ def _rater_gain_histogram(split: dict, catalog: Catalog = CATALOG) -> str | None
         ax.set_xlabel("gain per rater (> 0: personalization helps)", fontsize=8)
         ax.set_ylabel("raters")
         ax.legend(fontsize=7)
-    return _png(fig)
+    return png_data_uri(fig)
 
 
 def _audit_bars(units: list[dict], title: str) -> str | None:
@@ -194,7 +195,7 @@ def _audit_bars(units: list[dict], title: str) -> str | None:
     ax.axvline(0, color="black", linewidth=0.6)
     ax.set_xlabel("cold-start MAE increase when shuffled (> 0: the trait helps)")
     ax.set_title(title, fontsize=9)
-    return _png(fig)
+    return png_data_uri(fig)
 
 
 TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string("""<!doctype html>

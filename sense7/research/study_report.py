@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sense7.research.report import _png  # noqa: E402
+from sense7.research.report import png_data_uri  # noqa: E402
 
 
 def _value(block: dict | None, digits: int = 3) -> str:
@@ -47,7 +47,7 @@ def _anchoring_plot(anchoring: dict) -> str | None:
     ax.set_ylim(0, 1)
     ax.legend(frameon=False)
     fig.tight_layout()
-    return _png(fig)
+    return png_data_uri(fig)
 
 
 TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string("""<!doctype html>

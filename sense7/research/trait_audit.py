@@ -36,8 +36,9 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from sense7.data.dataset import NON_TRAIT_COLUMNS, ORDINAL_PROFILE_FIELDS, trait_columns, trait_features
-from sense7.research.evaluation import _model_levels, make_folds
+from sense7.data.dataset import NON_TRAIT_COLUMNS, ORDINAL_PROFILE_FIELDS, trait_features
+from sense7.data.items import trait_columns
+from sense7.research.evaluation import model_levels, make_folds
 from sense7.research.metrics import cluster_draws, percentile_ci, spearman
 from sense7.research.perspectivist import strict_json
 
@@ -102,7 +103,7 @@ def _expected(fitted, X: pd.DataFrame, controls, data_levels) -> np.ndarray:
     out = np.empty((len(X), len(controls)))
     for j, c in enumerate(controls):
         p = np.asarray(proba[c], float)
-        values = _model_levels(fitted, p.shape[1], data_levels, c)
+        values = model_levels(fitted, p.shape[1], data_levels, c)
         out[:, j] = p @ values
     return out
 
@@ -173,12 +174,12 @@ class _Fold:
 
 def _freeze_text(fitted, X_test: pd.DataFrame) -> None:
     """Shuffling traits leaves the text of the test rows as it is: a rater model that scores text apart
-    (sense7's `_text_scores`) gets its test-fold text scores computed once instead of on every shuffle.
+    (sense7's `text_scores`) gets its test-fold text scores computed once instead of on every shuffle.
     The fitted model is the audit's own clone and only ever predicts copies of these rows."""
-    text_scores = getattr(fitted, "_text_scores", None)
+    text_scores = getattr(fitted, "text_scores", None)
     if callable(text_scores):
         scores = text_scores(X_test)
-        fitted._text_scores = lambda X: scores if len(X) == len(scores) else text_scores(X)
+        fitted.text_scores = lambda X: scores if len(X) == len(scores) else text_scores(X)
 
 
 def _rng(seed: int, fold: int, repeat: int, name: str) -> np.random.Generator:
@@ -242,7 +243,7 @@ def _summary(unit: Unit, importance: np.ndarray, spearman_drop: float, draws: np
     return out
 
 
-def trait_audit(X: pd.DataFrame, Y: pd.DataFrame, model, taxonomy=None, n_folds: int = 5, n_repeats: int = 3,
+def trait_audit(X: pd.DataFrame, Y: pd.DataFrame, model, taxonomy, n_folds: int = 5, n_repeats: int = 3,
                 seed: int = 0, n_boot: int = 1000, method: str = "permutation", raters: pd.DataFrame | None = None,
                 progress: Progress | None = None) -> dict:
     """Cold-start importance of each trait feature group and (with `raters`, the raw answers indexed by
@@ -257,12 +258,10 @@ def trait_audit(X: pd.DataFrame, Y: pd.DataFrame, model, taxonomy=None, n_folds:
       U = {name, columns, importance, ci, importance_spearman, n_raters (+ features for items)}.
     """
     from sense7.model.catalog import CATALOG
-    from sense7.taxonomy import load_taxonomy
 
     if method not in METHODS:
         raise ValueError(f"method {method!r}: choose from {', '.join(METHODS)}")
     started = time.perf_counter()
-    taxonomy = taxonomy or load_taxonomy()
     model = CATALOG.get(model).factory() if isinstance(model, str) else model
     X, Y = X.reset_index(drop=True), Y.reset_index(drop=True).astype(float)
     data_levels = _data_levels(Y, taxonomy)
@@ -348,10 +347,10 @@ def _unit_effect(unit: Unit, fold: _Fold, k: int, X, Y, raw, traits, columns, ta
     return np.mean(deltas, axis=0), _nanmean(drops)
 
 
-def audit_rating_data(data, taxonomy=None, model="personalized", **options) -> dict:
+def audit_rating_data(data, taxonomy, model="personalized", **options) -> dict:
     """`trait_audit` on a `RatingData` (what `sense7 evaluate --trait-audit` runs): items built with
     `build_items`, raw answers from `data.raters`."""
-    from sense7.data.dataset import build_items
+    from sense7.data.items import build_items
 
     X, Y = build_items(data, taxonomy)
     return trait_audit(X, Y, model, taxonomy, raters=data.raters, **options)

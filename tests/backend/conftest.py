@@ -16,6 +16,8 @@ from sense7.settings import Settings
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.backend.fakes import FakeBundle, load_fake, save_fake
 
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
+
 USER, PASSWORD, SECRET = "ls-backend", "pw-not-in-logs-7f3a", "hook-secret-91c2"
 
 
@@ -70,7 +72,7 @@ def make_app(registry, store, settings, events):
     def factory(check_interval=0.0, **kwargs):
         hot = HotModel(registry, check_interval=check_interval)
         hot.reload()
-        model = Sense7Model(hot, RaterInfoCache(store, refresh_seconds=0.0))
+        model = Sense7Model(hot, RaterInfoCache(store, TAXONOMY, refresh_seconds=0.0), TAXONOMY)
         app = create_app(settings, model=model, on_event=lambda action, payload: events.append((action, payload)),
                          **kwargs)
         app.testing = True

@@ -13,6 +13,8 @@ from sense7.taxonomy import load_taxonomy
 from tests.backend.conftest import PASSWORD, SECRET, USER, auth_headers, task
 from tests.backend.fakes import FakeBundle
 
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
+
 CONTROLS = load_taxonomy().controls
 ROUTES = [("get", "/health"), ("post", "/setup"), ("post", "/predict"), ("post", "/webhook"), ("get", "/versions")]
 
@@ -195,7 +197,7 @@ def test_start_training_needs_basic_auth_not_the_secret_every_member_can_read(se
     settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "h2"), "SENSE7_WEBHOOK_SECRET": SECRET,
                                   "SENSE7_BACKEND_AUTH": "off"})
     got = []
-    app = create_app(settings, model=Sense7Model(HotModel(registry), RaterInfoCache(store)),
+    app = create_app(settings, model=Sense7Model(HotModel(registry), RaterInfoCache(store, TAXONOMY), TAXONOMY),
                      on_event=lambda a, p: got.append(a))
     client = app.test_client()
     assert client.get("/health").status_code == 200  # basic auth switched off explicitly: open
@@ -221,7 +223,7 @@ def test_basic_auth_is_on_by_default_with_generated_credentials(served, registry
     secret_file = tmp_path / "h3" / "secrets" / "backend_password"
     assert secret_file.read_text() == settings.backend_password
     assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600 and stat.S_IMODE((tmp_path / "h3").stat().st_mode) == 0o700
-    client = create_app(settings, model=Sense7Model(HotModel(registry), RaterInfoCache(store))).test_client()
+    client = create_app(settings, model=Sense7Model(HotModel(registry), RaterInfoCache(store, TAXONOMY), TAXONOMY)).test_client()
     body = {"tasks": [task(1)], "label_config": label_config}
     stranger = client.post("/predict", json=body)
     assert stranger.status_code == 401 and b"results" not in stranger.data

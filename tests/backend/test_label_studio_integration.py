@@ -17,6 +17,9 @@ import pytest
 
 from sense7.processes import free_port
 from sense7.settings import Settings
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -28,8 +31,8 @@ def trained(tmp_path_factory):
     from sense7.data import synth
     from sense7.model.bundle import train_bundle
 
-    data = synth.generate(80, 12, seed=11, raters_per_conversation=2)
-    bundle = train_bundle(data.rating_data(), "v1")
+    data = synth.generate(80, 12, seed=11, raters_per_conversation=2, taxonomy=TAXONOMY)
+    bundle = train_bundle(data.rating_data(), "v1", TAXONOMY)
     return data, bundle
 
 
@@ -68,7 +71,7 @@ def test_label_studio_retrieves_personalized_predictions(label_studio, rating_pr
     pair = [dataclasses.replace(c, rater_id=r) for c in sample for r in (harsh, lenient)]
     stranger = [dataclasses.replace(sample[0], rater_id="never-seen")]
     client = label_studio.client
-    imported = import_conversations(client, rating_project, pair + stranger, store)
+    imported = import_conversations(client, rating_project, pair + stranger, store, taxonomy=TAXONOMY)
     assert imported.created > 8
 
     server = BackendServer(settings, port=port)

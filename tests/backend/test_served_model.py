@@ -15,22 +15,24 @@ from sense7.ml_backend.rater_info import RaterInfoCache
 from sense7.data.store import Store
 from sense7.data.synth import generate
 from sense7.labelstudio.importer import plan_tasks
-from sense7.labelstudio.protocol import items_from_tasks
+from sense7.data.items import items_from_tasks
 from sense7.model.bundle import train_bundle
 from sense7.model.registry import ModelRegistry
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.backend.conftest import auth_headers
 
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
+
 
 @pytest.fixture(scope="module")
 def study():
-    return generate(40, 8, seed=11)
+    return generate(40, 8, seed=11, taxonomy=TAXONOMY)
 
 
 @pytest.fixture
 def served_app(study, tmp_path, settings):
     registry = ModelRegistry(tmp_path / "real-models")
-    registry.add(train_bundle(study.rating_data(), "v1"), "v1")
+    registry.add(train_bundle(study.rating_data(), "v1", TAXONOMY), "v1")
     registry.promote("v1")
     store = Store(f"sqlite:///{tmp_path / 'real-store.sqlite'}")
     raters = study.raters.drop(columns=["email"]).set_index("rater_id")
@@ -44,7 +46,7 @@ def served_app(study, tmp_path, settings):
     store.upsert_conversations(study.conversations)
     hot = HotModel(registry, check_interval=0.0)
     hot.reload()
-    app = create_app(settings, model=Sense7Model(hot, RaterInfoCache(store, refresh_seconds=0.0)))
+    app = create_app(settings, model=Sense7Model(hot, RaterInfoCache(store, TAXONOMY, refresh_seconds=0.0), TAXONOMY))
     app.testing = True
     return app, registry, store
 
@@ -65,7 +67,7 @@ def test_served_predictions_equal_the_reference_model(study, served_app):
 
     contexts = store.contexts_for({(d["conversation_id"], d["rater_id"]) for d in datas})
     bundle = registry.load("v1")
-    expected = bundle.predict_items(items_from_tasks(datas, store.raters_frame(), contexts))
+    expected = bundle.predict_items(items_from_tasks(datas, store.raters_frame(), contexts, TAXONOMY))
     assert len(results) == len(expected) == 60
     assert {r["kind"] for r in results} == {"personalized", "traits", "generic"}
     for got, want in zip(results, expected):

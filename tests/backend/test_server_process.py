@@ -13,6 +13,9 @@ import requests
 from sense7.processes import free_port
 from sense7.settings import BACKEND_HOST
 from tests.backend.conftest import PASSWORD, SECRET, USER
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 
 def _env(tmp_path, port) -> dict:
@@ -72,8 +75,8 @@ def small_bundles():
     from sense7.data import synth
     from sense7.model.bundle import train_bundle
 
-    data = synth.generate(30, 6, seed=5).rating_data()
-    return train_bundle(data, "v1"), train_bundle(data, "v2")
+    data = synth.generate(30, 6, seed=5, taxonomy=TAXONOMY).rating_data()
+    return train_bundle(data, "v1", TAXONOMY), train_bundle(data, "v2", TAXONOMY)
 
 
 @pytest.mark.slow

@@ -13,6 +13,9 @@ from sense7.data.formats import (
     read_raters,
     read_ratings,
 )
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 GOOD = {"conversation_id": "c1", "rater_id": "r1", "context": {"task_type": "advice", "emotional_state": 2},
         "messages": [{"role": "user", "content": "My cat died."}, {"role": "assistant", "content": "I'm so sorry."},
@@ -26,13 +29,13 @@ def write_jsonl(path, rows):
 
 def problems_of(path, **kw):
     with pytest.raises(FormatError) as info:
-        read_conversations(path, **kw)
+        read_conversations(path, TAXONOMY, **kw)
     return info.value.problems
 
 
 def test_good_native_file_reads_turns_and_context(tmp_path):
     path = write_jsonl(tmp_path / "c.jsonl", [GOOD, {**GOOD, "conversation_id": "c2", "context": {}}])
-    convs = read_conversations(path)
+    convs = read_conversations(path, TAXONOMY)
     assert [c.conversation_id for c in convs] == ["c1", "c2"]
     assert convs[0].assistant_turns() == [1, 3]
     assert convs[0].context == {"task_type": "advice", "emotional_state": 2}
@@ -77,7 +80,7 @@ def test_csv_one_message_per_row(tmp_path):
                     "c1,r1,assistant,I'm sorry to hear that.,\n"
                     "c2,r2,user,Plan my week,\n"
                     "c2,r2,assistant,Sure.,\n")
-    convs = read_conversations(path)
+    convs = read_conversations(path, TAXONOMY)
     assert [(c.conversation_id, c.rater_id, len(c.messages)) for c in convs] == [("c1", "r1", 2), ("c2", "r2", 2)]
     assert convs[0].messages[0].content == "Hello, I feel low"
     assert convs[0].context == {"task_type": "emotional_support"}
@@ -96,14 +99,14 @@ def test_openai_export_needs_a_rater_and_gets_stable_ids(tmp_path):
         {"role": "assistant", "content": [{"type": "text", "text": "Hello!"}]}]}])
     problems = problems_of(path)
     assert problems[0].field == "--rater"
-    first = read_conversations(path, rater="r9")
-    again = read_conversations(path, rater="r9")
+    first = read_conversations(path, TAXONOMY, rater="r9")
+    again = read_conversations(path, TAXONOMY, rater="r9")
     assert first[0].conversation_id == again[0].conversation_id and first[0].conversation_id.startswith("oa-")
     assert first[0].assistant_turns() == [2] and first[0].messages[2].content == "Hello!"
 
 
 def test_assignments_fan_out_without_sharing_context(tmp_path):
-    convs = read_conversations(write_jsonl(tmp_path / "c.jsonl", [GOOD]))
+    convs = read_conversations(write_jsonl(tmp_path / "c.jsonl", [GOOD]), TAXONOMY)
     assign = tmp_path / "a.csv"
     assign.write_text("conversation_id,rater_id\nc1,r2\nc1,r1\nc1,r2\n")
     out = read_assignments(assign, convs)
@@ -116,22 +119,22 @@ def test_assignments_fan_out_without_sharing_context(tmp_path):
 def test_raters_csv_validates_ranges_choices_and_columns(tmp_path):
     path = tmp_path / "raters.csv"
     path.write_text("rater_id,email,age_band,tipi_1,llm_use\nr1,A@x.org,25-34,7,daily\nr2,,18-24,,never\n")
-    rows = read_raters(path)
+    rows = read_raters(path, TAXONOMY)
     assert rows[0] == {"rater_id": "r1", "email": "a@x.org",
                        "traits": {"age_band": "25-34", "tipi_1": 7, "llm_use": "daily"}}
     assert rows[1]["traits"] == {"age_band": "18-24", "llm_use": "never"}
     path.write_text("rater_id,tipi_1,llm_use\nr1,8,daily\nr2,3,hourly\nr1,2,daily\n")
     with pytest.raises(FormatError) as info:
-        read_raters(path)
+        read_raters(path, TAXONOMY)
     got = {(p.line, p.field) for p in info.value.problems}
     assert got == {(2, "tipi_1"), (3, "llm_use"), (4, "rater_id")}
     path.write_text("rater_id,favourite_colour\nr1,blue\n")
     with pytest.raises(FormatError, match="unknown column"):
-        read_raters(path)
+        read_raters(path, TAXONOMY)
 
 
 def _ratings_fixture(tmp_path):
-    convs = read_conversations(write_jsonl(tmp_path / "c.jsonl", [GOOD]))
+    convs = read_conversations(write_jsonl(tmp_path / "c.jsonl", [GOOD]), TAXONOMY)
     return convs, tmp_path / "ratings.csv"
 
 
@@ -144,7 +147,7 @@ def test_ratings_csv_reports_every_bad_line_with_file_line_field(tmp_path):
                     "c1,2,r1,overall,3\n"            # line 5: turn 2 is the user's
                     "c1,,r1,expectation_met,3\n")
     with pytest.raises(FormatError) as info:
-        read_ratings(path, conversations=convs)
+        read_ratings(path, TAXONOMY, conversations=convs)
     got = [(p.line, p.field) for p in info.value.problems]
     assert got == [(3, "rating"), (5, "turn_index")]
     text = str(info.value)
@@ -155,12 +158,12 @@ def test_ratings_csv_reports_every_bad_line_with_file_line_field(tmp_path):
 def test_ratings_csv_reads_whole_conversation_ratings_and_rejects_duplicates(tmp_path):
     convs, path = _ratings_fixture(tmp_path)
     path.write_text("conversation_id,turn_index,rater_id,dimension,rating\nc1,1,r1,tone,4\nc1,,r1,overall,2\n")
-    frame = read_ratings(path, conversations=convs)
+    frame = read_ratings(path, TAXONOMY, conversations=convs)
     assert list(frame.columns) == ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
     assert frame["turn_index"].isna().tolist() == [False, True] and frame["rating"].tolist() == [4, 2]
     path.write_text("conversation_id,turn_index,rater_id,dimension,rating\nc1,1,r1,tone,4\nc1,1,r1,tone,5\n")
     with pytest.raises(FormatError, match=r"ratings.csv:3: dimension: duplicate rating .*first on line 2"):
-        read_ratings(path, conversations=convs)
+        read_ratings(path, TAXONOMY, conversations=convs)
 
 
 def test_ratings_csv_unknown_dimension_is_one_line_naming_file_line_field_and_the_taxonomy_option(tmp_path):
@@ -168,7 +171,7 @@ def test_ratings_csv_unknown_dimension_is_one_line_naming_file_line_field_and_th
     path.write_text("conversation_id,turn_index,rater_id,dimension,rating\n"
                     "c1,1,r1,acknowledgement,4\n" + "".join(f"c1,{t},r1,empathy,{t}\n" for t in (1, 3)))
     with pytest.raises(FormatError) as info:
-        read_ratings(path, conversations=convs)
+        read_ratings(path, TAXONOMY, conversations=convs)
     message = str(info.value)
     assert "\n" not in message  # the same unknown value on many lines is one problem
     assert message.startswith(f"{path}:3: dimension: 'empathy' is not a control of the taxonomy")
@@ -179,7 +182,7 @@ def test_ratings_csv_unknown_dimension_is_one_line_naming_file_line_field_and_th
 def test_raters_csv_extra_columns_are_kept_only_when_asked(tmp_path):
     path = tmp_path / "raters.csv"
     path.write_text("rater_id,email,tipi_1,iri_fantasy,note\nr1,a@x.org,7,3.5,hi\nr2,,,2,\n")
-    frame = raters_frame(read_raters(path, extra_columns=True))
+    frame = raters_frame(read_raters(path, TAXONOMY, extra_columns=True), TAXONOMY)
     assert list(frame.columns) == ["email", "tipi_1", "iri_fantasy", "note"]
     assert frame.loc["r1", "iri_fantasy"] == 3.5 and frame.loc["r2", "iri_fantasy"] == 2.0  # numeric
     assert frame.loc["r1", "note"] == "hi" and pd.isna(frame.loc["r2", "note"]) and pd.isna(frame.loc["r2", "tipi_1"])

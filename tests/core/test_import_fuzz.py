@@ -12,11 +12,14 @@ from typer.testing import CliRunner
 from sense7.cli import app
 from sense7.data import synth
 from sense7.labelstudio import client as ls_client
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 pytestmark = pytest.mark.labelstudio
 runner = CliRunner()
 
-BASE = [c.to_json() for c in synth.generate(6, 3, seed=11).conversations]
+BASE = [c.to_json() for c in synth.generate(6, 3, seed=11, taxonomy=TAXONOMY).conversations]
 for i, row in enumerate(BASE):
     row["conversation_id"] = f"fuzz-{i}"  # never imported: a partial import would change the count
 
@@ -92,7 +95,7 @@ def corrupted_files(draw):
 
 @pytest.fixture(scope="module")
 def project(label_studio):
-    project_id, _ = ls_client.ensure_projects(label_studio.client, label_studio.settings)
+    project_id, _ = ls_client.ensure_projects(label_studio.client, label_studio.settings, TAXONOMY)
     return project_id
 
 

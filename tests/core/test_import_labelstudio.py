@@ -15,6 +15,8 @@ from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.taxonomy import load_taxonomy, render_rating_config
 
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
+
 pytestmark = pytest.mark.labelstudio
 runner = CliRunner()
 
@@ -32,7 +34,7 @@ def cli_env(label_studio, monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def batch50(tmp_path_factory):
     out = tmp_path_factory.mktemp("synth50")
-    synth.write(synth.generate(50, 12, seed=7), out)
+    synth.write(synth.generate(50, 12, seed=7, taxonomy=TAXONOMY), out)
     return out
 
 
@@ -57,7 +59,7 @@ def test_project_create_is_accepted_by_the_server_and_idempotent(label_studio, c
 
 def test_import_50_conversations_one_task_per_assistant_turn_and_rater_then_reimport_creates_none(
         label_studio, cli_env, batch50):
-    conversations = read_conversations(batch50 / "conversations.jsonl")
+    conversations = read_conversations(batch50 / "conversations.jsonl", TAXONOMY)
     expected = {(c.conversation_id, i, c.rater_id) for c in conversations for i in c.assistant_turns()}
     assert len(conversations) == 50
 
@@ -84,7 +86,7 @@ def test_import_50_conversations_one_task_per_assistant_turn_and_rater_then_reim
 
 def test_task_data_carries_the_turn_and_its_history_but_no_traits_or_context(label_studio, cli_env, batch50):
     assert invoke("import", batch50 / "conversations.jsonl").exit_code == 0
-    conv = read_conversations(batch50 / "conversations.jsonl")[0]
+    conv = read_conversations(batch50 / "conversations.jsonl", TAXONOMY)[0]
     turn = conv.assistant_turns()[1]
     keys = ls_client.task_keys(label_studio.client, rating_project_id(label_studio))
     task = label_studio.client.tasks.get(keys[f"{conv.conversation_id}::{turn}::{conv.rater_id}"])
@@ -97,7 +99,7 @@ def test_task_data_carries_the_turn_and_its_history_but_no_traits_or_context(lab
 
 
 def test_assignments_fan_out_a_conversation_to_more_raters(label_studio, cli_env, tmp_path, batch50):
-    conv = read_conversations(batch50 / "conversations.jsonl")[3]
+    conv = read_conversations(batch50 / "conversations.jsonl", TAXONOMY)[3]
     one = tmp_path / "one.jsonl"
     one.write_text(json.dumps(conv.to_json()) + "\n")
     assign = tmp_path / "assign.csv"

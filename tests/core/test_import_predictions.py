@@ -9,20 +9,23 @@ from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import import_conversations
 from sense7.settings import Settings
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 pytestmark = pytest.mark.labelstudio
 
 
 @pytest.fixture(scope="module")
 def study():
-    return synth.generate(40, 8, seed=5)
+    return synth.generate(40, 8, seed=5, taxonomy=TAXONOMY)
 
 
 @pytest.fixture(scope="module")
 def bundle(study):
     from sense7.model.bundle import train_bundle
 
-    return train_bundle(study.rating_data(), "v1")
+    return train_bundle(study.rating_data(), "v1", TAXONOMY)
 
 
 def _settings(label_studio, tmp_path) -> Settings:
@@ -53,7 +56,7 @@ def test_import_with_a_served_model_creates_tasks_with_their_predictions(label_s
                         lambda *a, **kw: requests.append(kw["request"]) or real(*a, **kw))
     monkeypatch.setattr(ls_client, "IMPORT_CHUNK", 40)  # several chunks
     conversations = study.conversations[:20]
-    result = import_conversations(client, rating_project, conversations, store, predict=predict)
+    result = import_conversations(client, rating_project, conversations, store, predict=predict, taxonomy=TAXONOMY)
     assert result.created > 40 and result.predicted == result.created
     assert len(requests) == -(-result.created // 40)  # one request per chunk, predictions inside it
     assert all(t["predictions"][0]["model_version"] == "v1" for part in requests for t in part)
@@ -66,7 +69,7 @@ def test_import_with_a_served_model_creates_tasks_with_their_predictions(label_s
     # Label Studio sets an empty project model_version on import; ours stays empty (DESIGN.md).
     assert not client.projects.get(rating_project).model_version
 
-    again = import_conversations(client, rating_project, conversations, store, predict=predict)
+    again = import_conversations(client, rating_project, conversations, store, predict=predict, taxonomy=TAXONOMY)
     assert again.created == 0 and again.predicted == 0
     assert len(client.predictions.list(project=rating_project)) == result.created  # no second prediction
 
@@ -78,7 +81,7 @@ def test_import_without_a_served_model_imports_plain_tasks(label_studio, rating_
     client = label_studio.client
     assert import_predictor(settings, client.projects.get(rating_project).label_config) is None
     result = import_conversations(client, rating_project, study.conversations[:3], Store(settings.store_url),
-                                  predict=None)
+                                  predict=None, taxonomy=TAXONOMY)
     assert result.created > 0 and result.predicted == 0
     assert len(client.predictions.list(project=rating_project)) == 0
 
@@ -91,6 +94,6 @@ def test_a_task_the_model_cannot_predict_is_imported_without_one(label_studio, r
         return [next(answers, None) for _ in tasks]
 
     result = import_conversations(client, rating_project, study.conversations[:1],
-                                  Store(f"sqlite:///{tmp_path / 's.sqlite'}"), predict=predict)
+                                  Store(f"sqlite:///{tmp_path / 's.sqlite'}"), predict=predict, taxonomy=TAXONOMY)
     assert result.created > 0 and result.predicted == 0
     assert len(client.predictions.list(project=rating_project)) == 0

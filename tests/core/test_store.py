@@ -4,6 +4,9 @@ import pandas as pd
 
 from sense7.data.conversations import Conversation, Message
 from sense7.data.store import Store
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 CONV = Conversation("c1", "r1", [Message("user", "hi"), Message("assistant", "hello"),
                                  Message("user", "sad"), Message("assistant", "I'm sorry")],
@@ -33,7 +36,7 @@ def test_rating_data_joins_synced_and_imported_ratings_with_context(store_url):
                              "rating": [1, 2, 3]})
     assert store.import_ratings(imported) == 3
     assert store.import_ratings(imported) == 3 and store.counts()["imported_ratings"] == 3  # upsert, no dupes
-    data = store.rating_data()
+    data = store.rating_data(TAXONOMY)
     got = {(None if pd.isna(t) else int(t), d, r) for t, d, r in
            zip(data.ratings.turn_index, data.ratings.dimension, data.ratings.rating)}
     # The synced rating of turn 3 wins over the imported one; the expectation answer is scored 2 (partly).

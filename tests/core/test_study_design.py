@@ -13,6 +13,9 @@ from sense7.data.study import HIDDEN, REPEAT_SUFFIX, SHOWN, StudyRecords, draw_a
 from sense7.labelstudio.importer import import_conversations
 from sense7.settings import Settings, StudyDesign
 from tests.core import test_import_predictions as shared
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 pytestmark = pytest.mark.labelstudio
 
@@ -24,7 +27,7 @@ def bundles(study):
     from sense7.model.bundle import train_bundle
 
     data = study.rating_data()
-    return train_bundle(data, "v1"), train_bundle(data, "v2")
+    return train_bundle(data, "v1", TAXONOMY), train_bundle(data, "v2", TAXONOMY)
 
 
 def test_arms_follow_the_policy_and_the_share_and_are_reproducible_from_the_seed():
@@ -46,7 +49,7 @@ def test_each_rater_gets_hidden_repeats_of_their_own_turns(study):
     from sense7.labelstudio.importer import plan_tasks
 
     tasks = plan_tasks(study.conversations[:12])
-    planned = plan(tasks, StudyDesign("randomized", seed="x", repeat_share=0.1), "x")
+    planned = plan(tasks, StudyDesign("randomized", seed="x", repeat_share=0.1), "x", TAXONOMY)
     repeats = [t["data"] for t in planned if t["data"].get("repeat_of")]
     per_rater = Counter(t["data"]["rater_id"] for t in tasks)
     assert Counter(d["rater_id"] for d in repeats) == {r: math.ceil(0.1 * n) for r, n in per_rater.items()}
@@ -75,7 +78,7 @@ def test_randomized_import_records_both_arms_and_label_studio_holds_only_shown_p
     label_config = client.projects.get(rating_project).label_config
     design = StudyDesign("randomized", shown_share=0.5, seed="t1", repeat_share=0.2)
     result = import_conversations(client, rating_project, study.conversations[:10], store,
-                                  predict=model.import_predictor(label_config), design=design)
+                                  predict=model.import_predictor(label_config), design=design, taxonomy=TAXONOMY)
 
     tasks = {t.data["task_key"]: t for t in client.tasks.list(project=rating_project, fields="all", page_size=1000)}
     assert len(tasks) == result.created
@@ -116,7 +119,7 @@ def test_randomized_import_records_both_arms_and_label_studio_holds_only_shown_p
 
     # Importing the batch again draws nothing new and records nothing twice.
     again = import_conversations(client, rating_project, study.conversations[:10], store,
-                                 predict=model.import_predictor(label_config), design=design)
+                                 predict=model.import_predictor(label_config), design=design, taxonomy=TAXONOMY)
     assert again.created == 0
     assert len(records.predictions_frame()) == len(recorded)
 

@@ -22,6 +22,8 @@ from sense7.labelstudio.importer import import_conversations
 from sense7.settings import Settings
 from sense7.taxonomy import load_taxonomy
 
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -61,22 +63,22 @@ def preannotated_project(label_studio, tmp_path):
     settings = Settings.from_env({**label_studio.settings_env(), "SENSE7_STORE_URL": f"sqlite:///{tmp_path}/s.db",
                                   "SENSE7_MODEL_DIR": str(tmp_path / "models")})
     client, tax = label_studio.client, load_taxonomy()
-    data = synth.generate(12, 3, seed=5)
+    data = synth.generate(12, 3, seed=5, taxonomy=TAXONOMY)
     synth.write(data, tmp_path / "batch")
-    conversations = read_conversations(tmp_path / "batch" / "conversations.jsonl")
+    conversations = read_conversations(tmp_path / "batch" / "conversations.jsonl", TAXONOMY)
     rater = conversations[0].rater_id
-    traits = read_raters(tmp_path / "batch" / "raters.csv")
+    traits = read_raters(tmp_path / "batch" / "raters.csv", TAXONOMY)
     for row in traits:  # the browser user is this rater: sync maps Label Studio users by email
         row["email"] = RATER_EMAIL if row["rater_id"] == rater else row["email"]
     store = Store(settings.store_url)
     store.upsert_raters(traits)
 
-    project = ls_client.create_rating_project(client, f"browser test {tmp_path.name}")
+    project = ls_client.create_rating_project(client, f"browser test {tmp_path.name}", TAXONOMY)
     live = [c for c in conversations if c.rater_id == rater][:1]
-    import_conversations(client, project, live, store)
+    import_conversations(client, project, live, store, taxonomy=TAXONOMY)
     # The model learns from the other conversations' ratings (an earlier batch).
     from sense7.data.formats import read_ratings
-    earlier = read_ratings(tmp_path / "batch" / "ratings.csv")
+    earlier = read_ratings(tmp_path / "batch" / "ratings.csv", TAXONOMY)
     store.upsert_conversations(conversations)
     store.import_ratings(earlier[earlier.conversation_id != live[0].conversation_id])
     registry = ModelRegistry(settings.model_dir)

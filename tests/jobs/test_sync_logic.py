@@ -14,6 +14,8 @@ from sense7.labelstudio.protocol import iso_time
 from sense7.taxonomy import PROFILE_OBJECT_TAG, load_taxonomy
 from tests.jobs.helpers import annotate, ensure_users, make_conversations, make_raters, project_tasks, rating_result
 
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
+
 pytestmark = pytest.mark.labelstudio
 
 _n = iter(range(1, 10_000))
@@ -24,13 +26,13 @@ def synced(label_studio, tmp_path):
     """Fresh projects and store, three raters with users, their conversations imported."""
     client = label_studio.client
     n = next(_n)
-    rating = create_rating_project(client, f"sync logic rating {n} {os.getpid()}")
-    profile = create_profile_project(client, f"sync logic profile {n} {os.getpid()}")
+    rating = create_rating_project(client, f"sync logic rating {n} {os.getpid()}", TAXONOMY)
+    profile = create_profile_project(client, f"sync logic profile {n} {os.getpid()}", TAXONOMY)
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     raters = make_raters(3, prefix=f"s{n}x")
     store.upsert_raters(raters)
     import_conversations(client, rating, make_conversations([r["rater_id"] for r in raters], per_rater=2, turns=2,
-                                                            prefix=f"s{n}"), store)
+                                                            prefix=f"s{n}"), store, taxonomy=TAXONOMY)
     users = ensure_users(client, raters)
     return LabelSync(client, store, load_taxonomy(), rating, profile), raters, users
 

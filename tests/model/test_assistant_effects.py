@@ -7,9 +7,12 @@ import pandas as pd
 import pytest
 from sklearn.base import clone
 
-from sense7.labelstudio.protocol import items_from_tasks
+from sense7.data.items import items_from_tasks
 from sense7.model import GenericRater, PersonalizedRater
 from sense7.model.raters import AssistantEffects
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 
 def _with_assistants(small_items, n_few=2, n_many=50):
@@ -81,7 +84,7 @@ def test_task_data_without_assistant_id_means_unknown():
     task = {"conversation_id": "c1", "turn_index": 1, "rater_id": "r1", "position": "Response 1 of 1",
             "history": [{"role": "user", "content": "hi"}], "turn": [{"role": "assistant", "content": "hello"}]}
     empty = pd.DataFrame(index=pd.Index([], name="rater_id"))
-    X = items_from_tasks([task], empty, {})
+    X = items_from_tasks([task], empty, {}, TAXONOMY)
     assert "assistant_id" in X.columns and X["assistant_id"].isna().all()
-    X = items_from_tasks([task], empty, {("c1", "r1"): {"assistant_id": "model-v2"}})
+    X = items_from_tasks([task], empty, {("c1", "r1"): {"assistant_id": "model-v2"}}, TAXONOMY)
     assert X["assistant_id"].tolist() == ["model-v2"]

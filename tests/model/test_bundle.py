@@ -13,16 +13,19 @@ import pytest
 
 from sense7.data.synth import generate
 from sense7.model.bundle import BUNDLE_FILE, TEMP_PREFIX, BundleError, load_bundle, save_bundle, train_bundle
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 
 @pytest.fixture(scope="module")
 def synth():
-    return generate(60, 12, seed=3)
+    return generate(60, 12, seed=3, taxonomy=TAXONOMY)
 
 
 @pytest.fixture(scope="module")
 def bundle(synth):
-    return train_bundle(synth.rating_data(), "v1")
+    return train_bundle(synth.rating_data(), "v1", TAXONOMY)
 
 
 def test_predict_items_kinds_and_values(bundle, small_items):
@@ -120,13 +123,13 @@ def test_load_rejects_missing_and_foreign_files(tmp_path):
 
 
 def test_bundle_covers_the_whole_scale_even_unused_levels():
-    synth = generate(15, 3, seed=2)
+    synth = generate(15, 3, seed=2, taxonomy=TAXONOMY)
     data = synth.rating_data()
     controls = data.ratings["dimension"] != "expectation_met"
     data.ratings.loc[controls, "rating"] = data.ratings.loc[controls, "rating"].clip(lower=2)  # nobody gave 1
-    bundle = train_bundle(data, "v9")
+    bundle = train_bundle(data, "v9", TAXONOMY)
     assert bundle.levels == [1, 2, 3, 4, 5]
-    from sense7.data.dataset import build_items
+    from sense7.data.items import build_items
 
-    X, _ = build_items(data)
+    X, _ = build_items(data, TAXONOMY)
     assert bundle.predict_items(X.iloc[:2])[0].controls["overall"].probs.shape == (5,)

@@ -1,5 +1,5 @@
 """The dataset layer: validation errors that name file, line and column; trait features; one item path
-for training (build_items) and serving (items_from_tasks)."""
+for training (build_items), serving (items_from_tasks) and the jury (transcript_columns)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sense7.data.dataset import build_items, load_native, trait_features
+from sense7.data.dataset import load_native, trait_features
 from sense7.data.formats import FormatError
+from sense7.data.items import build_items, items_from_tasks, task_columns, transcript_columns
 from sense7.data.synth import generate, write
-from sense7.labelstudio.protocol import items_from_tasks, rating_tasks
+from sense7.labelstudio.protocol import rating_tasks
 from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 
 @pytest.fixture()
 def files(tmp_path):
-    return write(generate(6, 3, seed=4), tmp_path)
+    return write(generate(6, 3, seed=4, taxonomy=TAXONOMY), tmp_path)
 
 
 def _rewrite(path, line_no, new_line):
@@ -38,7 +41,7 @@ def _rewrite(path, line_no, new_line):
 def test_bad_ratings_name_file_line_and_column(files, bad_line, column, reason):
     _rewrite(files["ratings.csv"], 3, bad_line)
     with pytest.raises(FormatError) as err:
-        load_native(files["conversations.jsonl"], files["ratings.csv"], files["raters.csv"])
+        load_native(files["conversations.jsonl"], files["ratings.csv"], files["raters.csv"], taxonomy=TAXONOMY)
     message = str(err.value)
     assert f"{files['ratings.csv']}:3: {column}:" in message
     assert reason in message
@@ -48,20 +51,20 @@ def test_duplicate_rating_is_rejected(files):
     lines = files["ratings.csv"].read_text().splitlines()
     files["ratings.csv"].write_text("\n".join(lines + [lines[1]]) + "\n")
     with pytest.raises(FormatError, match="duplicate rating"):
-        load_native(files["conversations.jsonl"], files["ratings.csv"])
+        load_native(files["conversations.jsonl"], files["ratings.csv"], taxonomy=TAXONOMY)
 
 
 def test_missing_column_and_bad_rater_fields(files):
     files["ratings.csv"].write_text("conversation_id,turn_index,rater_id,rating\n")
     with pytest.raises(FormatError, match=r"ratings.csv:1: header: missing column\(s\): dimension"):
-        load_native(files["conversations.jsonl"], files["ratings.csv"])
+        load_native(files["conversations.jsonl"], files["ratings.csv"], taxonomy=TAXONOMY)
     lines = files["raters.csv"].read_text().splitlines()
     header = lines[0].split(",")
     row = lines[2].split(",")
     row[header.index("tipi_3")] = "9"
     _rewrite(files["raters.csv"], 3, ",".join(row))
     with pytest.raises(FormatError) as err:
-        load_native(files["conversations.jsonl"], files["ratings.csv"], files["raters.csv"])
+        load_native(files["conversations.jsonl"], files["ratings.csv"], files["raters.csv"], taxonomy=TAXONOMY)
     assert f"{files['raters.csv']}:3: tipi_3: 9 is outside 1-7" in str(err.value)
 
 
@@ -84,13 +87,13 @@ def test_trait_features_score_tipi_with_reverse_keyed_items():
 
 def test_build_items_and_items_from_tasks_agree():
     tax = load_taxonomy()
-    synth = generate(8, 3, seed=6, whole_conversation_share=0.0)
+    synth = generate(8, 3, seed=6, whole_conversation_share=0.0, taxonomy=TAXONOMY)
     data = synth.rating_data()
-    X, Y = build_items(data)
+    X, Y = build_items(data, TAXONOMY)
     assert list(Y.columns) == tax.controls
     tasks = [t["data"] for conv in synth.conversations for t in rating_tasks(conv)]
     contexts = {(c.conversation_id, c.rater_id): c.context for c in synth.conversations}
-    served = items_from_tasks(tasks, data.raters, contexts)
+    served = items_from_tasks(tasks, data.raters, contexts, TAXONOMY)
     key = ["conversation_id", "turn_index", "rater_id"]
     left = X.sort_values(key).reset_index(drop=True)
     right = served.sort_values(key).reset_index(drop=True)[list(X.columns)]
@@ -100,9 +103,24 @@ def test_build_items_and_items_from_tasks_agree():
     assert any(c.startswith("trait_big5_") for c in X.columns) and "ctx_empathy_wanted" in X.columns
 
 
+def test_transcript_columns_equal_the_task_columns_of_the_same_turns():
+    """The jury reads transcripts directly; the ML backend reads the task data the import made of them: both
+    give the model the same items (assistant ids from the context included)."""
+    synth = generate(6, 3, seed=5, taxonomy=TAXONOMY)
+    convs = synth.conversations
+    convs[0].context["assistant_id"] = "assistant-b"
+    convs[1].context.clear()  # no context at all: ctx columns None
+    tasks = [t["data"] for conv in convs for t in rating_tasks(conv)]
+    contexts = {(c.conversation_id, c.rater_id): c.context for c in convs}
+    direct = transcript_columns(convs, TAXONOMY)
+    assert direct == task_columns(tasks, contexts, TAXONOMY)
+    assert len(direct["text"]) == sum(len(c.assistant_turns()) for c in convs)
+    assert direct["assistant_id"][0] == "assistant-b" and "ctx_empathy_wanted" in direct
+
+
 def test_whole_conversation_items_join_all_assistant_turns():
-    synth = generate(30, 3, seed=8, whole_conversation_share=1.0)
-    X, Y = build_items(synth.rating_data())
+    synth = generate(30, 3, seed=8, whole_conversation_share=1.0, taxonomy=TAXONOMY)
+    X, Y = build_items(synth.rating_data(), TAXONOMY)
     whole = X[X["turn_index"].isna()]
     assert len(whole) == 30
     row = whole.iloc[0]

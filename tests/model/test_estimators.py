@@ -7,10 +7,13 @@ import pandas as pd
 import pytest
 from sklearn.base import clone
 
-from sense7.data.dataset import build_items
+from sense7.data.items import build_items
 from sense7.data.synth import generate
 from sense7.model import ControlPrediction, GenericRater, PersonalizedRater
 from sense7.model.oracle import SynthOracle, compare_with_oracle
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 
 @pytest.mark.slow
@@ -64,8 +67,8 @@ def test_shrinkage_few_ratings_barely_move_a_rater(small_items):
 
 
 def test_unseen_rater_gets_the_trait_prediction():
-    synth = generate(300, 120, seed=21)  # many raters: the trait -> leniency map needs them
-    X, Y = build_items(synth.rating_data())
+    synth = generate(300, 120, seed=21, taxonomy=TAXONOMY)  # many raters: the trait -> leniency map needs them
+    X, Y = build_items(synth.rating_data(), TAXONOMY)
     truth = synth.truth
     raters = sorted(X["rater_id"].unique())
     held_out = raters[-30:]

@@ -12,17 +12,20 @@ import pytest
 from sense7.data.dataset import trait_features
 from sense7.data.synth import generate
 from sense7.labelstudio.importer import plan_tasks
-from sense7.labelstudio.protocol import items_from_tasks, task_columns
+from sense7.data.items import items_from_tasks, task_columns
 from sense7.model import GenericRater, PersonalizedRater
 from sense7.model.bundle import load_bundle, save_bundle, train_bundle
 from sense7.model.serving import CompiledBundle
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 
 @pytest.fixture(scope="module")
 def study():
     """Synthetic study whose conversations name their assistant (3 model versions), so assistant
     effects are learned and served too."""
-    synth = generate(60, 12, seed=3)
+    synth = generate(60, 12, seed=3, taxonomy=TAXONOMY)
     synth = copy.deepcopy(synth)
     for i, conv in enumerate(synth.conversations):
         conv.context = dict(conv.context, assistant_id=f"model-{i % 3}")
@@ -63,10 +66,10 @@ def served_tasks(study):
 
 def _compare(bundle, served_tasks):
     datas, raters, contexts = served_tasks
-    reference = bundle.predict_items(items_from_tasks(datas, raters, contexts))
+    reference = bundle.predict_items(items_from_tasks(datas, raters, contexts, TAXONOMY))
     compiled = CompiledBundle(bundle)
-    table = compiled.rater_table(trait_features(raters).add_prefix("trait_"))
-    got = compiled.predict(task_columns(datas, contexts), table)
+    table = compiled.rater_table(trait_features(raters, TAXONOMY).add_prefix("trait_"))
+    got = compiled.predict(task_columns(datas, contexts, TAXONOMY), table)
     assert got.kinds == [p.kind for p in reference]
     expected = np.array([[p.controls[c].probs for c in bundle.controls] for p in reference])
     np.testing.assert_allclose(got.probs, expected, rtol=0, atol=1e-6)
@@ -77,7 +80,7 @@ def _compare(bundle, served_tasks):
 
 
 def test_compiled_equals_reference_for_every_kind_of_rater(study, served_tasks):
-    bundle = train_bundle(study.rating_data(), "v1")
+    bundle = train_bundle(study.rating_data(), "v1", TAXONOMY)
     got = _compare(bundle, served_tasks)
     assert {"personalized", "traits", "generic"} <= set(got.kinds)
     # The checks above mean something: the kinds really differ in what they predict.
@@ -92,20 +95,20 @@ def test_compiled_equals_reference_for_every_kind_of_rater(study, served_tasks):
     (PersonalizedRater(text_weighting="tfidf", history_chars=0), None),
 ], ids=["pooled-no-slopes-separate-generic", "char-ngrams", "tfidf-weighting"])
 def test_compiled_equals_reference_for_non_default_models(study, served_tasks, personalized, generic):
-    bundle = train_bundle(study.rating_data(), "v2", personalized=personalized, generic=generic)
+    bundle = train_bundle(study.rating_data(), "v2", TAXONOMY, personalized=personalized, generic=generic)
     _compare(bundle, served_tasks)
 
 
 def test_compiled_from_a_saved_bundle(study, served_tasks, tmp_path):
     """Look-up tables are rebuilt on load (they are not stored in the file)."""
-    save_bundle(train_bundle(study.rating_data(), "v3"), tmp_path)
+    save_bundle(train_bundle(study.rating_data(), "v3", TAXONOMY), tmp_path)
     _compare(load_bundle(tmp_path), served_tasks)
 
 
 def test_rater_table_is_cached_per_trait_table(study, served_tasks):
     _, raters, _ = served_tasks
-    compiled = CompiledBundle(train_bundle(study.rating_data(), "v4"))
-    traits = trait_features(raters).add_prefix("trait_")
+    compiled = CompiledBundle(train_bundle(study.rating_data(), "v4", TAXONOMY))
+    traits = trait_features(raters, TAXONOMY).add_prefix("trait_")
     first = compiled.rater_table(traits)
     assert compiled.rater_table(traits) is first
     assert compiled.rater_table(traits.copy()) is not first  # a refreshed table is recomputed

@@ -11,15 +11,17 @@ from sense7.data.dataset import load_native
 from sense7.data.synth import CUES, generate, write
 from sense7.taxonomy import load_taxonomy
 
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
+
 
 def _digests(directory):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
 
 
 def test_same_seed_writes_byte_identical_files(tmp_path):
-    write(generate(25, 6, seed=11), tmp_path / "a")
-    write(generate(25, 6, seed=11), tmp_path / "b")
-    write(generate(25, 6, seed=12), tmp_path / "c")
+    write(generate(25, 6, seed=11, taxonomy=TAXONOMY), tmp_path / "a")
+    write(generate(25, 6, seed=11, taxonomy=TAXONOMY), tmp_path / "b")
+    write(generate(25, 6, seed=12, taxonomy=TAXONOMY), tmp_path / "c")
     a, b, c = _digests(tmp_path / "a"), _digests(tmp_path / "b"), _digests(tmp_path / "c")
     assert set(a) == {"conversations.jsonl", "raters.csv", "ratings.csv"}
     assert a == b
@@ -28,9 +30,9 @@ def test_same_seed_writes_byte_identical_files(tmp_path):
 
 def test_written_files_load_and_validate(tmp_path):
     tax = load_taxonomy()
-    synth = generate(30, 8, seed=1)
+    synth = generate(30, 8, seed=1, taxonomy=TAXONOMY)
     paths = write(synth, tmp_path)
-    data = load_native(paths["conversations.jsonl"], paths["ratings.csv"], paths["raters.csv"])
+    data = load_native(paths["conversations.jsonl"], paths["ratings.csv"], paths["raters.csv"], taxonomy=TAXONOMY)
     assert len(data.conversations) == 30
     assert list(pd.read_csv(paths["raters.csv"]).columns) == ["rater_id", "email"] + [f.key for f in tax.profile_fields]
     assert (data.raters["email"] == [f"{r}@example.org" for r in data.raters.index]).all()
@@ -48,7 +50,7 @@ def test_written_files_load_and_validate(tmp_path):
 
 
 def test_cues_drive_ratings_and_failures_carry_over():
-    synth = generate(150, 20, seed=5)
+    synth = generate(150, 20, seed=5, taxonomy=TAXONOMY)
     ratings = synth.ratings.dropna(subset=["turn_index"])
     cues = synth.truth.cues
     wide = ratings.pivot_table(index=["conversation_id", "turn_index"], columns="dimension", values="rating")
@@ -65,7 +67,7 @@ def test_cues_drive_ratings_and_failures_carry_over():
 
 
 def test_lexical_cues_appear_in_the_text():
-    synth = generate(20, 4, seed=2)
+    synth = generate(20, 4, seed=2, taxonomy=TAXONOMY)
     conv = synth.conversations[0]
     cues = synth.truth.cues[synth.truth.cues["conversation_id"] == conv.conversation_id]
     for row in cues.itertuples():
@@ -74,6 +76,6 @@ def test_lexical_cues_appear_in_the_text():
 
 
 def test_leniency_is_partly_explained_by_traits():
-    truth = generate(10, 200, seed=9).truth
+    truth = generate(10, 200, seed=9, taxonomy=TAXONOMY).truth
     corr = np.corrcoef(truth.leniency, truth.trait_leniency)[0, 1]
     assert 0.3 < corr < 0.9  # traits explain some, not all, of a rater's leniency

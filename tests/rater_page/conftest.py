@@ -16,6 +16,9 @@ from sense7.labelstudio.protocol import webhook_headers
 from sense7.processes import free_port
 from tests.jobs.conftest import VENV_BIN, Proc, job_stack, redis_server  # noqa: F401  (fixtures)
 from tests.jobs.helpers import make_conversations, make_raters, wait_for
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,7 +82,7 @@ def build(stack, per_rater: int = 2, turns: int = 3, worker_env: dict | None = N
     raters = make_raters(2, prefix="pg")
     rt.store.upsert_raters(raters)
     convs = make_conversations([r["rater_id"] for r in raters], per_rater=per_rater, turns=turns, prefix="pg")
-    import_conversations(rt.client, rt.rating_project, convs, rt.store)
+    import_conversations(rt.client, rt.rating_project, convs, rt.store, taxonomy=TAXONOMY)
     import_profile_tasks(rt.client, rt.profile_project, [r["rater_id"] for r in raters])
     stack.start_backend()
     LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
@@ -111,7 +114,7 @@ def import_randomized_study(stack, n_raters: int, prefix: str, per_rater: int, t
 
     rt = stack.runtime()
     registry = ModelRegistry(rt.settings.model_dir)
-    registry.add(train_bundle(synth.generate(30, 6, seed=2).rating_data(), "v1"), "v1")
+    registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=TAXONOMY).rating_data(), "v1", TAXONOMY), "v1")
     registry.promote("v1")
     raters = make_raters(n_raters, prefix=prefix)
     ids = [r["rater_id"] for r in raters]

@@ -5,6 +5,9 @@ import pandas as pd
 import pytest
 
 from sense7.research.analysis import after_events, analyze, variance_components
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
 
@@ -112,7 +115,7 @@ def test_analyze_is_json_ready_and_handles_conversation_level_data():
     ratings = pd.DataFrame({"conversation_id": [f"c{i // 2}" for i in range(40)], "turn_index": pd.NA,
                             "rater_id": [f"r{i % 7}" for i in range(40)], "dimension": "perceived_empathy",
                             "rating": [1 + (i * 7) % 7 for i in range(40)]})
-    result = analyze(ratings, n_boot=20)
+    result = analyze(ratings, n_boot=20, taxonomy=TAXONOMY)
     assert set(result["variance_components"]) == {"perceived_empathy"}
     assert result["after_events"] == {}
 

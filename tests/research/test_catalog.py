@@ -14,6 +14,9 @@ from sense7.research.evaluation import default_models, evaluate_items
 from sense7.research.report import render_report
 
 from .conftest import planted_items
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 runner = CliRunner()
 BUILTIN = ("majority", "global_mean", "rater_mean", "generic", "personalized")
@@ -74,7 +77,7 @@ def test_a_custom_catalog_flows_through_evaluate_and_the_report():
 @pytest.fixture(scope="module")
 def synth_files(tmp_path_factory):
     out = tmp_path_factory.mktemp("synth")
-    write(generate(16, 6, seed=5), out)
+    write(generate(16, 6, seed=5, taxonomy=TAXONOMY), out)
     return out
 
 

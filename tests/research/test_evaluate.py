@@ -12,14 +12,17 @@ from sense7.model.baselines import GlobalMean, MajorityClass, RaterMean
 from sense7.research.evaluation import MODEL_ORDER, evaluate, evaluate_items
 
 from .conftest import planted_items
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 METRIC_KEYS = {"spearman", "accuracy", "qwk", "mae", "spearman_ci"}
 
 
 @pytest.fixture(scope="module")
 def synth_result():
-    data = generate(48, 12, seed=2).rating_data()
-    return evaluate(data, n_folds=3, seed=0, n_boot=200, dataset="synth")
+    data = generate(48, 12, seed=2, taxonomy=TAXONOMY).rating_data()
+    return evaluate(data, n_folds=3, seed=0, n_boot=200, dataset="synth", taxonomy=TAXONOMY)
 
 
 @pytest.mark.slow
@@ -112,7 +115,7 @@ def test_evaluate_reads_rating_data_with_whole_conversation_ratings():
     ratings["turn_index"] = ratings["turn_index"].astype("Int64")
     data = RatingData(conversations, ratings, pd.DataFrame(index=pd.Index([], name="rater_id")))
     r = evaluate(data, splits=("cold_start",), n_folds=4, n_boot=20,
-                 models={"majority": MajorityClass(), "rater_mean": RaterMean()})
+                 models={"majority": MajorityClass(), "rater_mean": RaterMean()}, taxonomy=TAXONOMY)
     assert r["n_ratings"] == 48 and r["controls"] == ["perceived_empathy"]
 
 

@@ -19,9 +19,10 @@ from typer.testing import CliRunner
 from sense7.cli import app
 from sense7.data.conversations import Conversation, Message
 from sense7.data.dataset import RatingData
+from sense7.data.items import task_columns, trait_table
 from sense7.data.store import Store
 from sense7.data.synth import CUE_WEIGHT, CUES, generate
-from sense7.labelstudio.protocol import rating_tasks, task_columns
+from sense7.labelstudio.protocol import rating_tasks
 from sense7.model.bundle import train_bundle
 from sense7.model.oracle import SynthOracle
 from sense7.model.registry import ModelRegistry
@@ -33,9 +34,11 @@ from sense7.research.jury import (
     jury_predict,
     parse_panel,
     select_panel,
-    trait_table,
 )
 from sense7.research.jury_report import render_jury_report
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 N_RATERS = 20
 runner = CliRunner()
@@ -45,7 +48,7 @@ runner = CliRunner()
 def study():
     """Every rater rated every conversation (so the truth holds every rater's latent mean of every turn); the
     model is trained on 40 conversations with 6 raters each and judges the 20 others."""
-    synth = generate(60, N_RATERS, seed=11, raters_per_conversation=N_RATERS)
+    synth = generate(60, N_RATERS, seed=11, raters_per_conversation=N_RATERS, taxonomy=TAXONOMY)
     data = synth.rating_data()
     ids = sorted({c.conversation_id for c in synth.conversations})
     raters = sorted(synth.raters["rater_id"])
@@ -58,13 +61,13 @@ def study():
     for conv in synth.conversations:  # one transcript per held-out conversation: its first rater's line
         if conv.conversation_id in ids[40:]:
             held.setdefault(conv.conversation_id, conv)
-    return SimpleNamespace(synth=synth, bundle=train_bundle(train, "v1"), held=list(held.values()),
+    return SimpleNamespace(synth=synth, bundle=train_bundle(train, "v1", TAXONOMY), held=list(held.values()),
                            raters=data.raters, members=raters)
 
 
 @pytest.fixture(scope="module")
 def jury(study):
-    return jury_predict(study.bundle, study.held, study.members, study.raters)
+    return jury_predict(study.bundle, study.held, study.members, study.raters, TAXONOMY)
 
 
 def planted_expected(synth, jury: JuryResult, truth=None) -> np.ndarray:
@@ -85,7 +88,7 @@ def test_predict_panel_equals_predict_on_the_replicated_items(study):
     compiled = study.bundle.compile()
     newcomer = study.raters.iloc[[0]].set_axis(["new-profile-only"])  # traits, no ratings: the trait prior
     raters = pd.concat([study.raters, newcomer])
-    table = compiled.rater_table(trait_table(raters))
+    table = compiled.rater_table(trait_table(raters, TAXONOMY))
     members = ["r003", "new-profile-only", "r017", "r001"]
     convs = study.held[:3]
     datas = [t["data"] for c in convs for t in rating_tasks(c)]
@@ -94,18 +97,18 @@ def test_predict_panel_equals_predict_on_the_replicated_items(study):
     replicated = [dict(d, rater_id=m) for d in datas for m in members]
     own = {c.conversation_id: c.context for c in convs}
     replicated_contexts = {(d["conversation_id"], m): own[d["conversation_id"]] for d in datas for m in members}
-    reference = compiled.predict(task_columns(replicated, replicated_contexts), table)
-    got = compiled.predict_panel(task_columns(datas, contexts), table, members)
+    reference = compiled.predict(task_columns(replicated, replicated_contexts, TAXONOMY), table)
+    got = compiled.predict_panel(task_columns(datas, contexts, TAXONOMY), table, members)
     assert got.shape == (len(datas), len(members), len(compiled.controls), len(compiled.levels))
     np.testing.assert_allclose(got, reference.probs.reshape(got.shape), rtol=0, atol=1e-10)
     assert reference.kinds[:len(members)] == ["personalized", "traits", "personalized", "personalized"]
     with pytest.raises(ValueError, match="nobody-at-all"):
-        compiled.predict_panel(task_columns(datas, contexts), table, ["r001", "nobody-at-all"])
+        compiled.predict_panel(task_columns(datas, contexts, TAXONOMY), table, ["r001", "nobody-at-all"])
 
 
 def test_a_member_the_model_cannot_predict_is_an_error_listing_them(study):
     with pytest.raises(ValueError, match=r"2 panel member\(s\) .*ghost-1, ghost-2"):
-        jury_predict(study.bundle, study.held[:2], ["r001", "ghost-1", "ghost-2"], study.raters)
+        jury_predict(study.bundle, study.held[:2], ["r001", "ghost-1", "ghost-2"], study.raters, TAXONOMY)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -124,8 +127,8 @@ def test_jury_panel_mean_per_turn_follows_the_planted_panel(study, jury):
 def test_lenient_raters_judge_more_kindly_than_strict_ones(study):
     leniency = study.synth.truth.leniency.sort_values()
     quarter = N_RATERS // 4
-    strict = jury_predict(study.bundle, study.held, list(leniency.index[:quarter]), study.raters)
-    lenient = jury_predict(study.bundle, study.held, list(leniency.index[-quarter:]), study.raters)
+    strict = jury_predict(study.bundle, study.held, list(leniency.index[:quarter]), study.raters, TAXONOMY)
+    lenient = jury_predict(study.bundle, study.held, list(leniency.index[-quarter:]), study.raters, TAXONOMY)
     kinder = lenient.expected().mean(axis=1) > strict.expected().mean(axis=1)  # (turns, controls)
     assert kinder.mean() >= 0.9
     counterfactual = compare_panels(strict, lenient, n_boot=300)
@@ -159,7 +162,7 @@ def _with_validation(study):
 def test_compare_recovers_a_planted_difference_between_two_assistants(study, jury):
     transcripts, truth_b, n_edited = _with_validation(study)
     assert n_edited >= 20
-    b = jury_predict(study.bundle, transcripts, list(reversed(study.members)), study.raters)
+    b = jury_predict(study.bundle, transcripts, list(reversed(study.members)), study.raters, TAXONOMY)
     result = compare(jury, b, n_boot=1000, seed=0)
     planted = (planted_expected(study.synth, jury, truth_b) - planted_expected(study.synth, jury)).mean(axis=(0, 1))
     j = jury.controls.index("validation")
@@ -174,17 +177,17 @@ def test_compare_recovers_a_planted_difference_between_two_assistants(study, jur
 
 
 def test_compare_matches_turns_by_position_and_counts_the_unmatched(study):
-    a = jury_predict(study.bundle, study.held[:4], study.members[:5], study.raters)
+    a = jury_predict(study.bundle, study.held[:4], study.members[:5], study.raters, TAXONOMY)
     shorter = copy.deepcopy(study.held[1:5])
     last = shorter[0].assistant_turns()[-1]
     shorter[0].messages = shorter[0].messages[:last]  # one assistant turn fewer at the end of the 2nd conversation
-    b = jury_predict(study.bundle, shorter, study.members[:5], study.raters)
+    b = jury_predict(study.bundle, shorter, study.members[:5], study.raters, TAXONOMY)
     result = compare(a, b, n_boot=20)
     turns = [len(c.assistant_turns()) for c in study.held[:5]]
     assert result.unmatched == (turns[0] + 1, turns[4])  # a: the 1st conversation and that turn; b: the 5th
     assert result.n_turns == turns[1] - 1 + turns[2] + turns[3] and result.n_conversations == 3
     with pytest.raises(ValueError, match="same panel"):
-        compare(a, jury_predict(study.bundle, study.held[:4], study.members[:3], study.raters))
+        compare(a, jury_predict(study.bundle, study.held[:4], study.members[:3], study.raters, TAXONOMY))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -210,7 +213,7 @@ def test_summary_dissent_and_the_long_frame_on_a_hand_made_jury():
 def test_seats_restrict_who_judges_which_conversation(study):
     convs = study.held[:3]
     seats = {convs[0].conversation_id: {"r001", "r002"}, convs[1].conversation_id: {"r002", "r099"}}
-    jury = jury_predict(study.bundle, convs, ["r001", "r002", "r003"], study.raters, seats=seats)
+    jury = jury_predict(study.bundle, convs, ["r001", "r002", "r003"], study.raters, TAXONOMY, seats=seats)
     assert jury.members == ["r001", "r002"]  # r003 judges nothing
     assert set(jury.conversation_ids) == {convs[0].conversation_id, convs[1].conversation_id}
     frame = jury.frame()
@@ -223,7 +226,7 @@ def test_seats_restrict_who_judges_which_conversation(study):
 
 
 def test_report_describes_the_panel_and_draws_the_comparison(study, jury):
-    lenient = jury_predict(study.bundle, study.held, study.members[:6], study.raters)
+    lenient = jury_predict(study.bundle, study.held, study.members[:6], study.raters, TAXONOMY)
     html = render_jury_report([jury, lenient], ["all", "raters:..."], compare_panels(jury, lenient, n_boot=50),
                               study.raters, "v1", ["a <all>", "b"])
     images = html.count('src="data:image/png;base64,')
@@ -248,17 +251,17 @@ def roster():
 
 def test_panel_specs_select_what_they_say(roster):
     raters, known = roster
-    assert select_panel("all", raters, known) == ["k1", "p1", "p2", "p3", "p4", "p5"]  # ghost answered nothing
-    assert select_panel("raters: p3, k1,p3", raters, known) == ["p3", "k1"]
-    assert select_panel("ai_trust >= 4", raters, known) == ["p1", "p2"]
-    assert select_panel("ai_trust < 4", raters, known) == ["p3", "p4"]  # unanswered never matches
-    assert select_panel("ai_trust in [1, 5]", raters, known) == ["p1", "p4"]
-    assert select_panel("gender == woman", raters, known) == ["p1", "p3", "p5"]
-    assert select_panel("gender != 'woman'", raters, known) == ["p2", "p4"]
-    assert select_panel("age_band in [18-24, 25-34]", raters, known) == ["p1", "p2", "p5"]
-    assert select_panel("age_band not in [18-24]", raters, known) == ["p2", "p3", "p4"]
-    assert select_panel("age_band >= 35-44", raters, known) == ["p3", "p4"]  # the taxonomy's order
-    assert select_panel("gender == woman and ai_trust >= 3", raters, known) == ["p1", "p3"]
+    assert select_panel("all", raters, known, TAXONOMY) == ["k1", "p1", "p2", "p3", "p4", "p5"]  # ghost answered nothing
+    assert select_panel("raters: p3, k1,p3", raters, known, TAXONOMY) == ["p3", "k1"]
+    assert select_panel("ai_trust >= 4", raters, known, TAXONOMY) == ["p1", "p2"]
+    assert select_panel("ai_trust < 4", raters, known, TAXONOMY) == ["p3", "p4"]  # unanswered never matches
+    assert select_panel("ai_trust in [1, 5]", raters, known, TAXONOMY) == ["p1", "p4"]
+    assert select_panel("gender == woman", raters, known, TAXONOMY) == ["p1", "p3", "p5"]
+    assert select_panel("gender != 'woman'", raters, known, TAXONOMY) == ["p2", "p4"]
+    assert select_panel("age_band in [18-24, 25-34]", raters, known, TAXONOMY) == ["p1", "p2", "p5"]
+    assert select_panel("age_band not in [18-24]", raters, known, TAXONOMY) == ["p2", "p3", "p4"]
+    assert select_panel("age_band >= 35-44", raters, known, TAXONOMY) == ["p3", "p4"]  # the taxonomy's order
+    assert select_panel("gender == woman and ai_trust >= 3", raters, known, TAXONOMY) == ["p1", "p3"]
 
 
 def test_panel_spec_errors_name_the_problem(roster):
@@ -279,7 +282,7 @@ def test_panel_spec_errors_name_the_problem(roster):
     }
     for spec, message in cases.items():
         with pytest.raises(ValueError, match=message):
-            select_panel(spec, raters, known)
+            select_panel(spec, raters, known, TAXONOMY)
 
 
 def test_a_composition_draws_its_shares_reproducibly(roster):
@@ -287,10 +290,10 @@ def test_a_composition_draws_its_shares_reproducibly(roster):
     spec = "50% gender == woman; 50% ai_trust <= 4; n=4; seed=1"
     parsed = parse_panel(spec)
     assert isinstance(parsed, Composition) and parsed.counts() == [2, 2] and str(parsed) == spec
-    panel = select_panel(spec, raters, known)
-    assert panel == select_panel(spec, raters, known) and len(set(panel)) == 4
+    panel = select_panel(spec, raters, known, TAXONOMY)
+    assert panel == select_panel(spec, raters, known, TAXONOMY) and len(set(panel)) == 4
     assert set(panel[:2]) <= {"p1", "p3", "p5"} and set(panel[2:]) <= {"p2", "p3", "p4"}
-    draws = {tuple(select_panel(spec.replace("seed=1", f"seed={s}"), raters, known)) for s in range(8)}
+    draws = {tuple(select_panel(spec.replace("seed=1", f"seed={s}"), raters, known, TAXONOMY)) for s in range(8)}
     assert len(draws) > 1
     assert Composition(((33.4, None), (33.3, None), (33.3, None)), n=10).counts() == [4, 3, 3]
 

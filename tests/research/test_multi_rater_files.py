@@ -13,6 +13,9 @@ from typer.testing import CliRunner
 from sense7.cli import app
 from sense7.data.dataset import load_native
 from sense7.data.formats import FormatError, read_conversations
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 runner = CliRunner()
 
@@ -27,7 +30,7 @@ def three_raters(tmp_path_factory):
 
 
 def test_synth_writes_each_conversation_once_and_gives_it_to_its_other_raters(three_raters):
-    conversations = read_conversations(three_raters / "conversations.jsonl")  # a duplicate id would raise
+    conversations = read_conversations(three_raters / "conversations.jsonl", TAXONOMY)  # a duplicate id would raise
     assert len(conversations) == 30
     with open(three_raters / "assignments.csv", newline="") as fh:
         pairs = [(r["conversation_id"], r["rater_id"]) for r in csv.DictReader(fh)]
@@ -43,7 +46,7 @@ def test_synth_writes_each_conversation_once_and_gives_it_to_its_other_raters(th
 def test_a_text_rated_by_several_people_loads_whole(three_raters, with_assignments):
     data = load_native(three_raters / "conversations.jsonl", three_raters / "ratings.csv",
                        three_raters / "raters.csv",
-                       assignments_path=three_raters / "assignments.csv" if with_assignments else None)
+                       assignments_path=three_raters / "assignments.csv" if with_assignments else None, taxonomy=TAXONOMY)
     per_conversation = data.ratings.groupby("conversation_id")["rater_id"].nunique()
     assert (per_conversation == 3).all() and len(per_conversation) == 30
     assert set(data.conversations) == set(zip(data.ratings["conversation_id"], data.ratings["rater_id"]))
@@ -58,7 +61,7 @@ def test_a_rating_of_a_conversation_that_is_not_in_the_file_is_still_an_error(th
     ratings = tmp_path / "ratings.csv"
     ratings.write_text("conversation_id,turn_index,rater_id,dimension,rating\nnope,1,r001,overall,3\n")
     with pytest.raises(FormatError, match="no conversation 'nope' in the conversations file"):
-        load_native(three_raters / "conversations.jsonl", ratings)
+        load_native(three_raters / "conversations.jsonl", ratings, taxonomy=TAXONOMY)
 
 
 def test_evaluate_and_analyze_take_the_multi_rater_files(three_raters, tmp_path):

@@ -22,6 +22,9 @@ from sense7.research.perspectivist import (
 from sense7.research.report import render_report
 
 from .conftest import planted_items
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 
 def _keys(X: pd.DataFrame) -> list[str]:
@@ -155,9 +158,9 @@ def test_parallel_folds_give_the_same_perspectivist_block():
 @pytest.fixture(scope="module")
 def synth_result():
     # Planted rater leniency, three raters per conversation (crossed design).
-    data = generate(24, 12, seed=5, raters_per_conversation=3).rating_data()
+    data = generate(24, 12, seed=5, raters_per_conversation=3, taxonomy=TAXONOMY).rating_data()
     return evaluate(data, splits=("known_rater",), n_folds=3, n_boot=200, dataset="synth",
-                    models=CATALOG.make(["generic", "personalized"]))
+                    models=CATALOG.make(["generic", "personalized"]), taxonomy=TAXONOMY)
 
 
 def test_planted_leniency_makes_personalization_gain_per_rater(synth_result):

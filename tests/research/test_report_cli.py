@@ -14,6 +14,9 @@ from sense7.research.evaluation import evaluate_items
 from sense7.research.report import PAPER_LABEL, render_report
 
 from .conftest import planted_items
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 runner = CliRunner()
 
@@ -53,7 +56,7 @@ def test_report_shows_confusion_matrices_for_generic_and_personalized(baseline_r
 @pytest.fixture(scope="module")
 def synth_files(tmp_path_factory):
     out = tmp_path_factory.mktemp("synth")
-    write(generate(30, 8, seed=3), out)
+    write(generate(30, 8, seed=3, taxonomy=TAXONOMY), out)
     return out
 
 

@@ -10,11 +10,14 @@ from sklearn.linear_model import Ridge
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data.dataset import build_items, trait_columns
+from sense7.data.items import build_items, trait_columns
 from sense7.data.synth import generate, write
 from sense7.model.baselines import RaterMean
 from sense7.research.report import render_report
 from sense7.research.trait_audit import audit_rating_data, trait_audit
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 runner = CliRunner()
 TIPI = {f"tipi_{i}" for i in range(1, 11)}
@@ -28,8 +31,8 @@ def _drop_seconds(result: dict) -> dict:
 def audit():
     # Many raters, few ratings each: cold-start error depends on how well traits predict leniency, which synth
     # plants from ai_emotional (strongest), agreeableness (tipi_7, reverse-keyed tipi_2) and ai_concern.
-    data = generate(40, 120, seed=0, raters_per_conversation=3).rating_data()
-    return audit_rating_data(data, n_folds=5, n_repeats=3, seed=0, n_boot=500)
+    data = generate(40, 120, seed=0, raters_per_conversation=3, taxonomy=TAXONOMY).rating_data()
+    return audit_rating_data(data, TAXONOMY, n_folds=5, n_repeats=3, seed=0, n_boot=500)
 
 
 def test_planted_items_rank_above_unplanted_ones(audit):
@@ -64,8 +67,8 @@ def test_result_is_strict_json_and_drawn_in_the_report(audit):
     json.dumps(audit, allow_nan=False)
     from sense7.research.evaluation import evaluate
 
-    data = generate(8, 6, seed=1).rating_data()
-    result = evaluate(data, splits=("cold_start",), n_folds=3, n_boot=10, models={"rater_mean": RaterMean()})
+    data = generate(8, 6, seed=1, taxonomy=TAXONOMY).rating_data()
+    result = evaluate(data, splits=("cold_start",), n_folds=3, n_boot=10, models={"rater_mean": RaterMean()}, taxonomy=TAXONOMY)
     result["trait_audit"] = audit
     html = render_report(result)
     assert "Trait audit: what each trait" in html
@@ -74,8 +77,8 @@ def test_result_is_strict_json_and_drawn_in_the_report(audit):
 
 @pytest.fixture(scope="module")
 def small():
-    data = generate(12, 24, seed=1, raters_per_conversation=2).rating_data()
-    X, Y = build_items(data)
+    data = generate(12, 24, seed=1, raters_per_conversation=2, taxonomy=TAXONOMY).rating_data()
+    X, Y = build_items(data, TAXONOMY)
     return X, Y, data.raters
 
 
@@ -107,7 +110,7 @@ class _TraitRidge(BaseEstimator):
 
 def test_deterministic_with_a_seed(small):
     X, Y, raters = small
-    options = dict(n_folds=3, n_repeats=2, seed=4, n_boot=50, raters=raters)
+    options = dict(taxonomy=TAXONOMY, n_folds=3, n_repeats=2, seed=4, n_boot=50, raters=raters)
     first = trait_audit(X, Y, _TraitRidge(), **options)
     again = trait_audit(X, Y, _TraitRidge(), **options)
     assert _drop_seconds(first) == _drop_seconds(again)
@@ -119,7 +122,7 @@ def test_deterministic_with_a_seed(small):
 @pytest.mark.parametrize("method", ["permutation", "drop"])
 def test_a_model_that_ignores_traits_gets_zero_importance(small, method):
     X, Y, raters = small
-    result = trait_audit(X, Y, RaterMean(), n_folds=3, n_repeats=2, n_boot=50, raters=raters, method=method)
+    result = trait_audit(X, Y, RaterMean(), TAXONOMY, n_folds=3, n_repeats=2, n_boot=50, raters=raters, method=method)
     assert result["method"] == method and result["items"] and result["features"]
     for u in result["items"] + result["features"]:
         assert u["importance"] == 0 and u["ci"] == [0, 0] and u["importance_spearman"] in (0, None)
@@ -127,18 +130,18 @@ def test_a_model_that_ignores_traits_gets_zero_importance(small, method):
 
 def test_without_the_raw_answers_only_features_are_audited(small):
     X, Y, _ = small
-    result = trait_audit(X, Y, RaterMean(), n_folds=3, n_repeats=1, n_boot=20)
+    result = trait_audit(X, Y, RaterMean(), TAXONOMY, n_folds=3, n_repeats=1, n_boot=20)
     assert result["items"] == [] and {u["name"] for u in result["features"]} >= {"ai_emotional", "big5_openness"}
 
 
 def test_unknown_method_is_refused(small):
     X, Y, raters = small
     with pytest.raises(ValueError, match="method"):
-        trait_audit(X, Y, RaterMean(), method="shapley")
+        trait_audit(X, Y, RaterMean(), TAXONOMY, method="shapley")
 
 
 def test_evaluate_cli_trait_audit_prints_and_writes_it(tmp_path):
-    write(generate(16, 12, seed=3), tmp_path)
+    write(generate(16, 12, seed=3, taxonomy=TAXONOMY), tmp_path)
     out = tmp_path / "result.json"
     args = ["evaluate", "--conversations", str(tmp_path / "conversations.jsonl"), "--ratings",
             str(tmp_path / "ratings.csv"), "--raters", str(tmp_path / "raters.csv"), "--models", "rater_mean",

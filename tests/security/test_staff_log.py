@@ -7,10 +7,13 @@ from typer.testing import CliRunner
 from sense7.cli import app
 from sense7.data import synth
 from sense7.data.store import Store
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 
 def test_ratings_import_is_a_logged_staff_entry(tmp_path, monkeypatch):
-    synth.write(synth.generate(4, 2, seed=3), tmp_path / "data")
+    synth.write(synth.generate(4, 2, seed=3, taxonomy=TAXONOMY), tmp_path / "data")
     store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
     monkeypatch.setenv("SENSE7_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SENSE7_STORE_URL", store_url)

@@ -8,7 +8,7 @@ from collections import Counter
 import typer
 from rich.table import Table
 
-from sense7.cli._common import console, label_studio_errors, settings
+from sense7.cli._common import console, label_studio_errors, resolve_taxonomy, settings
 
 
 def _assigned(cfg) -> dict[str, int]:
@@ -16,7 +16,7 @@ def _assigned(cfg) -> dict[str, int]:
     from sense7.labelstudio import client as ls_client
 
     client = ls_client.connect(cfg)
-    rating_id, _ = ls_client.ensure_projects(client, cfg)
+    rating_id, _ = ls_client.ensure_projects(client, cfg, resolve_taxonomy(cfg=cfg))
     return dict(Counter(str((task.data or {}).get("rater_id")) for task in ls_client.iter_tasks(client, rating_id)
                         if (task.data or {}).get("rater_id") is not None))
 

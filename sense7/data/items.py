@@ -1,0 +1,185 @@
+"""Model items: what a rater model reads, one row per (conversation, assistant turn, rater).
+
+Every way into a model builds its rows with `item_row`, so a model sees exactly the same columns when it is
+trained, when it is served and when it judges for a jury:
+
+- `build_items(data, taxonomy) -> (X, Y)`: rated conversations (native files, the store, WASSA): training
+  and evaluation;
+- `task_columns(task_datas, contexts, taxonomy)` and `items_from_tasks(...)`: Label Studio task data
+  (DESIGN.md; built by `sense7.labelstudio.protocol.rating_tasks`): the ML backend and pre-annotation;
+- `transcript_columns(conversations, taxonomy)`: every assistant turn of unrated transcripts: the jury.
+
+*Columns* are the item columns as plain lists, contexts included, traits not: what the compiled predictor
+(`sense7.model.serving`) reads, since building a DataFrame costs more than predicting. `item_frame` turns
+columns into X, adding each rater's trait features (`trait_table`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from sense7.data.conversations import Conversation
+from sense7.data.dataset import RatingData, trait_features
+from sense7.taxonomy import Taxonomy
+
+ITEM_KEYS = ["conversation_id", "turn_index", "rater_id"]
+
+# Task data shows an empty history as this one line (Label Studio cannot lay out an empty list); it is
+# display only: the item of a first turn has an empty history, however it was built.
+START_PLACEHOLDER = {"role": "system", "content": "(This is the start of the conversation.)"}
+# Task data's "position" ("Response 2 of 9", protocol.rating_tasks) carries the turn's position and count.
+_POSITION = re.compile(r"(\d+)\D+(\d+)")
+
+
+def assistant_id_of(value) -> str | None:
+    """An optional assistant (ratee) id as a string; None when unknown (missing, NaN or blank)."""
+    if value is None or (np.ndim(value) == 0 and pd.isna(value)):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _joined(messages) -> str:
+    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+def item_row(conversation_id, turn_index, rater_id, history: list[dict], turn: list[dict],
+             turn_position: int, n_turns: int, assistant_id=None) -> dict:
+    """One item's ITEM_COLUMNS: the rated text, the history before it, where it stands and who is rated."""
+    return {
+        "conversation_id": str(conversation_id),
+        "turn_index": turn_index,
+        "rater_id": str(rater_id),
+        "text": "\n".join(m["content"] for m in turn),
+        "history_text": _joined(history),
+        "turn_position": float(turn_position),
+        "n_turns": float(n_turns),
+        # Who is rated (a model version; in WASSA the other person): optional, None when unknown.
+        "assistant_id": assistant_id_of(assistant_id),
+    }
+
+
+ITEM_COLUMNS = list(item_row("", 0, "", [], [], 0, 0))
+
+
+def _conversation_item(conv: Conversation, turn_index) -> dict:
+    """The item for one turn (or, with turn_index NA, the whole conversation) of a conversation."""
+    turns = conv.assistant_turns()
+    assistant_id = (conv.context or {}).get("assistant_id")
+    messages = [{"role": m.role, "content": m.content} for m in conv.messages]
+    if turn_index is pd.NA or turn_index is None or (isinstance(turn_index, float) and math.isnan(turn_index)):
+        # A rating of the whole conversation: the rated text is every assistant turn, the rest is context.
+        assistant = [m for m in messages if m["role"] == "assistant"]
+        others = [m for m in messages if m["role"] != "assistant"]
+        return item_row(conv.conversation_id, pd.NA, conv.rater_id, others, assistant, 0, len(turns),
+                        assistant_id)
+    turn_index = int(turn_index)
+    return item_row(conv.conversation_id, turn_index, conv.rater_id, messages[:turn_index],
+                    [messages[turn_index]], turns.index(turn_index) + 1, len(turns), assistant_id)
+
+
+def _with_contexts(rows: list[dict], contexts: dict, taxonomy: Taxonomy) -> dict[str, list]:
+    """Rows as columns, plus ctx_<field>: each item's raw context answer (None when its (conversation,
+    rater) pair has no context or no answer)."""
+    columns = {name: [row[name] for row in rows] for name in ITEM_COLUMNS}
+    pairs = list(zip(columns["conversation_id"], columns["rater_id"]))
+    for fld in taxonomy.context_fields:
+        columns[f"ctx_{fld.key}"] = [(contexts.get(pair) or {}).get(fld.key) for pair in pairs]
+    return columns
+
+
+def trait_columns(X: pd.DataFrame) -> list[str]:
+    """X's trait_<name> columns."""
+    return [c for c in X.columns if c.startswith("trait_")]
+
+
+def trait_table(raters: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
+    """The trait_<name> features of every rater of a raw trait frame (index rater_id as text): what X's
+    trait columns are read from, and what `CompiledBundle.rater_table` takes."""
+    if not len(raters.columns):
+        return pd.DataFrame(index=raters.index.astype(str))
+    traits = trait_features(raters, taxonomy).add_prefix("trait_")
+    return traits.set_axis(traits.index.astype(str))
+
+
+def item_frame(columns: dict[str, list], raters: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
+    """X from item columns: ITEM_COLUMNS, the ctx_<field> columns (numeric fields as numbers) and the
+    trait_<name> columns of each item's rater (numeric, NaN when unknown)."""
+    items = pd.DataFrame({name: columns[name] for name in ITEM_COLUMNS}, columns=ITEM_COLUMNS)
+    types = {f"ctx_{fld.key}": fld.type for fld in taxonomy.context_fields}
+    for name, values in columns.items():
+        if name in types:
+            column = pd.Series(values, index=items.index, dtype=object)
+            items[name] = pd.to_numeric(column, errors="coerce") if types[name] == "int" else column
+    traits = trait_table(raters, taxonomy)
+    joined = traits.reindex(items["rater_id"].to_numpy())
+    for column in traits.columns:
+        items[column] = joined[column].to_numpy(dtype=float)
+    items["turn_index"] = items["turn_index"].astype("Int64")
+    return items
+
+
+# ---------------------------------------------------------------------------------------------------
+# From rated conversations (training)
+
+def build_items(data: RatingData, taxonomy: Taxonomy) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(X, Y) for training: X as in DESIGN.md, Y one float column per control (NaN = not rated)."""
+    controls = data.controls(taxonomy)
+    ratings = data.ratings[data.ratings["dimension"].isin(controls)]
+    # Pivot with a sentinel for the whole-conversation rows (pivot drops NA keys).
+    keyed = ratings.assign(turn_index=ratings["turn_index"].astype("Int64").fillna(-1).astype(int))
+    wide = keyed.pivot_table(index=ITEM_KEYS, columns="dimension", values="rating", aggfunc="mean")
+    wide = wide.reindex(columns=controls).astype(float)
+    rows = []
+    for conv_id, turn, rater_id in wide.index:
+        conv = data.conversations.get((conv_id, rater_id))
+        if conv is None:
+            raise ValueError(f"ratings name conversation {conv_id!r} for rater {rater_id!r}, which is not loaded")
+        rows.append(_conversation_item(conv, pd.NA if turn == -1 else turn))
+    contexts = {key: conv.context for key, conv in data.conversations.items()}
+    X = item_frame(_with_contexts(rows, contexts, taxonomy), data.raters, taxonomy)
+    Y = pd.DataFrame(wide.to_numpy(), columns=controls)
+    Y.columns.name = None
+    return X, Y
+
+
+# ---------------------------------------------------------------------------------------------------
+# From Label Studio task data (serving)
+
+def task_columns(task_datas: list[dict], contexts: dict, taxonomy: Taxonomy) -> dict[str, list]:
+    """The item columns of Label Studio task data (DESIGN.md), contexts (store.contexts_for) included."""
+    rows = []
+    for data in task_datas:
+        match = _POSITION.search(str(data.get("position", "")))
+        position, n_turns = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+        history = [m for m in data.get("history") or [] if m != START_PLACEHOLDER]
+        turn_index = data.get("turn_index")
+        turn_index = pd.NA if turn_index in (None, "") else int(turn_index)
+        # The assistant (ratee), when the task data or the stored context names it; else unknown.
+        assistant_id = data.get("assistant_id")
+        if assistant_id_of(assistant_id) is None:
+            assistant_id = (contexts.get((str(data["conversation_id"]), str(data["rater_id"]))) or {}).get("assistant_id")
+        rows.append(item_row(data["conversation_id"], turn_index, data["rater_id"], history,
+                             data.get("turn") or [], position, n_turns, assistant_id))
+    return _with_contexts(rows, contexts, taxonomy)
+
+
+def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dict,
+                     taxonomy: Taxonomy) -> pd.DataFrame:
+    """X for Label Studio task data: raters = raw trait frame, contexts = store.contexts_for."""
+    return item_frame(task_columns(task_datas, contexts, taxonomy), raters, taxonomy)
+
+
+# ---------------------------------------------------------------------------------------------------
+# From unrated transcripts (the jury)
+
+def transcript_columns(conversations: list[Conversation], taxonomy: Taxonomy) -> dict[str, list]:
+    """The item columns of every assistant turn of each conversation, in order, each read with its own
+    conversation's context (rater_id: the conversation's own rater)."""
+    rows = [_conversation_item(conv, index) for conv in conversations for index in conv.assistant_turns()]
+    contexts = {(conv.conversation_id, conv.rater_id): conv.context for conv in conversations}
+    return _with_contexts(rows, contexts, taxonomy)
