@@ -40,6 +40,11 @@ class MicroBatcher:
         self._busy = False
         self.calls = 0  # model calls made (for tests and benchmarks)
 
+    def waiting(self) -> int:
+        """Requests queued behind the model call in progress (for tests and benchmarks)."""
+        with self._cond:
+            return len(self._queue)
+
     def run(self, items: list, key: Any = None, context: Any = None) -> list:
         slot = _Slot(items, key, context)
         with self._cond:

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sense7.ml_backend.batcher import MicroBatcher
+
+
+def wait_until(condition, what: str, seconds: float = 10.0) -> None:
+    """Poll until `condition()` holds; a regression fails here after `seconds` instead of hanging the run."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what} after {seconds:.0f} s"
+        time.sleep(0.001)
 
 
 def test_concurrent_callers_are_coalesced_and_get_their_own_slice():
@@ -22,11 +31,9 @@ def test_concurrent_callers_are_coalesced_and_get_their_own_slice():
     batcher = MicroBatcher(fn)
     with ThreadPoolExecutor(8) as pool:
         first = pool.submit(batcher.run, [0], "k", "ctx")
-        while not seen:
-            pass
+        wait_until(lambda: seen, "the first call")
         rest = [pool.submit(batcher.run, [i, i + 100], "k", "ctx") for i in range(1, 7)]
-        while len(batcher._queue) < 6:
-            pass
+        wait_until(lambda: batcher.waiting() == 6, "six queued callers")
         gate.set()
         assert first.result(10) == [("ctx", 0)]
         for i, future in enumerate(rest, start=1):
@@ -48,12 +55,10 @@ def test_different_keys_are_never_mixed_and_max_items_is_respected():
     batcher = MicroBatcher(fn, max_items=4)
     with ThreadPoolExecutor(8) as pool:
         first = pool.submit(batcher.run, [0], "v1", "v1")
-        while not calls:
-            pass
+        wait_until(lambda: calls, "the first call")
         futures = [pool.submit(batcher.run, [i, i], key, key) for i, key in
                    enumerate(["v1", "v2", "v1", "v2", "v1"], start=1)]
-        while len(batcher._queue) < 5:
-            pass
+        wait_until(lambda: batcher.waiting() == 5, "five queued callers")
         gate.set()
         first.result(10)
         answers = [f.result(10) for f in futures]

@@ -1,7 +1,8 @@
 """The package map of docs/DESIGN.md, enforced: imports flow one way (cli -> jobs/backend -> research ->
 model and Label Studio adapters -> data -> core), the jobs and the backend do not import each other's
-entry points, no module import circle (lazy imports inside functions count too), and what gets installed
-lives under the one name `sense7`."""
+entry points, the model and Label Studio adapters do not import each other, no module import circle (lazy
+imports inside functions count too), what gets installed lives under the one name `sense7`, a private name
+(`_x`) never crosses a module, and the benchmark scripts do not depend on the test tree."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
+
 # Lower rank = lower layer. A module may import its own layer's package and any lower layer.
 LAYERS = {
     "sense7.settings": 0, "sense7.taxonomy": 0, "sense7.processes": 0, "sense7.files": 0, "sense7.labeling_config": 0,
@@ -27,7 +30,7 @@ LAYERS = {
 # Siblings on one layer stay apart, but for these: pre-annotation jobs predict with the backend's model
 # module (the same code that answers /predict), never with its Flask app.
 # The rater page asks for deliveries (tasks.delivery) and counts failed link openings in the jobs' Redis.
-ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"), ("sense7.labelstudio", "sense7.model"),
+ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"),
                     ("sense7.rater_page", "sense7.tasks.delivery"), ("sense7.rater_page", "sense7.tasks.redis_local")}
 
 
@@ -95,7 +98,7 @@ def test_installed_top_level_name_is_only_sense7(tmp_path):
              "print([n for n in ('tasks', 'ml_backend', 'labeling_config') if u.find_spec(n)]); "
              "import sense7.tasks.sync, sense7.ml_backend.model, sense7.labeling_config")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
@@ -162,3 +165,167 @@ def test_the_checker_sees_a_planted_violation(lower, higher, monkeypatch):
     monkeypatch.setitem(GRAPH, module, GRAPH[module] | {target})
     with pytest.raises(AssertionError):
         test_imports_flow_one_way()
+
+
+@pytest.mark.parametrize("planted", [("sense7.labelstudio.protocol", "sense7.model.serving"),
+                                     ("sense7.model.serving", "sense7.labelstudio.protocol")])
+def test_the_checker_sees_the_model_and_label_studio_adapters_meet(planted, monkeypatch):
+    """Layer 2's two packages stay apart (DESIGN.md): an import either way between them is a violation."""
+    module, target = planted
+    monkeypatch.setitem(GRAPH, module, GRAPH[module] | {target})
+    with pytest.raises(AssertionError):
+        test_imports_flow_one_way()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Private names stay in their module; scripts stand on their own
+
+CHECKED_FOLDERS = ("sense7", "tasks", "ml_backend", "labeling_config", "scripts")
+OUR_ROOTS = ("sense7", "tasks", "ml_backend", "labeling_config")
+# namedtuple's public API happens to start with an underscore.
+NAMEDTUPLE_API = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}
+# Known offenders of the other half of issue 22 (tasks/sync.py's Redis client cache, the demo's internals
+# used by the benchmark scripts, the scripts' use of tests/jobs/helpers.py): removed when i22b lands.
+PENDING_I22B_PRIVATE = {("tasks/delivery.py", "_redis"), ("tasks/waiting.py", "_redis"),
+                        ("scripts/bench_rater_page.py", "_child_env"), ("scripts/bench_sync.py", "_child_env")}
+PENDING_I22B_SCRIPTS_IMPORTING_TESTS = {"scripts/bench_jobs.py", "scripts/bench_sync.py",
+                                        "scripts/bench_rater_page.py"}
+
+
+def _sources() -> dict[str, str]:
+    """Repository path -> source of every checked file."""
+    return {str(path.relative_to(REPO)): path.read_text() for folder in CHECKED_FOLDERS
+            for path in sorted((REPO / folder).rglob("*.py"))}
+
+
+SOURCES = _sources()
+
+
+def _package_of(path: str) -> str | None:
+    """The installed package a repository file belongs to (scripts: none)."""
+    parts = Path(path).with_suffix("").parts
+    if parts[0] == "scripts":
+        return None
+    package = list(parts[:-1]) if parts[-1] != "__init__" else list(parts[:-1])
+    return ".".join(package if package[0] == "sense7" else ["sense7", *package])
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_names_used(source: str, package: str | None) -> list[str]:
+    """Private names of other modules this source uses: `from x import _y`, a private module of another
+    package (`x._m`), and `something._y` where `_y` is neither defined in this source nor an attribute of
+    `self`/`cls` (another module's function, or another class's internals)."""
+    tree = ast.parse(source)
+    defined = set(NAMEDTUPLE_API)
+    modules = set()  # names bound to one of our modules by an import
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            defined.add(node.attr)
+        elif isinstance(node, ast.Import):
+            modules.update((a.asname or a.name).split(".")[0] for a in node.names
+                           if a.name.split(".")[0] in OUR_ROOTS)
+        elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in OUR_ROOTS):
+            modules.update(a.asname or a.name for a in node.names)  # may be modules: checked as such below
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            ours = node.level > 0 or module.split(".")[0] in OUR_ROOTS
+            if not ours:
+                continue
+            found += [f"line {node.lineno}: from {'.' * node.level}{module} import {a.name}"
+                      for a in node.names if _private(a.name)]
+            if node.level == 0 and any(_private(part) for part in module.split(".")):
+                owner = module.rpartition(".")[0]
+                if package != owner:
+                    found.append(f"line {node.lineno}: private module {module}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] in OUR_ROOTS and any(_private(p) for p in parts) \
+                        and package != ".".join(parts[:-1]):
+                    found.append(f"line {node.lineno}: private module {alias.name}")
+        elif isinstance(node, ast.Attribute) and _private(node.attr):
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if node.attr in defined and not (isinstance(owner, ast.Name) and owner.id in modules
+                                             and owner.id not in defined):
+                continue
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def imports_of_the_test_tree(source: str) -> list[str]:
+    """Modules of the test tree (`tests...`) that a source imports."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        found += [f"line {node.lineno}: {name}" for name in names if name.split(".")[0] == "tests"]
+    return found
+
+
+def test_no_private_name_crosses_a_module():
+    violations = []
+    seen_pending = set()
+    for path, source in SOURCES.items():
+        for use in private_names_used(source, _package_of(path)):
+            pending = [(p, name) for p, name in PENDING_I22B_PRIVATE if p == path and name in use]
+            if pending:
+                seen_pending.update(pending)
+                continue
+            violations.append(f"{path} {use}")
+    assert violations == []
+    assert seen_pending == PENDING_I22B_PRIVATE, "fixed: remove them from PENDING_I22B_PRIVATE"
+
+
+def test_scripts_do_not_import_the_test_tree():
+    """Benchmarks start what they measure themselves (a test fixture may change under them)."""
+    offenders = {path: imports_of_the_test_tree(source) for path, source in SOURCES.items() if path.startswith("scripts/")}
+    offenders = {path: uses for path, uses in offenders.items() if uses}
+    assert set(offenders) - PENDING_I22B_SCRIPTS_IMPORTING_TESTS == set()
+    assert set(offenders) == PENDING_I22B_SCRIPTS_IMPORTING_TESTS, \
+        "fixed: remove them from PENDING_I22B_SCRIPTS_IMPORTING_TESTS"
+
+
+PLANTED_PRIVATE = [
+    ("sense7.labelstudio", "from sense7.data.dataset import _controls_of\n"),
+    ("sense7.labelstudio", "from sense7.data import dataset\ndataset._controls_of(None, None)\n"),
+    ("sense7.labelstudio", "import sense7.data.dataset as ds\nds._controls_of(None, None)\n"),
+    ("sense7.model", "def scores(model, Z):\n    return model._common_prior(Z)\n"),
+    ("sense7.research", "from sense7.cli._common import console\n"),
+    (None, "from sense7.cli.demo import _child_env\n"),
+]
+
+
+@pytest.mark.parametrize("package,source", PLANTED_PRIVATE)
+def test_the_private_name_checker_sees_a_planted_use(package, source, monkeypatch):
+    assert private_names_used(source, package)
+    monkeypatch.setitem(SOURCES, "sense7/planted.py" if package else "scripts/planted.py", source)
+    with pytest.raises(AssertionError):
+        test_no_private_name_crosses_a_module()
+
+
+def test_the_private_name_checker_lets_a_module_use_its_own_names():
+    own = ("import sense7.cli._common\nfrom sense7.cli._common import console\n"
+           "def _helper():\n    return 1\n\nclass Thing:\n    def __init__(self):\n        self._x = _helper()\n"
+           "    def same(self, other):\n        return other._x == self._x and self.__class__ is Thing\n"
+           "Point = __import__('collections').namedtuple('Point', 'x y')\nPoint(1, 2)._asdict()\n")
+    assert private_names_used(own, "sense7.cli") == []
+
+
+@pytest.mark.parametrize("source", ["from tests.jobs.helpers import make_raters\n", "import tests.conftest\n",
+                                    "def f():\n    from tests import conftest\n"])
+def test_the_scripts_checker_sees_a_planted_import_of_the_tests(source, monkeypatch):
+    assert imports_of_the_test_tree(source)
+    monkeypatch.setitem(SOURCES, "scripts/bench_planted.py", source)
+    with pytest.raises(AssertionError):
+        test_scripts_do_not_import_the_test_tree()

@@ -55,7 +55,7 @@ def test_bad_job_setting_is_named_and_the_cli_changes_nothing(tmp_path):
     env = {**os.environ, "SENSE7_HOME": str(tmp_path), "SENSE7_RETRAIN_EVERY": "often"}
     env.pop("SENSE7_REDIS_URL", None)
     done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "sense7"), "retrain"], env=env,
-                          capture_output=True, text=True, cwd=REPO)
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 1
     assert "SENSE7_RETRAIN_EVERY" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "redis").exists() and not (tmp_path / "models").exists()
@@ -96,7 +96,8 @@ for payload in ({"nothing": 1}, {"annotation": {"id": "x"}}, {"annotation": 5}):
 print(json.dumps({"out": out, "bad": bad}))
 """
     env = {**os.environ, "SENSE7_HOME": str(tmp_path), "SENSE7_REDIS_URL": redis_server.url}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
     answers = json.loads(done.stdout)
     assert answers["bad"] == [True, True, True]
@@ -115,7 +116,8 @@ def test_on_event_without_redis_fails_clearly(tmp_path):
     code = "from sense7.tasks.sync import on_event\non_event('ANNOTATION_CREATED', {'annotation': {'id': 1}})"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
     env["SENSE7_HOME"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
     assert done.returncode != 0 and "RedisUnavailable" in done.stderr and "SENSE7_REDIS_URL" in done.stderr
 
 

@@ -19,7 +19,7 @@ SENSE7 = str(Path(sys.executable).parent / "sense7")
 def _run(tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENSE7_")}
     env.update(SENSE7_HOME=str(tmp_path / "home"), SENSE7_STORE_URL=f"sqlite:///{tmp_path / 'store.sqlite'}")
-    return subprocess.run([SENSE7, *args], env=env, capture_output=True, text=True, cwd=tmp_path)
+    return subprocess.run([SENSE7, *args], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
 
 
 def _rows(path: Path) -> dict[str, dict]:
@@ -45,7 +45,7 @@ def test_invite_keep_rotate_and_revoke(tmp_path):
     # Read by another process: closing a file descriptor of the database in this one would drop SQLite's
     # POSIX locks for the store's open connection (and with them its view of later writes).
     files = [str(p) for p in tmp_path.glob("store.sqlite*")]
-    database = subprocess.run(["cat", *files], capture_output=True, check=True).stdout
+    database = subprocess.run(["cat", *files], capture_output=True, check=True, timeout=60).stdout
     assert not any(t.encode() in database for t in tokens.values())  # only hashes are stored
 
     store.upsert_raters([{"rater_id": "r3", "traits": {}}])
