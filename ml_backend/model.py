@@ -29,7 +29,7 @@ from sense7.ml_backend.labels import RatingControl, rating_controls
 from sense7.ml_backend.rater_info import RaterInfoCache
 
 from sense7.data.items import task_columns
-from sense7.data.study import HIDDEN, arm_of
+from sense7.data.study_design import HIDDEN, arm_of
 from sense7.labelstudio.protocol import task_problem
 from sense7.taxonomy import Taxonomy
 
@@ -94,7 +94,7 @@ class Sense7Model:
             if problem:
                 results[i] = self._error_result(task, problem, loaded.version)
             elif arm_of(task.get("data")) == HIDDEN:
-                # The study hides this task's prediction (sense7.data.study): it was recorded at import;
+                # The study hides this task's prediction (sense7.data.study_design): it was recorded at import;
                 # an empty result of the served version shows nothing and stops Label Studio asking again.
                 results[i] = self._hidden_result(loaded.version)
             else:
@@ -177,7 +177,7 @@ class Sense7Model:
 
     # ------------------------------------------------------------------ recorded predictions
     def prediction_records(self, tasks: list[dict]) -> list[dict | None]:
-        """What the study records before a rater sees each task (sense7.data.study), whatever its arm: the
+        """What the study records before a rater sees each task (sense7.data.study_design), whatever its arm: the
         served version, the kind of model that answered, the most likely level and the expected rating per
         control, and the generic model's for the same task. None for a task that cannot be predicted."""
         return self.predict_and_record(tasks)[1]

@@ -51,7 +51,7 @@ def main() -> None:
     from sense7.data.dataset import RatingData
     from sense7.data.formats import read_conversations, read_raters, read_ratings
     from sense7.data.store import Store
-    from sense7.data.study import StudyRecords
+    from sense7.data.study_design import StudyRecords
     from sense7.labelstudio import client as ls_client
     from sense7.labelstudio.importer import import_conversations, plan_tasks
     from sense7.labelstudio.server import LabelStudioServer

@@ -165,7 +165,7 @@ def main() -> None:
     from sense7.labelstudio import client as ls_client
     from sense7.labelstudio.importer import import_conversations
     from sense7.labelstudio.protocol import rating_result, webhook_headers
-    from sense7.labelstudio.raters import ensure_accounts
+    from sense7.labelstudio.rater_accounts import ensure_accounts
     from sense7.labelstudio.server import LabelStudioServer
     from sense7.rater_page.server import RaterPageServer
     from sense7.settings import Settings

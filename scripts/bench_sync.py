@@ -159,7 +159,7 @@ def main() -> None:
     from sense7.labelstudio import client as ls_client
     from sense7.labelstudio.client import import_tasks
     from sense7.labelstudio.protocol import rating_tasks, webhook_headers
-    from sense7.labelstudio.raters import ensure_users
+    from sense7.labelstudio.rater_accounts import ensure_users
     from sense7.labelstudio.server import LabelStudioServer
     from sense7.settings import Settings
     from sense7.taxonomy import study_taxonomy

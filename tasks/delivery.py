@@ -2,7 +2,7 @@
 invite`, the demo and beat every SENSE7_RATER_QUEUE_INTERVAL s), so that opening a link reads the store only.
 
 Delivery of rater-page submissions to Label Studio: the outbox (sense7.data.raterpage) drained into
-annotations written as each rater's attribution account (sense7.labelstudio.raters).
+annotations written as each rater's attribution account (sense7.labelstudio.rater_accounts).
 
 The rater page stores a submission and calls `request_delivery`: like the sync, one drain job is queued
 however many raters submit at once (a Redis flag), and it loops until the outbox is empty. When Label
@@ -53,7 +53,7 @@ def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4, on_round=None) -> 
     from concurrent.futures import ThreadPoolExecutor
 
     from sense7.data.raterpage import Outbox
-    from sense7.labelstudio.raters import ensure_accounts, write_annotation
+    from sense7.labelstudio.rater_accounts import ensure_accounts, write_annotation
 
     outbox, accounts = Outbox(rt.store), {}
     delivered = failed = 0
@@ -104,7 +104,7 @@ def refresh_queues(rt: Runtime, rater_ids=None) -> int:
     """Copy the queues of raters with an active link (or of `rater_ids`) from Label Studio into the store:
     one pass over both projects. Returns the raters refreshed."""
     from sense7.data.raterpage import LinkBook, RaterQueue
-    from sense7.labelstudio.raters import ensure_accounts, fetch_all_queues
+    from sense7.labelstudio.rater_accounts import ensure_accounts, fetch_all_queues
 
     raters = sorted(rater_ids if rater_ids is not None else LinkBook(rt.store).active())
     if not raters:

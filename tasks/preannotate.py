@@ -5,7 +5,7 @@ Predictions are built by the ML backend's own `Sense7Model.predict` (the code th
 chunks through `projects.import_predictions` avoids Label Studio's one-request-per-batch /predict calls
 with their 100 s timeout. Idempotent: tasks that already carry the served version are skipped.
 
-The study's hidden arm (sense7.data.study): those tasks' predictions are recorded in the store (once per
+The study's hidden arm (sense7.data.study_design): those tasks' predictions are recorded in the store (once per
 version) and never pushed to Label Studio, where a staff member or a rater could see them.
 """
 
@@ -19,7 +19,7 @@ from celery import shared_task
 from sense7.tasks import names
 from sense7.tasks.runtime import LabelStudioUnavailable, as_retryable, current_runtime
 
-from sense7.data.study import SHOWN, StudyRecords, arm_of
+from sense7.data.study_design import SHOWN, StudyRecords, arm_of
 
 
 @dataclass

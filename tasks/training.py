@@ -155,7 +155,7 @@ class Retrainer:
         """Raters the quality policy leaves out of training (flagged, with training = "exclude")."""
         if self.quality is None or self.quality.training != "exclude":
             return set()
-        from sense7.research.study import flagged_weights
+        from sense7.research.study_analysis import flagged_weights
 
         return {rater for rater, weight in flagged_weights(self.store, self.quality).items() if weight == 0}
 

@@ -324,7 +324,7 @@ def _planted_habits(rater_ids: list[str], copy_probability: float) -> dict:
 
 
 def _study_summary(cfg: Settings, store, tax) -> dict:
-    from sense7.research.study import analyze_study
+    from sense7.research.study_analysis import analyze_study
 
     result = analyze_study(store, tax, cfg.quality, n_boot=200)
     write_private(cfg.home / "study.json", json.dumps(result, indent=1, allow_nan=False))

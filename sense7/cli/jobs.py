@@ -169,7 +169,7 @@ def preannotate(
     if enqueue:
         _enqueue(names.PREANNOTATE)
         return
-    from sense7.data.study import StudyRecords
+    from sense7.data.study_design import StudyRecords
     from sense7.ml_backend.model import ModelUnavailable
     from sense7.tasks.preannotate import Preannotator
 

@@ -157,7 +157,7 @@ def analyze_command(
     rest; how ratings move on and after a continuity failure (continuity <= 2) or an unmet expectation,
     against the rater's baseline and against the same conversation's earlier turns; Krippendorff's alpha
     where turns have several raters. With --study: the running study's anchoring, live evaluation and
-    rater quality (sense7.research.study)."""
+    rater quality (sense7.research.study_analysis)."""
     from sense7.research.analysis import analyze
 
     tax = resolve_taxonomy(taxonomy)
@@ -194,7 +194,7 @@ def _agreement(frame, tax, boot: int, seed: int) -> dict | None:
 
 def _analyze_study(tax, seed: int, boot: int, json_path: Path | None, report: Path | None) -> None:
     from sense7.data.store import Store
-    from sense7.research.study import analyze_study
+    from sense7.research.study_analysis import analyze_study
 
     cfg = settings()
     result = analyze_study(Store(cfg.store_url), tax, cfg.quality, n_boot=boot, seed=seed)

@@ -25,7 +25,7 @@ def status(json_out: bool = typer.Option(False, "--json", help="print the status
     """Per rater: tasks assigned, done, last activity, median seconds per task and quality flags; totals and
     the pre-fill arms' counts. Reads Label Studio (assigned) and the store (everything else)."""
     from sense7.data.store import Store
-    from sense7.research.study import study_status
+    from sense7.research.study_analysis import study_status
 
     cfg = settings()
     with label_studio_errors(cfg):

@@ -72,7 +72,7 @@ annotations = Table(
     Column("quarantine", String(300), nullable=True),
     Column("lead_time", Float, nullable=True),      # seconds the rater spent on the task (Label Studio's)
     Column("created_at", String(64), nullable=True),  # when Label Studio first had it, ISO text
-    # The task key of the turn this annotation rates again (a test-retest repeat, sense7.data.study): kept
+    # The task key of the turn this annotation rates again (a test-retest repeat, sense7.data.study_design): kept
     # for rater quality, never trained on and never counted as a second rating of the turn.
     Column("repeat_of", String(300), nullable=True),
 )
@@ -165,7 +165,7 @@ submissions = Table(
     Column("last_error", String(300), nullable=True),
 )
 
-# -- the study's design (sense7.data.study): the pre-fill arm every task drew, and every prediction made
+# -- the study's design (sense7.data.study_design): the pre-fill arm every task drew, and every prediction made
 # before its rater saw the task (shown or not), so that anchoring and live accuracy can be measured.
 task_arms = Table(
     "task_arms", metadata,
@@ -273,7 +273,7 @@ class Store:
     def upsert_rows(self, conn, table: Table, rows: list[dict], keys: list[str], keep_existing: bool = False) -> None:
         """Insert `rows` into one of the store's tables in `conn`'s transaction; a row whose keys exist updates
         it, or is skipped with `keep_existing` (first write wins: e.g. the prediction made before a rater saw
-        the task). The store's own methods and its tables' owners (sense7.data.study, .raterpage) use it."""
+        the task). The store's own methods and its tables' owners (sense7.data.study_design, .raterpage) use it."""
         if not rows:
             return
         if self.engine.dialect.name == "postgresql":

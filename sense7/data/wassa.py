@@ -71,7 +71,7 @@ def load_wassa(directory: str | Path) -> RatingData:
                 for row in conv_turns.itertuples()
             ]
             # The ratee (the other person) is the "assistant" being rated: the models' optional
-            # assistant effect (sense7.model.raters.AssistantEffects) learns how empathic they come across.
+            # assistant effect (sense7.model.rater_effects.AssistantEffects) learns how empathic they come across.
             other = next((p for p in speakers.values() if p != rater), None)
             context = {"assistant_id": other} if other else {}
             conversations[(str(conv_id), rater)] = Conversation(str(conv_id), rater, messages, context)

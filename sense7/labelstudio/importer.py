@@ -9,7 +9,7 @@ Pre-annotations travel with the tasks: given `predict` (the served model's, inje
 package never imports the ML backend), each new task carries its prediction in the same bulk import request
 that creates it. A task the model cannot predict is imported without one (the pre-annotate job fills it).
 
-The study's design (`design`, sense7.data.study) is drawn here: every new task gets its pre-fill arm in
+The study's design (`design`, sense7.data.study_design) is drawn here: every new task gets its pre-fill arm in
 `data.prefill` and each rater some repeat tasks; every prediction is recorded in the store before the task
 reaches Label Studio, and only shown-arm tasks carry theirs into Label Studio."""
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from label_studio_sdk import LabelStudio
 
-from sense7.data import study
+from sense7.data import study_design
 from sense7.data.conversations import Conversation
 from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
@@ -35,7 +35,7 @@ class ImportResult:
     skipped_existing: int
     replaced: int = 0  # tasks re-created because their conversation's text changed (replace=True)
     predicted: int = 0  # new tasks imported together with a prediction (`predict` given)
-    repeats: int = 0    # tasks of the batch that repeat a turn for test-retest (sense7.data.study)
+    repeats: int = 0    # tasks of the batch that repeat a turn for test-retest (sense7.data.study_design)
 
 
 # task dicts ({"data": ...}) -> one Label Studio prediction ({"result", "score", "model_version"}) or None each
@@ -123,10 +123,10 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
                 client.tasks.delete(task.id)
                 replaced += 1
     tasks = plan_tasks(conversations)
-    records = study.StudyRecords(store)
+    records = study_design.StudyRecords(store)
     if design is not None:
         seed = records.seed(design)
-        tasks = study.plan(tasks, design, seed, taxonomy)
+        tasks = study_design.plan(tasks, design, seed, taxonomy)
     existing = ls_client.task_keys(client, project_id)
     new = [t for t in tasks if t["data"]["task_key"] not in existing]
     if on_total:
@@ -145,7 +145,7 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
 
 
 def with_predictions(tasks: list[dict], predict: Predict,
-                     records: study.StudyRecords | None = None) -> tuple[list[dict], int]:
+                     records: study_design.StudyRecords | None = None) -> tuple[list[dict], int]:
     """Copies of `tasks`, each with `"predictions": [its prediction]` where `predict` gave one and the
     task's arm shows it. With `records`, every task's prediction (either arm) is recorded first, when
     `predict` can make records (`predict.with_records`, as the ML backend's ImportPredictor)."""
@@ -160,7 +160,7 @@ def with_predictions(tasks: list[dict], predict: Predict,
     out, n = [], 0
     for task, prediction in zip(tasks, answers):
         if prediction and prediction.get("result") and not prediction.get("error") \
-                and study.arm_of(task["data"]) == study.SHOWN:
+                and study_design.arm_of(task["data"]) == study_design.SHOWN:
             task = {**task, "predictions": [{k: prediction[k] for k in ("result", "score", "model_version")
                                              if k in prediction}]}
             n += 1
@@ -170,7 +170,7 @@ def with_predictions(tasks: list[dict], predict: Predict,
 
 def _import_with_predictions(client: LabelStudio, project_id: int, tasks: list[dict], predict: Predict,
                              on_progress: Callable[[int], None] | None,
-                             records: study.StudyRecords | None = None) -> int:
+                             records: study_design.StudyRecords | None = None) -> int:
     """One bulk import request per chunk, each task with its prediction. Label Studio sets an empty project
     `model_version` to the last imported prediction's; ours stays empty (DESIGN.md: the editor then
     pre-fills from whatever prediction a task has), so it is put back."""

@@ -182,8 +182,3 @@ CATALOG = Catalog([
 register = CATALOG.register
 unregister = CATALOG.unregister
 registered = CATALOG.registered
-
-
-def model_names() -> tuple[str, ...]:
-    """The names in the shared catalog, in order."""
-    return CATALOG.names()

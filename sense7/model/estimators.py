@@ -2,7 +2,7 @@
 
 `GenericRater`: what an average rater would say about a turn, from the text, the context and the position.
 `PersonalizedRater`: the same text model plus per-rater, per-control effects (leniency and sensitivity)
-shrunk toward what the rater's traits predict (see `sense7.model.raters`).
+shrunk toward what the rater's traits predict (see `sense7.model.rater_effects`).
 
 Both regress a continuous score per control (ridge on sparse features), then turn it into calibrated
 probabilities over the ordered levels with a cumulative-logit link fitted on out-of-fold scores. Levels
@@ -22,7 +22,7 @@ from sklearn.model_selection import GroupKFold
 
 from sense7.model.features import ItemFeatures
 from sense7.model.ordinal import OrdinalLink
-from sense7.model.raters import AssistantEffects, RaterEffects, assistant_keys
+from sense7.model.rater_effects import AssistantEffects, RaterEffects, assistant_keys
 from sense7.model.ridge import multi_ridge
 
 
@@ -166,7 +166,7 @@ class GenericRater(_RaterModel):
 
     assistant_effects: add a shrunk per-assistant effect (X's optional `assistant_id`: who is rated, e.g. a
     model version; in WASSA the other person), learned in fit from the training rows' residuals
-    (sense7.model.raters.AssistantEffects); unknown or unseen assistants get 0. Not rater-specific.
+    (sense7.model.rater_effects.AssistantEffects); unknown or unseen assistants get 0. Not rater-specific.
     """
 
     def __init__(self, text_features: str = "tfidf", alpha: float = 10.0, max_features: int = 30000,

@@ -241,7 +241,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         ratings = [i for i in items if i.kind == "rating"]
         position = ratings.index(item)
         prefill = None
-        # The study's pre-fill (sense7.data.study): only shown-arm turns have a prediction in the queue.
+        # The study's pre-fill (sense7.data.study_design): only shown-arm turns have a prediction in the queue.
         if answer is None and item.prediction and item.prediction.get("values"):
             prefill = item.prediction
         check = tax.instructed_item((item.data or {}).get("instructed"))

@@ -16,7 +16,7 @@ def queue_refresher(settings: Settings, store, taxonomy):
     """refresh_queue(rater_id) -> bool for the page: False when Label Studio cannot be reached."""
     from sense7.data.raterpage import RaterQueue
     from sense7.labelstudio.client import connect, ensure_projects
-    from sense7.labelstudio.raters import ensure_account, fetch_queue
+    from sense7.labelstudio.rater_accounts import ensure_account, fetch_queue
 
     state: dict = {}
     accounts: dict[str, int] = {}  # a rater's attribution account never changes: looked up once per process

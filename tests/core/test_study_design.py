@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from sense7.data.store import Store
-from sense7.data.study import HIDDEN, REPEAT_SUFFIX, SHOWN, StudyRecords, draw_arm, plan
+from sense7.data.study_design import HIDDEN, REPEAT_SUFFIX, SHOWN, StudyRecords, draw_arm, plan
 from sense7.labelstudio.importer import import_conversations
 from sense7.settings import Settings, StudyDesign
 from tests.core import test_import_predictions as shared

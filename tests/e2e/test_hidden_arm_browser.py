@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sense7.data.raterpage import LinkBook
-from sense7.data.study import HIDDEN, SHOWN
+from sense7.data.study_design import HIDDEN, SHOWN
 from sense7.labelstudio.protocol import connect_backend
 from sense7.processes import free_port
 from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS

@@ -9,7 +9,7 @@ from sklearn.base import clone
 
 from sense7.data.items import items_from_tasks
 from sense7.model import GenericRater, PersonalizedRater
-from sense7.model.raters import AssistantEffects
+from sense7.model.rater_effects import AssistantEffects
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

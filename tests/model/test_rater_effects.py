@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from sense7.model.features import ItemFeatures
-from sense7.model.raters import RaterEffects
+from sense7.model.rater_effects import RaterEffects
 
 
 def _raters(leniency_from_traits: bool, seed: int = 0):

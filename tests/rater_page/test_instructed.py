@@ -25,7 +25,7 @@ ITEMS = [{"key": "attention_two", "prompt": "To show you are reading carefully, 
 def test_instructed_items_are_asked_kept_apart_and_flag_the_inattentive_rater(job_stack, tmp_path):
 
     from sense7.rater_page.simulate import RaterBehaviour, rate_through_page
-    from sense7.research.study import analyze_study
+    from sense7.research.study_analysis import analyze_study
     from tests.rater_page.test_study_quality import _ratings
 
     raw = yaml.safe_load(DEFAULT_TAXONOMY_PATH.read_text())

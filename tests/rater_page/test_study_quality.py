@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 from sense7.data.store import annotations
-from sense7.data.study import HIDDEN, SHOWN, StudyRecords
+from sense7.data.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.labelstudio.importer import plan_tasks
 from sense7.settings import QualityPolicy
 from tests.jobs.conftest import VENV_BIN
@@ -42,7 +42,7 @@ def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports
 
     from sense7.model.registry import ModelRegistry
     from sense7.rater_page.simulate import RaterBehaviour, rate_through_page
-    from sense7.research.study import analyze_study
+    from sense7.research.study_analysis import analyze_study
 
     stack = job_stack
     rt = stack.runtime()

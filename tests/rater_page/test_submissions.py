@@ -60,7 +60,7 @@ def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_k
     from sense7.tasks.delivery import refresh_queues
 
     from sense7.data.raterpage import RaterQueue
-    from sense7.labelstudio.raters import ensure_account, fetch_queue
+    from sense7.labelstudio.rater_accounts import ensure_account, fetch_queue
 
     assert refresh_queues(rt, ["pg1", "pg2"]) == 2
     single = fetch_queue(rt.client, rt.rating_project, rt.profile_project, "pg1",

@@ -1,7 +1,7 @@
 """What a running study's store says about its ratings: anchoring by the pre-fill, the live accuracy of the
 models raters met, rater quality, agreement and progress (`sense7 analyze --study`, `sense7 status`).
 
-Everything is read from sense7's store (sense7.data.store / sense7.data.study): synced annotations with
+Everything is read from sense7's store (sense7.data.store / sense7.data.study_design): synced annotations with
 their lead time and creation time, the arm each task drew, and the predictions recorded before its rater
 saw it. A rating is compared with the prediction recorded last at or before the rating was made: the one
 a shown-arm rater saw (up to the rater page's queue refresh) and, in the hidden arm, the one the served
@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sense7.data.conversations import task_key
 from sense7.data.raterpage import InstructedAnswers
 from sense7.data.store import Store, annotations, ratings
-from sense7.data.study import REPEAT_SUFFIX, SHOWN, StudyRecords
+from sense7.data.study_design import REPEAT_SUFFIX, SHOWN, StudyRecords
 from sense7.research.agreement import krippendorff_alpha
 from sense7.research.anchoring import anchoring
 from sense7.research.live import live_evaluation

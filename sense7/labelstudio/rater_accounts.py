@@ -18,7 +18,7 @@ from typing import Any
 from label_studio_sdk import LabelStudio
 
 from sense7.data.store import Store
-from sense7.data.study import SHOWN, arm_of
+from sense7.data.study_design import SHOWN, arm_of
 from sense7.labelstudio.client import list_tasks
 from sense7.labelstudio.protocol import parse_annotation
 from sense7.taxonomy import Taxonomy
@@ -100,7 +100,7 @@ def _queue_item(task, kind: str, account: int | None, taxonomy: Taxonomy) -> dic
                             "conversation_id": None, "turn_index": None, "position": -1, "data": {}}
     if kind == "profile":
         return item
-    # The study's hidden arm (sense7.data.study) never shows a prediction, whatever Label Studio holds.
+    # The study's hidden arm (sense7.data.study_design) never shows a prediction, whatever Label Studio holds.
     prediction = _latest([dict(p) for p in (task.predictions or [])]) if arm_of(data) == SHOWN else None
     if prediction:
         values, expectation, _ = parse_annotation(prediction.get("result") or [], taxonomy)
@@ -114,7 +114,7 @@ def _queue_item(task, kind: str, account: int | None, taxonomy: Taxonomy) -> dic
 
 def _in_order(items: list[dict]) -> list[dict]:
     """The order the page asks: the questionnaire, then the turns conversation by conversation, then the
-    turns the study shows a second time (repeats, sense7.data.study), so they come back later."""
+    turns the study shows a second time (repeats, sense7.data.study_design), so they come back later."""
     ratings = sorted((i for i in items if i["kind"] == "rating"),
                      key=lambda i: (bool(i["data"].get("repeat")), str(i["conversation_id"]),
                                     int(i["turn_index"] or 0)))
