@@ -17,9 +17,6 @@ from sense7.labelstudio.importer import import_conversations
 from sense7.labelstudio.protocol import webhook_headers
 from sense7.model.registry import ModelRegistry
 from tests.jobs.helpers import annotate, ensure_users, make_conversations, make_raters, project_tasks, wait_for
-from sense7.taxonomy import load_taxonomy
-
-TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -30,7 +27,7 @@ def seed(stack, prefix="r"):
     raters = make_raters(3, prefix=prefix)
     rt.store.upsert_raters(raters)
     convs = make_conversations([r["rater_id"] for r in raters], prefix=prefix)
-    import_conversations(rt.client, rt.rating_project, convs, rt.store, taxonomy=TAXONOMY)
+    import_conversations(rt.client, rt.rating_project, convs, rt.store, taxonomy=rt.taxonomy)
     users = ensure_users(rt.client, raters)
     return rt, raters, users
 

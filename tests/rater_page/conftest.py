@@ -82,7 +82,7 @@ def build(stack, per_rater: int = 2, turns: int = 3, worker_env: dict | None = N
     raters = make_raters(2, prefix="pg")
     rt.store.upsert_raters(raters)
     convs = make_conversations([r["rater_id"] for r in raters], per_rater=per_rater, turns=turns, prefix="pg")
-    import_conversations(rt.client, rt.rating_project, convs, rt.store, taxonomy=TAXONOMY)
+    import_conversations(rt.client, rt.rating_project, convs, rt.store, taxonomy=rt.taxonomy)
     import_profile_tasks(rt.client, rt.profile_project, [r["rater_id"] for r in raters])
     stack.start_backend()
     LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
