@@ -16,6 +16,7 @@ import typer
 from sense7.cli._common import console, fail, label_studio_errors, progress, settings
 from sense7.tasks import names
 
+
 def _redis(cfg) -> str:
     from sense7.tasks.redis_local import RedisUnavailable, ensure_redis
 

@@ -147,16 +147,16 @@ def test_jury_judges_the_study_transcripts(study, tmp_path):
 # Commands that create or update the Label Studio projects
 
 
-def _rating_scales(client, title: str) -> dict[str, str]:
-    """{Rating control: maxRating} of the project with this title."""
+def _rating_config(client, title: str) -> str:
     from sense7.labelstudio.client import find_project
 
-    config = client.projects.get(find_project(client, title)).label_config
+    return client.projects.get(find_project(client, title)).label_config
+
+
+def _rating_scales(config: str) -> dict[str, str]:
+    """{Rating control: maxRating} of a rating project's label config."""
     root = ET.fromstring(config.split("-->", 1)[1] if "-->" in config else config)
     return {r.get("name"): r.get("maxRating") for r in root.iter("Rating")}
-
-
-STUDY_SCALES = dict.fromkeys(SEVEN_POINT_CONTROLS, "7")
 
 
 @pytest.mark.parametrize("command", ["project create", "import", "status", "backend connect"])
@@ -170,11 +170,10 @@ def test_commands_bring_the_projects_to_the_study_taxonomy(command, study, label
     env = {**label_studio.settings_env(), **_env(study, tmp_path), **titles,
            "SENSE7_HOME": label_studio.settings_env()["SENSE7_HOME"],
            "SENSE7_BACKEND_URL": f"http://127.0.0.1:{free_port()}"}  # nobody answers there
-    client = label_studio.client
+    client, title = label_studio.client, titles["SENSE7_RATING_PROJECT_TITLE"]
     # Both projects start on the packaged taxonomy: the command must change them.
     ensure_projects(client, Settings.from_env({**env, "SENSE7_TAXONOMY": ""}), load_taxonomy())
-    packaged = _rating_scales(client, titles["SENSE7_RATING_PROJECT_TITLE"])
-    assert packaged == dict.fromkeys(load_taxonomy().controls, "5")
+    assert _rating_scales(_rating_config(client, title)) == dict.fromkeys(load_taxonomy().controls, "5")
     args = {"project create": ["project", "create"],
             "import": ["import", str(study.files["conversations.jsonl"]), "--no-predictions"],
             "status": ["status", "--json"],
@@ -182,12 +181,9 @@ def test_commands_bring_the_projects_to_the_study_taxonomy(command, study, label
     result, out = _run(args, env)
     # `backend connect` fails after ensuring the projects (no backend answers); the others succeed.
     assert result.exit_code == (1 if command == "backend connect" else 0), out
-    assert _rating_scales(client, titles["SENSE7_RATING_PROJECT_TITLE"]) == STUDY_SCALES
-    rendered = render_rating_config(study.tax).strip()
-    from sense7.labelstudio.client import find_project
-
-    assert client.projects.get(find_project(client, titles["SENSE7_RATING_PROJECT_TITLE"])).label_config.strip() \
-        == rendered
+    config = _rating_config(client, title)
+    assert _rating_scales(config) == dict.fromkeys(SEVEN_POINT_CONTROLS, "7")
+    assert config.strip() == render_rating_config(study.tax).strip()
 
 
 # ---------------------------------------------------------------------------------------------------
