@@ -98,7 +98,7 @@ def main() -> None:
         figures["import_annotated_tasks_s"] = round(time.perf_counter() - started, 1)
 
         # -- 1. sync -----------------------------------------------------------------------------------
-        from sense7.tasks.sync import LabelSync
+        from sense7.labelstudio.label_sync import LabelSync
 
         syncer = LabelSync(client, rt.store, rt.taxonomy, rating, profile)
         started = time.perf_counter()

@@ -157,7 +157,7 @@ def main() -> None:
     from sense7.ml_backend.server import BackendServer
     from sense7.tasks.celery_app import configure
     from sense7.tasks.redis_local import ensure_redis, stop_local_redis
-    from sense7.tasks.sync import LabelSync
+    from sense7.labelstudio.label_sync import LabelSync
 
     from sense7.cli.demo import _child_env, worker_process
     from sense7.data.raterpage import LinkBook, Outbox

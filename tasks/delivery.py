@@ -1,5 +1,6 @@
-"""The rater page's jobs. Copying raters' queues from Label Studio (`refresh_queues`, run by `sense7 raters
-invite`, the demo and beat every SENSE7_RATER_QUEUE_INTERVAL s), so that opening a link reads the store only.
+"""The rater page's jobs. Copying raters' queues from Label Studio (`refresh_queues`: the job's wiring
+around sense7.labelstudio.rater_accounts.copy_queues, run by `sense7 raters invite`, the demo and beat
+every SENSE7_RATER_QUEUE_INTERVAL s), so that opening a link reads the store only.
 
 Delivery of rater-page submissions to Label Studio: the outbox (sense7.data.raterpage) drained into
 annotations written as each rater's attribution account (sense7.labelstudio.rater_accounts).
@@ -21,7 +22,8 @@ from celery import shared_task
 from sense7.tasks import names
 from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import Runtime, as_retryable, current_runtime, describe_error, transient
-from sense7.tasks.sync import RETRY, _redis
+from sense7.tasks.broker import queue_once, redis_client, release, try_lock
+from sense7.tasks.sync import RETRY
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +35,7 @@ LOCK_TTL = 120                    # both be queued: two at once would both write
 
 def request_delivery(app=None) -> bool:
     """Queue one delivery job unless one is queued or running. True when this call queued it."""
-    app = app or get_app()
-    conn = _redis(app.conf.broker_url)
-    if not conn.set(SCHEDULED_KEY, 1, nx=True, ex=SCHEDULED_TTL):
-        return False
-    try:
-        app.send_task(names.DELIVER, retry=False, ignore_result=True)
-    except Exception:
-        conn.delete(SCHEDULED_KEY)
-        raise
-    return True
+    return queue_once(app or get_app(), SCHEDULED_KEY, SCHEDULED_TTL, names.DELIVER)
 
 
 def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4, on_round=None) -> dict:
@@ -103,21 +96,16 @@ def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4, on_round=None) -> 
 def refresh_queues(rt: Runtime, rater_ids=None) -> int:
     """Copy the queues of raters with an active link (or of `rater_ids`) from Label Studio into the store:
     one pass over both projects. Returns the raters refreshed."""
-    from sense7.data.raterpage import LinkBook, RaterQueue
-    from sense7.labelstudio.rater_accounts import ensure_accounts, fetch_all_queues
+    from sense7.data.raterpage import LinkBook
+    from sense7.labelstudio.rater_accounts import copy_queues
 
     raters = sorted(rater_ids if rater_ids is not None else LinkBook(rt.store).active())
     if not raters:
         return 0
     try:
-        accounts = ensure_accounts(rt.client, rt.store, raters)
-        queues = fetch_all_queues(rt.client, rt.rating_project, rt.profile_project, accounts, rt.taxonomy)
+        return copy_queues(rt.client, rt.store, rt.rating_project, rt.profile_project, rt.taxonomy, raters)
     except Exception as exc:
         raise as_retryable(exc) from None
-    queue = RaterQueue(rt.store)
-    for rater, items in queues.items():
-        queue.replace(rater, items)
-    return len(queues)
 
 
 @shared_task(name=names.REFRESH_QUEUES, **RETRY)
@@ -128,18 +116,15 @@ def refresh_queues_task() -> dict:
 @shared_task(name=names.DELIVER, **RETRY)
 def deliver_task() -> dict:
     rt = current_runtime()
-    conn = _redis(get_app().conf.broker_url)
-    lock = conn.lock(LOCK_KEY, timeout=LOCK_TTL, blocking=False)
-    if not lock.acquire():
+    conn = redis_client(get_app().conf.broker_url)
+    lock = try_lock(conn, LOCK_KEY, LOCK_TTL)
+    if lock is None:
         return {"delivered": 0, "failed": 0, "skipped": "another delivery job is running"}
     try:
         result = deliver_outbox(rt, conn, on_round=lambda: lock.extend(LOCK_TTL, replace_ttl=True))
     finally:
         conn.delete(SCHEDULED_KEY)  # a retry (or beat) picks up what is left
-        try:
-            lock.release()
-        except Exception:  # expired meanwhile: nothing to release
-            pass
+        release(lock)
     # A submission stored after the last round saw the flag still set and queued nothing: deliver it too.
     from sense7.data.raterpage import Outbox
 

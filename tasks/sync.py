@@ -1,342 +1,24 @@
-"""Sync labels from Label Studio into the store: webhook-driven, plus a periodic reconciliation.
+"""The sync jobs: Celery wrappers around sense7.labelstudio.label_sync.LabelSync (the service that reads
+annotations from Label Studio into the store), and `on_event`, the ML backend's webhook hook.
 
-Label Studio's webhooks are fire-and-forget (1 s timeout, no retry), so they only *hint* that something
-changed: the webhook enqueues the annotation id, and the job reads the truth from the API. The periodic
-`reconcile` reads every annotation of both projects (one export request each) and is the source of truth:
-upserts are keyed by annotation id + updated time, and annotations no longer in Label Studio are marked
-deleted in the store.
-
-Who rated: `completed_by` (a Label Studio user id) -> that user's email (users API) -> our rater id
-(`store.rater_id_for_email`). Attribution is never guessed: an annotation whose author is not a known
-rater, or is a rater other than the task's own, is *quarantined*: stored with the reason, counted, never
-trained on. A questionnaire answer changes traits only when the rater it asks about wrote it. (Staff who
-enter a paper form use `sense7 ratings import`: an explicit, logged entry.) Every change is kept in the
-store's rating history.
+Transient failures (Label Studio down, 5xx) are retried with exponential backoff.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
 
 from celery import shared_task
-from label_studio_sdk.core.api_error import ApiError
 from sense7.tasks import names
+from sense7.tasks.broker import broker_app, enqueue, queue_once, redis_client
 from sense7.tasks.cadence import note_new_ratings
-from sense7.tasks.celery_app import configure, get_app
+from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import LabelStudioUnavailable, Runtime, as_retryable, current_runtime
 
-from sense7.labelstudio.client import list_tasks
-from sense7.labelstudio.protocol import (
-    ensure_webhook,
-    iso_time,
-    parse_annotation,
-    parse_profile_annotation,
-    webhook_headers,
-)
-from sense7.taxonomy import Taxonomy
+from sense7.labelstudio.label_sync import LabelSync, SyncResult
+from sense7.labelstudio.protocol import WEBHOOK_ACTIONS, parse_annotation_event, webhook_headers
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SyncResult:
-    seen: int = 0          # annotations read from Label Studio
-    upserted: int = 0      # new or changed rows written
-    unchanged: int = 0     # already stored at this version
-    deleted: int = 0       # marked deleted in the store (gone from Label Studio, or cancelled)
-    quarantined: int = 0   # annotations credited to nobody: author not a known rater, or not the task's rater
-    credited: int = 0      # new or changed rows credited to a rater (what counts toward a retrain)
-    invalid: list[str] = field(default_factory=list)  # annotation id + reason, skipped
-    profiles: int = 0      # questionnaire answers written to rater traits
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def _user_id(user) -> int | None:
-    """A Label Studio user reference (an id, or an inlined user object) as its id."""
-    if isinstance(user, dict):
-        user = user.get("id")
-    try:
-        return int(user) if user is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _seconds(value) -> float | None:
-    """Label Studio's lead_time (seconds on the task) when it is a sane number, else None."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return None
-    return seconds if 0 <= seconds < 10 ** 7 else None
-
-
-def parse_profile_result(result: list[dict], taxonomy: Taxonomy) -> tuple[dict, list[str]]:
-    """Questionnaire answers -> (valid {field: value}, the profile fields whose answers were invalid)."""
-    answers = parse_profile_annotation(result, taxonomy)
-    fields = {f.key for f in taxonomy.profile_fields}
-    answered = {item.get("from_name") for item in result or [] if item.get("from_name") in fields}
-    return answers, sorted(answered - set(answers))
-
-
-class LabelSync:
-    """Reads annotations from Label Studio and writes them to the store (idempotently)."""
-
-    def __init__(self, client, store, taxonomy: Taxonomy, rating_project: int, profile_project: int | None = None,
-                 user_emails: dict[int, str] | None = None):
-        self.client = client
-        self.store = store
-        self.taxonomy = taxonomy
-        self.rating_project = rating_project
-        self.profile_project = profile_project
-        # Label Studio user id -> email. A worker passes one dict for its life (an email never changes
-        # for a user id; a new user is fetched on first sight), saving a users call per webhook job.
-        self._emails: dict[int, str] = {} if user_emails is None else user_emails
-        # Loaded once per reconciliation so that 10,000 annotations cost no per-row lookups:
-        self._rater_by_email: dict[str, str] | None = None
-        self._stored: dict[int, tuple[str, str | None]] | None = None  # annotation id -> (updated_at, rater)
-
-    @classmethod
-    def from_runtime(cls, rt: Runtime) -> "LabelSync":
-        rating, profile = rt.project_ids
-        return cls(rt.client, rt.store, rt.taxonomy, rating, profile, user_emails=rt.user_emails)
-
-    # -- users ---------------------------------------------------------------------------------------
-    def _load_users(self) -> None:
-        self._emails.clear()
-        self._emails.update({u.id: (u.email or "").strip().lower() for u in self.client.users.list()})
-
-    def email_of(self, user_id) -> str | None:
-        if isinstance(user_id, dict):  # some export formats inline the user
-            return (user_id.get("email") or "").strip().lower() or None
-        if user_id is None:
-            return None
-        if user_id not in self._emails:
-            try:
-                self._emails[user_id] = (self.client.users.get(user_id).email or "").strip().lower()
-            except ApiError as exc:
-                if exc.status_code != 404:
-                    raise
-                return None
-        return self._emails.get(user_id) or None
-
-    def author_rater(self, completed_by) -> str | None:
-        """The rater who wrote an annotation, from its author's email; None when the author is no rater."""
-        email = self.email_of(completed_by)
-        if not email:
-            return None
-        if self._rater_by_email is not None:
-            return self._rater_by_email.get(email)
-        return self.store.rater_id_for_email(email)
-
-    def attribution(self, completed_by, task_data: dict) -> tuple[str | None, str | None]:
-        """(rater, None) when the task's own rater wrote the annotation, else (None, why not)."""
-        author = _user_id(completed_by)
-        rater = self.author_rater(completed_by)
-        owner = task_data.get("rater_id")
-        if rater is None:
-            return None, f"author (Label Studio user {author}) is not a known rater"
-        if owner not in (None, "") and str(owner) != rater:
-            return None, f"rater {rater} answered a task of rater {owner}"
-        return rater, None
-
-    # -- one annotation --------------------------------------------------------------------------------
-    def apply(self, annotation: dict, task_data: dict, project: int, result: SyncResult) -> None:
-        """Write one annotation (as Label Studio returns it) to the store."""
-        ann_id = int(annotation["id"])
-        result.seen += 1
-        if annotation.get("was_cancelled"):  # a skipped task: not a rating
-            if self._stored is None or ann_id in self._stored:
-                result.deleted += int(self.store.delete_annotation(ann_id))
-            return
-        if project == self.profile_project:
-            self._apply_profile(annotation, task_data, result)
-            return
-        try:
-            values, expectation, comment = parse_annotation(annotation.get("result") or [], self.taxonomy)
-            conversation_id = str(task_data["conversation_id"])
-            turn = task_data.get("turn_index")
-            turn_index = None if turn in (None, "") else int(turn)
-        except (ValueError, KeyError, TypeError) as exc:
-            result.invalid.append(f"annotation {ann_id}: {exc}")
-            return
-        rater, quarantine = self.attribution(annotation.get("completed_by"), task_data)
-        result.quarantined += quarantine is not None
-        updated_at = iso_time(annotation.get("updated_at"))
-        if self._stored is not None and self._stored.get(ann_id) == (updated_at, rater):
-            result.unchanged += 1  # the same version is stored: skip the write transaction
-            return
-        author = _user_id(annotation.get("completed_by"))
-        changed = self.store.upsert_annotation(
-            ann_id, int(annotation["task"]), conversation_id, turn_index, rater,
-            updated_at, values, expectation, comment, author_id=author, quarantine=quarantine,
-            changed_by=_user_id(annotation.get("updated_by")) or author, lead_time=_seconds(annotation.get("lead_time")),
-            created_at=iso_time(annotation.get("created_at")) if annotation.get("created_at") else None,
-            repeat_of=task_data.get("repeat_of") or None)
-        result.credited += bool(changed and rater is not None)
-        if changed:
-            result.upserted += 1
-        else:
-            result.unchanged += 1
-
-    def _apply_profile(self, annotation: dict, task_data: dict, result: SyncResult) -> None:
-        answers, bad = parse_profile_result(annotation.get("result") or [], self.taxonomy)
-        if bad:  # the valid answers are still kept
-            result.invalid.append(f"profile annotation {annotation['id']}: invalid answer for {', '.join(bad)}")
-        rater, quarantine = self.attribution(annotation.get("completed_by"), task_data)
-        if rater is None:  # nobody's traits change on a stranger's word
-            result.quarantined += 1
-            result.invalid.append(f"profile annotation {annotation['id']}: {quarantine}")
-            return
-        self.store.update_traits(rater, answers)
-        result.profiles += 1
-
-    def sync_annotation(self, annotation_id: int) -> SyncResult:
-        """Fetch one annotation from the API (the truth, not the webhook payload) and store it."""
-        result = SyncResult()
-        try:
-            ann = self.client.annotations.get(annotation_id)
-        except ApiError as exc:
-            if exc.status_code == 404:
-                result.deleted += int(self.store.delete_annotation(annotation_id))
-                return result
-            raise
-        project = ann.project
-        if project not in (self.rating_project, self.profile_project):
-            return result  # another project's annotation: not ours
-        task = self.client.tasks.get(ann.task)
-        annotation = ann.model_dump(mode="json") if hasattr(ann, "model_dump") else ann.dict()
-        annotation["updated_at"] = iso_time(ann.updated_at)
-        self.apply(annotation, dict(task.data or {}), project, result)
-        return result
-
-    def sync_tasks(self, project: int, annotations_by_task: dict[int, set[int]],
-                   result: SyncResult | None = None, batch: int = 200) -> SyncResult:
-        """Store every annotation of these tasks, reading up to `batch` tasks (with their annotations)
-        per Label Studio request: the coalesced form of sync_annotation. An annotation named here that its
-        task no longer holds was deleted. Tasks of another project are not ours and are skipped."""
-        result = result or SyncResult()
-        if project not in (self.rating_project, self.profile_project):
-            return result
-        ids = sorted(annotations_by_task)
-        for start in range(0, len(ids), batch):
-            part = ids[start:start + batch]
-            query = json.dumps({"selectedItems": {"all": False, "included": part}})
-            found = set()
-            # fields="all": annotations in full (with `include` Label Studio drops their author and times)
-            for task in list_tasks(self.client, len(part), project=project, fields="all", query=query):
-                found.add(task.id)
-                present = set()
-                for annotation in task.annotations or []:
-                    annotation = dict(annotation)
-                    annotation.setdefault("task", task.id)
-                    present.add(int(annotation["id"]))
-                    self.apply(annotation, dict(task.data or {}), project, result)
-                for gone in annotations_by_task[task.id] - present:
-                    result.deleted += int(self.store.delete_annotation(gone))
-            for task_id in set(part) - found:  # the task itself was deleted
-                for gone in annotations_by_task[task_id]:
-                    result.deleted += int(self.store.delete_annotation(gone))
-        return result
-
-    def delete_annotations(self, annotation_ids: list[int]) -> SyncResult:
-        """A deletion webhook: believe it only after the API confirms the annotation is gone."""
-        result = SyncResult()
-        for ann_id in annotation_ids:
-            one = self.sync_annotation(int(ann_id))
-            result.deleted += one.deleted
-            result.upserted += one.upserted
-            result.unchanged += one.unchanged
-        return result
-
-    # -- history ---------------------------------------------------------------------------------------
-    def revert(self, change_id: int) -> SyncResult:
-        """Undo one recorded change in Label Studio (the system of record), then sync the annotation so the
-        store follows: an edit gets its earlier result back, a deletion is re-created with its original
-        author (so it stays attributed to its rater), a creation is deleted. The revert itself is a new
-        change in the history."""
-        from sense7.labelstudio.protocol import rating_result
-
-        entries = self.store.history(change_id=change_id)
-        if not entries:
-            raise LookupError(f"no rating change #{change_id} (see `sense7 ratings history`)")
-        entry = entries[0]
-        before, ann_id = entry["old"], entry["annotation_id"]
-        try:
-            current = self.client.annotations.get(ann_id)
-        except ApiError as exc:
-            if exc.status_code != 404:
-                raise
-            current = None
-        if before is None:  # the change created it: remove it
-            if current is not None:
-                self.client.annotations.delete(ann_id)
-            return self.sync_annotation(ann_id)
-        result = rating_result(before["values"], self.taxonomy, before.get("expectation"), before.get("comment"))
-        if current is not None:
-            self.client.annotations.update(ann_id, result=result)
-            return self.sync_annotation(ann_id)
-        if entry["task_id"] is None:
-            raise LookupError(f"change #{change_id} does not record its task: it cannot be re-created")
-        created = self.client.annotations.create(entry["task_id"], result=result,
-                                                 completed_by=before.get("author_id"))
-        return self.sync_annotation(created.id)
-
-    # -- reconciliation --------------------------------------------------------------------------------
-    # Tasks per Label Studio request during a reconciliation. One export request for the whole project
-    # timed out (over 120 s) at 56,000 annotations; pages keep every request short at any size.
-    RECONCILE_PAGE = 1000
-
-    def exported_tasks(self, project: int) -> Iterator[dict]:
-        """Every annotated task of the project with its annotations in full, page by page (the Data
-        Manager's list, filtered to tasks with annotations, in id order)."""
-        query = json.dumps({"filters": {"conjunction": "or", "items": [
-            {"filter": "filter:tasks:total_annotations", "operator": "greater", "type": "Number", "value": 0},
-            {"filter": "filter:tasks:cancelled_annotations", "operator": "greater", "type": "Number", "value": 0}]}})
-        for task in list_tasks(self.client, self.RECONCILE_PAGE, project=project, fields="all", query=query):
-            # The same shapes as the drain's reads (sync_tasks), so `apply` sees one kind of annotation.
-            yield {"id": task.id, "data": dict(task.data or {}),
-                   "annotations": [dict(a) for a in task.annotations or []]}
-
-    def reconcile(self) -> SyncResult:
-        """Make the store equal to Label Studio for both projects (the source of truth)."""
-        result = SyncResult()
-        self._load_users()
-        self._rater_by_email = {email: rid for rid, email in self.store.rater_emails().items()}
-        self._stored = self.store.annotation_states()
-        try:
-            return self._reconcile(result)
-        finally:
-            self._rater_by_email = self._stored = None
-
-    def _reconcile(self, result: SyncResult) -> SyncResult:
-        live: set[int] = set()
-        for project in (self.rating_project, self.profile_project):
-            if project is None:
-                continue
-            for task in self.exported_tasks(project):
-                data = task.get("data") or {}
-                for annotation in task.get("annotations") or []:
-                    annotation.setdefault("task", task["id"])
-                    if project == self.rating_project and not annotation.get("was_cancelled"):
-                        live.add(int(annotation["id"]))
-                    self.apply(annotation, data, project, result)
-        for ann_id in set(self._stored) - live:
-            result.deleted += int(self.store.delete_annotation(ann_id))
-        return result
-
-    # -- webhook registration --------------------------------------------------------------------------
-    def ensure_webhooks(self, url: str, headers: dict) -> list[int]:
-        """Register (once per project) the webhook that tells us about annotation changes; returns ids.
-        Running it again changes nothing; a hook with the same URL but other settings is updated, and
-        duplicates (which would deliver every event twice) are removed. `headers`: webhook_headers()."""
-        return [ensure_webhook(self.client, project, url, headers)
-                for project in (self.rating_project, self.profile_project) if project is not None]
-
 
 # ---------------------------------------------------------------------------------------------------
 # Celery tasks. Transient failures (Label Studio down, 5xx) are retried with exponential backoff.
@@ -377,33 +59,15 @@ def _count_new(rt: Runtime, result: SyncResult) -> None:
         request_retrain(app, f"{total} new annotations", rt.jobs.retrain_min_interval)
 
 
-_redis_clients: dict = {}
-
-
-def _redis(url: str):
-    import redis
-
-    if url not in _redis_clients:
-        _redis_clients[url] = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=2.0)
-    return _redis_clients[url]
-
-
 def backlog(conn=None) -> dict[str, int]:
     """What the sync has not read yet: annotations named by webhooks, deletions to verify."""
-    conn = conn or _redis(get_app().conf.broker_url)
+    conn = conn or redis_client(get_app().conf.broker_url)
     return {"pending": int(conn.scard(PENDING_KEY)), "deleted": int(conn.scard(DELETED_KEY))}
 
 
-def _schedule_drain(conn) -> bool:
+def _schedule_drain(app) -> bool:
     """Queue one drain job unless one is queued or running. True when this call queued it."""
-    if not conn.set(SCHEDULED_KEY, 1, nx=True, ex=SCHEDULED_TTL):
-        return False
-    try:
-        get_app().send_task(names.SYNC_PENDING, retry=False, ignore_result=True)
-    except Exception:
-        conn.delete(SCHEDULED_KEY)  # nothing was queued: let the next event try again
-        raise
-    return True
+    return queue_once(app, SCHEDULED_KEY, SCHEDULED_TTL, names.SYNC_PENDING)
 
 
 def _take(conn, key: str) -> list[str]:
@@ -423,15 +87,8 @@ def drain_pending(rt: Runtime, conn) -> SyncResult:
         if not pending and not deleted:
             return total
         try:
-            by_project: dict[int, dict[int, set[int]]] = {}
-            for member in pending:
-                project, task, annotation = (int(x) for x in member.split(":"))
-                by_project.setdefault(project, {}).setdefault(task, set()).add(annotation)
-            for project, tasks in by_project.items():
-                syncer.sync_tasks(project, tasks, total)
-            if deleted:
-                one = syncer.delete_annotations([int(a) for a in deleted])
-                total.deleted += one.deleted
+            named = [tuple(int(x) for x in member.split(":")) for member in pending]
+            syncer.sync_named(named, [int(a) for a in deleted], total)
         except BaseException:
             # Put them back for the retry (the reconciliation would catch them up anyway).
             if pending:
@@ -444,13 +101,14 @@ def drain_pending(rt: Runtime, conn) -> SyncResult:
 @shared_task(name=names.SYNC_PENDING, **RETRY)
 def sync_pending_task() -> dict:
     rt = current_runtime()
-    conn = _redis(get_app().conf.broker_url)
+    app = get_app()
+    conn = redis_client(app.conf.broker_url)
     # On failure the flag stays (and expires): the retry of this job drains what was put back.
     result = _run(lambda: drain_pending(rt, conn))
     conn.delete(SCHEDULED_KEY)
     # An event that arrived after the last round but saw the flag still set: drain it too.
     if conn.scard(PENDING_KEY) or conn.scard(DELETED_KEY):
-        _schedule_drain(conn)
+        _schedule_drain(app)
     _count_new(rt, result)
     if result.invalid:
         log.warning("sync skipped %d invalid annotations, first: %s", len(result.invalid), result.invalid[0])
@@ -488,90 +146,32 @@ def reconcile_task(self) -> dict:
     return {**result.as_dict(), "retries": self.request.retries}
 
 
-def _broker():
-    """This process's jobs app, with a broker (a home's private Redis may have started after it was built)."""
-    app = get_app()
-    if not app.conf.broker_url:
-        # Built before this home's private Redis was started: look again (never start one here).
-        from sense7.tasks.redis_local import RedisUnavailable, redis_url
-
-        url = redis_url(app.conf.sense7_settings)
-        if not url:
-            raise RedisUnavailable("no Redis: set SENSE7_REDIS_URL or start the jobs with `sense7 worker`")
-        app = configure(app.conf.sense7_settings, url)
-    return app
-
-
-def _enqueue(name: str, args: tuple = (), kwargs: dict | None = None) -> None:
-    # retry=False: fail at once when Redis is down (the reconciliation catches up later); ignore_result:
-    # nobody waits for a webhook's job, and subscribing to its result would tie this process to the
-    # result backend's connection state.
-    _broker().send_task(name, args=args, kwargs=kwargs, retry=False, ignore_result=True)
-
-
-def _int(value, what: str) -> int:
-    from sense7.labelstudio.protocol import MalformedEvent
-
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
-        raise MalformedEvent(f"every annotation needs an integer '{what}'")
-    return int(value)
-
-
-def _named_annotations(payload: dict, action: str) -> list[tuple[int, int | None]]:
-    """(annotation id, task id or None) for every annotation an event names; MalformedEvent when it
-    names none the way its action should."""
-    from sense7.labelstudio.protocol import MalformedEvent
-
-    if action in ("ANNOTATION_CREATED", "ANNOTATION_UPDATED"):
-        items = [payload.get("annotation")]
-    else:
-        items = payload.get("annotations")
-        if not isinstance(items, list) or not items:
-            raise MalformedEvent(f"{action}: 'annotations' must be a non-empty list of {{id}} objects")
-    named = []
-    for item in items:
-        if not isinstance(item, dict):
-            raise MalformedEvent(f"{action}: every annotation needs an integer 'id'")
-        task = item.get("task")
-        task = task.get("id") if isinstance(task, dict) else task
-        named.append((_int(item.get("id"), "id"), None if task is None else _int(task, "task")))
-    return named
-
-
-def _project_of(payload: dict) -> int | None:
-    project = payload.get("project")
-    project = project.get("id") if isinstance(project, dict) else project
-    try:
-        return int(project)
-    except (TypeError, ValueError):
-        return None
-
-
 def on_event(action: str, payload: dict) -> dict:
     """The ML backend's /webhook calls this: it only notes what changed (never touches Label Studio or the
     store), so the webhook answers well within Label Studio's 1 s timeout. An event carries no authority:
     it only names annotations for the drain job to re-read from Label Studio. Returns what was noted and
     whether a drain job was queued; raises MalformedEvent (400) for a payload that names no annotation,
     and a broker error (503) when Redis is unreachable."""
-    payload = payload if isinstance(payload, dict) else {}
-    if action in ("ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"):
-        named = _named_annotations(payload, action)
-        project = _project_of(payload)
-        conn = _redis(_broker().conf.broker_url)
-        if action == "ANNOTATIONS_DELETED":
-            conn.sadd(DELETED_KEY, *[str(a) for a, _ in named])
+    if action in WEBHOOK_ACTIONS:
+        event = parse_annotation_event(action, payload)
+        app = broker_app()
+        conn = redis_client(app.conf.broker_url)
+        if event.deletes:
+            conn.sadd(DELETED_KEY, *[str(a) for a, _ in event.annotations])
         else:
-            members = [f"{project}:{task}:{a}" for a, task in named if project is not None and task is not None]
+            project = event.project
+            members = [f"{project}:{task}:{a}" for a, task in event.annotations
+                       if project is not None and task is not None]
             if members:
                 conn.sadd(PENDING_KEY, *members)
             # An event without its task or project (not what Label Studio sends): verify it on its own.
-            orphans = [str(a) for a, task in named if project is None or task is None]
-            for annotation in orphans:
-                _enqueue(names.SYNC_ANNOTATION, (int(annotation),))
-        queued = _schedule_drain(conn)
-        return {"enqueued": [names.SYNC_PENDING] if queued else [], "annotations": [a for a, _ in named]}
+            for annotation, task in event.annotations:
+                if project is None or task is None:
+                    enqueue(names.SYNC_ANNOTATION, (int(annotation),))
+        queued = _schedule_drain(app)
+        return {"enqueued": [names.SYNC_PENDING] if queued else [], "annotations": [a for a, _ in event.annotations]}
     if action == "START_TRAINING":
         # Only reaches here with the backend's basic auth (ml_backend/app.py): Label Studio's "Start training".
-        _enqueue(names.RETRAIN, kwargs={"reason": "START_TRAINING"})
+        enqueue(names.RETRAIN, kwargs={"reason": "START_TRAINING"})
         return {"enqueued": [names.RETRAIN]}
     return {"enqueued": []}

@@ -218,11 +218,10 @@ class Retrainer:
 @contextmanager
 def retrain_lock(redis_url: str, ttl: float = 120.0):
     """Hold the Redis lock for the duration, renewing its TTL every ttl/3 s; raise RetrainBusy if taken."""
-    import redis
+    from sense7.tasks.broker import redis_client, release, try_lock
 
-    conn = redis.Redis.from_url(redis_url)
-    lock = conn.lock(LOCK_NAME, timeout=ttl, blocking=False)
-    if not lock.acquire():
+    lock = try_lock(redis_client(redis_url), LOCK_NAME, ttl)
+    if lock is None:
         raise RetrainBusy("another retrain is running")
     stop = threading.Event()
 
@@ -240,10 +239,7 @@ def retrain_lock(redis_url: str, ttl: float = 120.0):
     finally:
         stop.set()
         keeper.join(timeout=5)
-        try:
-            lock.release()
-        except Exception:
-            pass
+        release(lock)
 
 
 def run_retrain(runtime, redis_url: str, reason: str) -> dict:

@@ -15,10 +15,10 @@ class JobWaitTimeout(RuntimeError):
 
 def queue_depths(app=None) -> dict[str, int]:
     """Jobs waiting in each sense7 queue (and Celery's default one), read from the Redis broker."""
-    from sense7.tasks.sync import _redis
+    from sense7.tasks.broker import redis_client
 
     app = app or get_app()
-    conn = _redis(app.conf.broker_url)
+    conn = redis_client(app.conf.broker_url)
     # With the Redis transport a queue is a list named after it (priority steps would add suffixed keys,
     # which sense7 does not configure).
     return {queue: int(conn.llen(queue)) for queue in [*sorted(set(QUEUES.values())), "celery"]}

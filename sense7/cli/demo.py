@@ -173,7 +173,7 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
 
     configure(cfg, redis_url)  # this process sends jobs to the same broker as the worker
     from sense7.labelstudio.protocol import webhook_headers
-    from sense7.tasks.sync import LabelSync
+    from sense7.labelstudio.label_sync import LabelSync
     from sense7.tasks.training import Retrainer
     client = ls_client.connect(cfg)
     with phases.phase("rating and profile projects"):

@@ -117,7 +117,7 @@ def sync(
         _enqueue(names.RECONCILE)
         return
     from sense7.labelstudio.protocol import webhook_headers
-    from sense7.tasks.sync import LabelSync
+    from sense7.labelstudio.label_sync import LabelSync
 
     rt = _runtime()
     with label_studio_errors(cfg), _SdkErrors():

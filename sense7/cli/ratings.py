@@ -91,7 +91,7 @@ def revert(change: int = typer.Argument(..., help="The change's id (#N in `sense
     from label_studio_sdk.core.api_error import ApiError
 
     from sense7.tasks.runtime import Runtime, describe_error
-    from sense7.tasks.sync import LabelSync
+    from sense7.labelstudio.label_sync import LabelSync
 
     cfg = settings()
     with label_studio_errors(cfg):

@@ -3,8 +3,9 @@
 - task data: built from conversations (`rating_tasks`, `profile_task`) and validated (`task_problem`);
   DESIGN.md describes the shape, and `sense7.data.items.task_columns` reads it back into model items;
 - annotations parsed into ratings and questionnaire answers (`parse_annotation`, ...);
-- webhooks: the actions we listen to, the headers they carry and their idempotent registration, and the
-  ML backend's registration on a project (`connect_backend`).
+- webhooks: the actions we listen to, their payloads parsed (`parse_annotation_event`), the headers they
+  carry and their idempotent registration, and the ML backend's registration on a project
+  (`connect_backend`).
 
 Functions that talk to Label Studio take its SDK client as an argument: this module imports no client.
 """
@@ -22,6 +23,8 @@ from sense7.taxonomy import PROFILE_OBJECT_TAG, TURN_TAG, Taxonomy
 
 # START_TRAINING is not a webhook action: Label Studio's ML API sends it to the backend's /webhook itself.
 WEBHOOK_ACTIONS = ["ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_CREATED", "ANNOTATIONS_DELETED"]
+SINGLE_ANNOTATION_ACTIONS = ("ANNOTATION_CREATED", "ANNOTATION_UPDATED")  # payload: {"annotation": {...}}
+DELETION_ACTION = "ANNOTATIONS_DELETED"
 SECRET_HEADER = "X-Sense7-Secret"
 BACKEND_TITLE = "sense7 rater model"
 REQUIRED_TASK_FIELDS = ("conversation_id", "turn_index", "rater_id", "turn")
@@ -59,6 +62,16 @@ def rating_tasks(conversation: Conversation) -> list[dict]:
 
 def profile_task(rater_id: str) -> dict:
     return {"data": {"task_key": f"profile::{rater_id}", "rater_id": rater_id, "intro": PROFILE_INTRO}}
+
+
+def user_id(value) -> int | None:
+    """A Label Studio user reference (an id, or an inlined user object, as `completed_by` may be) as its
+    id; None when it is neither."""
+    if isinstance(value, dict):
+        value = value.get("id")
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
+        return None
+    return int(value)
 
 
 def _single_choice(item: dict) -> str | None:
@@ -167,6 +180,55 @@ def iso_time(value) -> str:
 
 # ---------------------------------------------------------------------------------------------------
 # Webhooks and the ML backend's registration
+
+@dataclass(frozen=True)
+class AnnotationEvent:
+    """What an annotation webhook names (it carries no authority: the sync re-reads Label Studio)."""
+    action: str
+    project: int | None
+    annotations: list[tuple[int, int | None]]  # (annotation id, task id or None)
+
+    @property
+    def deletes(self) -> bool:
+        return self.action == DELETION_ACTION
+
+
+def _event_int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
+        raise MalformedEvent(f"every annotation needs an integer '{what}'")
+    return int(value)
+
+
+def _event_project(payload: dict) -> int | None:
+    project = payload.get("project")
+    project = project.get("id") if isinstance(project, dict) else project
+    try:
+        return int(project)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_annotation_event(action: str, payload) -> AnnotationEvent:
+    """The annotations (with their tasks when given) and the project an event of one of WEBHOOK_ACTIONS
+    names; MalformedEvent when it names none the way its action should."""
+    if action not in WEBHOOK_ACTIONS:
+        raise ValueError(f"{action} is not an annotation webhook")
+    payload = payload if isinstance(payload, dict) else {}
+    if action in SINGLE_ANNOTATION_ACTIONS:
+        items = [payload.get("annotation")]
+    else:
+        items = payload.get("annotations")
+        if not isinstance(items, list) or not items:
+            raise MalformedEvent(f"{action}: 'annotations' must be a non-empty list of {{id}} objects")
+    named = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise MalformedEvent(f"{action}: every annotation needs an integer 'id'")
+        task = item.get("task")
+        task = task.get("id") if isinstance(task, dict) else task
+        named.append((_event_int(item.get("id"), "id"), None if task is None else _event_int(task, "task")))
+    return AnnotationEvent(action, _event_project(payload), named)
+
 
 def webhook_headers(settings) -> dict:
     """What every webhook of ours sends to the ML backend's /webhook: the shared secret, and basic auth

@@ -1,5 +1,6 @@
-"""Raters in Label Studio without a login of their own: their attribution accounts, their queue of tasks,
-and their answers written as annotations.
+"""Raters in Label Studio without a login of their own: their attribution accounts, their queue of tasks
+(copied into the store for the rater page: `copy_queues`, `copy_queue`), and their answers written as
+annotations.
 
 A rater rates on sense7's rater page, never in Label Studio. So that Label Studio (the system of record)
 credits each annotation to its rater explicitly, every rater has an *attribution account*: a Label Studio
@@ -17,10 +18,11 @@ from typing import Any
 
 from label_studio_sdk import LabelStudio
 
+from sense7.data.raterpage import RaterQueue
 from sense7.data.store import Store
 from sense7.data.study_design import SHOWN, arm_of
 from sense7.labelstudio.client import list_tasks
-from sense7.labelstudio.protocol import parse_annotation
+from sense7.labelstudio.protocol import parse_annotation, parse_profile_annotation, user_id
 from sense7.taxonomy import Taxonomy
 
 RESERVED_DOMAIN = "raters.sense7.invalid"  # RFC 2606: never a real mailbox
@@ -62,12 +64,6 @@ def ensure_account(client: LabelStudio, store: Store, rater_id: str) -> int:
     return ensure_accounts(client, store, [rater_id])[rater_id]
 
 
-def _user_id(value) -> int | None:
-    if isinstance(value, dict):
-        value = value.get("id")
-    return int(value) if isinstance(value, (int, str)) and str(value).isdigit() else None
-
-
 def _rater_filter(rater_id: str) -> str:
     return json.dumps({"filters": {"conjunction": "and", "items": [
         {"filter": "filter:tasks:data.rater_id", "operator": "equal", "type": "String", "value": rater_id}]}})
@@ -81,8 +77,6 @@ def _answer_from(annotation: dict | None, taxonomy: Taxonomy, kind: str) -> dict
     if annotation is None:
         return None
     if kind == "profile":
-        from sense7.labelstudio.protocol import parse_profile_annotation
-
         return {"traits": parse_profile_annotation(annotation.get("result") or [], taxonomy)}
     values, expectation, comment = parse_annotation(annotation.get("result") or [], taxonomy)
     return {"values": values, "expectation": expectation, "comment": comment}
@@ -93,7 +87,7 @@ def _queue_item(task, kind: str, account: int | None, taxonomy: Taxonomy) -> dic
     their account; annotations by anyone else are never shown to the rater)."""
     data = dict(task.data or {})
     annotations = [dict(a) for a in (task.annotations or [])
-                   if account is not None and _user_id(dict(a).get("completed_by")) == account
+                   if account is not None and user_id(dict(a).get("completed_by")) == account
                    and not dict(a).get("was_cancelled")]
     item: dict[str, Any] = {"task_id": task.id, "kind": kind, "prediction": None,
                             "answer": _answer_from(_latest(annotations, "updated_at"), taxonomy, kind),
@@ -151,6 +145,30 @@ def fetch_all_queues(client: LabelStudio, rating_project: int, profile_project: 
     return {rater: _in_order(items) for rater, items in found.items()}
 
 
+def copy_queues(client: LabelStudio, store: Store, rating_project: int, profile_project: int | None,
+                taxonomy: Taxonomy, rater_ids) -> int:
+    """Copy these raters' queues from Label Studio into the store (sense7.data.raterpage.RaterQueue), in one
+    pass over both projects (fetch_all_queues); returns the raters copied. The queue job's work."""
+    accounts = ensure_accounts(client, store, sorted(rater_ids))
+    queues = fetch_all_queues(client, rating_project, profile_project, accounts, taxonomy)
+    queue = RaterQueue(store)
+    for rater, items in queues.items():
+        queue.replace(rater, items)
+    return len(queues)
+
+
+def copy_queue(client: LabelStudio, store: Store, rating_project: int, profile_project: int | None,
+               taxonomy: Taxonomy, rater_id: str, account: int | None = None) -> int:
+    """Copy one rater's queue into the store with a filtered query (fetch_queue): what the rater page does
+    when a rater without a copy opens their link. `account`: the rater's attribution account when the
+    caller knows it (it never changes); returns it, so the caller can keep it."""
+    if account is None:
+        account = ensure_account(client, store, rater_id)
+    RaterQueue(store).replace(rater_id, fetch_queue(client, rating_project, profile_project, rater_id, account,
+                                                    taxonomy))
+    return account
+
+
 def write_annotation(client: LabelStudio, task_id: int, account: int, result: list[dict],
                      lead_time: float | None, known: int | None = None, check: bool = True) -> int:
     """Write the rater's answer to the task; returns the annotation id.
@@ -165,7 +183,7 @@ def write_annotation(client: LabelStudio, task_id: int, account: int, result: li
         current = {"id": known}
     elif check:
         task = client.tasks.get(task_id)
-        own = [dict(a) for a in (task.annotations or []) if _user_id(dict(a).get("completed_by")) == account]
+        own = [dict(a) for a in (task.annotations or []) if user_id(dict(a).get("completed_by")) == account]
         current = _latest(own, "updated_at")
     if current is None:
         return client.annotations.create(task_id, result=result, completed_by=account, **extra).id

@@ -14,9 +14,8 @@ from sense7.settings import Settings
 
 def queue_refresher(settings: Settings, store, taxonomy):
     """refresh_queue(rater_id) -> bool for the page: False when Label Studio cannot be reached."""
-    from sense7.data.raterpage import RaterQueue
     from sense7.labelstudio.client import connect, ensure_projects
-    from sense7.labelstudio.rater_accounts import ensure_account, fetch_queue
+    from sense7.labelstudio.rater_accounts import copy_queue
 
     state: dict = {}
     accounts: dict[str, int] = {}  # a rater's attribution account never changes: looked up once per process
@@ -27,15 +26,12 @@ def queue_refresher(settings: Settings, store, taxonomy):
                 state["client"] = connect(settings, timeout=20.0)
                 state["projects"] = ensure_projects(state["client"], settings, taxonomy)
             client, (rating, profile) = state["client"], state["projects"]
-            if rater_id not in accounts:
-                accounts[rater_id] = ensure_account(client, store, rater_id)
-            account = accounts[rater_id]
-            items = fetch_queue(client, rating, profile, rater_id, account, taxonomy)
+            accounts[rater_id] = copy_queue(client, store, rating, profile, taxonomy, rater_id,
+                                            accounts.get(rater_id))
         except Exception as exc:  # Label Studio down or refusing: serve the copy the store has
             logging.getLogger(__name__).warning("queue refresh failed: %s", type(exc).__name__)
             state.clear()
             return False
-        RaterQueue(store).replace(rater_id, items)
         return True
 
     return refresh

@@ -184,10 +184,9 @@ CHECKED_FOLDERS = ("sense7", "tasks", "ml_backend", "labeling_config", "scripts"
 OUR_ROOTS = ("sense7", "tasks", "ml_backend", "labeling_config")
 # namedtuple's public API happens to start with an underscore.
 NAMEDTUPLE_API = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}
-# Known offenders of the other half of issue 22 (tasks/sync.py's Redis client cache, the demo's internals
-# used by the benchmark scripts, the scripts' use of tests/jobs/helpers.py): removed when i22b lands.
-PENDING_I22B_PRIVATE = {("tasks/delivery.py", "_redis"), ("tasks/waiting.py", "_redis"),
-                        ("scripts/bench_rater_page.py", "_child_env"), ("scripts/bench_sync.py", "_child_env")}
+# Known offenders of the other half of issue 22 (the demo's internals used by the benchmark scripts, the
+# scripts' use of tests/jobs/helpers.py): removed when i22b lands.
+PENDING_I22B_PRIVATE = {("scripts/bench_rater_page.py", "_child_env"), ("scripts/bench_sync.py", "_child_env")}
 PENDING_I22B_SCRIPTS_IMPORTING_TESTS = {"scripts/bench_jobs.py", "scripts/bench_sync.py",
                                         "scripts/bench_rater_page.py"}
 

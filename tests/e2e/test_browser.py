@@ -92,7 +92,7 @@ def preannotated_project(label_studio, tmp_path):
 def test_rater_sees_the_turn_dimensions_and_preannotation_then_submits_and_it_syncs(label_studio,
                                                                                     preannotated_project):
     from playwright.sync_api import sync_playwright
-    from sense7.tasks.sync import LabelSync
+    from sense7.labelstudio.label_sync import LabelSync
 
     settings, store, project, conversation, tax = preannotated_project
     client = label_studio.client

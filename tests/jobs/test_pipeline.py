@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sense7.tasks.sync import LabelSync
+from sense7.labelstudio.label_sync import LabelSync
 from sqlalchemy import select
 
 from sense7.data.store import annotations as annotations_table

@@ -104,7 +104,7 @@ def test_label_studio_and_store_on_postgresql(pg_stack):
     assert "annotations" in inspect(rt.store.engine).get_table_names()
     pg_stack.start_backend()
     pg_stack.start_worker()
-    from sense7.tasks.sync import LabelSync
+    from sense7.labelstudio.label_sync import LabelSync
 
     from sense7.labelstudio.protocol import webhook_headers
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from sense7.tasks.sync import LabelSync
+from sense7.labelstudio.label_sync import LabelSync
 
 from sense7.data.store import Store
 from sense7.labelstudio.client import create_profile_project, create_rating_project

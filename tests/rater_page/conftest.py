@@ -76,7 +76,7 @@ def build(stack, per_rater: int = 2, turns: int = 3, worker_env: dict | None = N
           page_env: dict | None = None) -> RaterPageStack:
     """Two raters (a1, b1) with conversations in Label Studio, questionnaire tasks, webhooks, a worker,
     the backend, the rater page and one link each."""
-    from sense7.tasks.sync import LabelSync
+    from sense7.labelstudio.label_sync import LabelSync
 
     rt = stack.runtime()
     raters = make_raters(2, prefix="pg")
@@ -133,7 +133,7 @@ def serve_study(stack, rater_ids: list[str]) -> tuple[str, dict[str, str]]:
     """The backend receiving webhooks, a worker with beat, the rater page and a link per rater, their
     queues copied: (page URL, rater_id -> link)."""
     from sense7.tasks.delivery import refresh_queues
-    from sense7.tasks.sync import LabelSync
+    from sense7.labelstudio.label_sync import LabelSync
 
     rt = stack.runtime()
     stack.start_backend()
