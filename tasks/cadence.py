@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 
-import redis
+from sense7.tasks.broker import redis_client
 
 NEW_RATINGS_KEY = "sense7:new-annotations-since-retrain"
 REQUESTED_KEY = "sense7:retrain:requested"   # a triggered retrain is queued (cleared when it runs)
@@ -43,7 +43,7 @@ def note_new_ratings(redis_url: str, count: int, every: int, model_dir=None) -> 
     """Add `count` new ratings; returns the total when it reached the threshold (and resets it), else None."""
     if not every or not count:
         return None
-    conn = redis.Redis.from_url(redis_url)
+    conn = redis_client(redis_url)
     total = conn.incrby(NEW_RATINGS_KEY, count)
     if total < retrain_threshold(every, _served_items(model_dir)):
         return None
@@ -56,7 +56,7 @@ def request_retrain(app, reason: str, min_interval: float) -> bool:
     `min_interval` seconds after the last one finished. True when this call queued it."""
     from sense7.tasks import names
 
-    conn = redis.Redis.from_url(app.conf.broker_url)
+    conn = redis_client(app.conf.broker_url)
     last = float(conn.get(LAST_KEY) or 0)
     wait = max(0.0, last + min_interval - time.time())
     if not conn.set(REQUESTED_KEY, reason, nx=True, ex=int(wait) + 3600):
@@ -67,7 +67,7 @@ def request_retrain(app, reason: str, min_interval: float) -> bool:
 
 def retrain_finished(redis_url: str, trained: bool = True) -> None:
     """A retrain ran: the next trigger may queue another; a real one restarts the count and the interval."""
-    conn = redis.Redis.from_url(redis_url)
+    conn = redis_client(redis_url)
     if trained:
         conn.set(NEW_RATINGS_KEY, 0)
         conn.set(LAST_KEY, time.time())
