@@ -21,9 +21,8 @@ import logging
 from celery import shared_task
 from sense7.tasks import names
 from sense7.tasks.celery_app import get_app
-from sense7.tasks.runtime import Runtime, as_retryable, current_runtime, describe_error, transient
+from sense7.tasks.runtime import RETRY, Runtime, as_retryable, current_runtime, describe_error, transient
 from sense7.tasks.broker import queue_once, redis_client, release, try_lock
-from sense7.tasks.sync import RETRY
 
 log = logging.getLogger(__name__)
 

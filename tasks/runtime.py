@@ -22,6 +22,9 @@ class LabelStudioUnavailable(RuntimeError):
 
 
 TRANSIENT_ERRORS = (LabelStudioUnavailable, httpx.TransportError, ConnectionError)
+# The Celery options of every job that talks to Label Studio: retried when it is unavailable (backoff,
+# retries and time limits come from the settings: celery_app.celery_config).
+RETRY = {"autoretry_for": (LabelStudioUnavailable,), "retry_jitter": False}
 
 
 def describe_error(exc: BaseException) -> str:

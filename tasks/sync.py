@@ -13,7 +13,7 @@ from sense7.tasks import names
 from sense7.tasks.broker import broker_app, enqueue, queue_once, redis_client
 from sense7.tasks.cadence import note_new_ratings
 from sense7.tasks.celery_app import get_app
-from sense7.tasks.runtime import LabelStudioUnavailable, Runtime, as_retryable, current_runtime
+from sense7.tasks.runtime import RETRY, Runtime, as_retryable, current_runtime
 
 from sense7.labelstudio.label_sync import LabelSync, SyncResult
 from sense7.labelstudio.protocol import WEBHOOK_ACTIONS, parse_annotation_event, webhook_headers
@@ -28,8 +28,6 @@ log = logging.getLogger(__name__)
 # Label Studio request. A burst of 1,000 events is then a handful of requests, not 2,000, and replayed or
 # forged events add nothing but a re-read of what Label Studio holds.
 
-# Retry backoff, retries and time limits come from the settings (celery_app.celery_config).
-RETRY = {"autoretry_for": (LabelStudioUnavailable,), "retry_jitter": False}
 PENDING_KEY = "sense7:sync:pending"      # set of "project:task:annotation" named by webhooks
 DELETED_KEY = "sense7:sync:deleted"      # set of annotation ids a deletion webhook named
 SCHEDULED_KEY = "sense7:sync:scheduled"  # a drain job is queued or running (expires if its worker dies)
