@@ -1,4 +1,4 @@
-"""The package map of docs/DESIGN.md, enforced: imports flow one way (cli -> jobs/backend -> research ->
+"""The package map of docs/DESIGN.md, enforced: imports flow one way (cli -> stack -> jobs/backend/rater page -> research ->
 model and Label Studio adapters -> data -> core), the jobs and the backend do not import each other's
 entry points, the model and Label Studio adapters do not import each other, no module import circle (lazy
 imports inside functions count too), what gets installed lives under the one name `sense7`, a private name
@@ -25,7 +25,8 @@ LAYERS = {
     "sense7.model": 2, "sense7.labelstudio": 2,
     "sense7.research": 3,
     "sense7.tasks": 4, "sense7.ml_backend": 4, "sense7.rater_page": 4,
-    "sense7.cli": 5,
+    "sense7.stack": 5,
+    "sense7.cli": 6,
 }
 # Siblings on one layer stay apart, but for these: pre-annotation jobs predict with the backend's model
 # module (the same code that answers /predict), never with its Flask app.
