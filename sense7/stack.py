@@ -118,8 +118,10 @@ class Stack:
 
     def start_backend(self, workers: int | None = None, threads: int | None = None) -> ServiceStatus:
         """The ML backend (gunicorn), its webhooks handed to the sync job. From here on this process's
-        environment is the stack's, so what it starts later (and reads from the environment) agrees."""
-        os.environ.update(self.environment())
+        environment is the stack's, so what it starts later (and reads from the environment) agrees. A stack
+        without a broker (a load test of the backend alone) serves predictions only."""
+        if self.redis_url is not None:
+            os.environ.update(self.environment())
         if self.backend.status().running:
             return self.backend.status()
         status = self.backend.start(workers, threads)

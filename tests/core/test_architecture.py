@@ -1,5 +1,5 @@
-"""The package map of docs/DESIGN.md, enforced: imports flow one way (cli -> stack -> jobs/backend/rater page -> research ->
-model and Label Studio adapters -> data -> core), the jobs and the backend do not import each other's
+"""The package map of docs/DESIGN.md, enforced: imports flow one way (cli -> stack -> jobs/backend/rater page ->
+research -> model and Label Studio adapters -> data -> core), the jobs and the backend do not import each other's
 entry points, the model and Label Studio adapters do not import each other, no module import circle (lazy
 imports inside functions count too), what gets installed lives under the one name `sense7`, a private name
 (`_x`) never crosses a module, and the benchmark scripts do not depend on the test tree."""
@@ -185,12 +185,8 @@ CHECKED_FOLDERS = ("sense7", "tasks", "ml_backend", "labeling_config", "scripts"
 OUR_ROOTS = ("sense7", "tasks", "ml_backend", "labeling_config")
 # namedtuple's public API happens to start with an underscore.
 NAMEDTUPLE_API = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}
-# Known offenders of the other half of issue 22 (tasks/sync.py's Redis client cache, the demo's internals
-# used by the benchmark scripts, the scripts' use of tests/jobs/helpers.py): removed when i22b lands.
-PENDING_I22B_PRIVATE = {("tasks/delivery.py", "_redis"), ("tasks/waiting.py", "_redis"),
-                        ("scripts/bench_rater_page.py", "_child_env"), ("scripts/bench_sync.py", "_child_env")}
-PENDING_I22B_SCRIPTS_IMPORTING_TESTS = {"scripts/bench_jobs.py", "scripts/bench_sync.py",
-                                        "scripts/bench_rater_page.py"}
+# Known offenders of the other half of issue 22 (tasks/sync.py's Redis client cache): removed when it lands.
+PENDING_I22B_PRIVATE = {("tasks/delivery.py", "_redis"), ("tasks/waiting.py", "_redis")}
 
 
 def _sources() -> dict[str, str]:
@@ -291,10 +287,7 @@ def test_no_private_name_crosses_a_module():
 def test_scripts_do_not_import_the_test_tree():
     """Benchmarks start what they measure themselves (a test fixture may change under them)."""
     offenders = {path: imports_of_the_test_tree(source) for path, source in SOURCES.items() if path.startswith("scripts/")}
-    offenders = {path: uses for path, uses in offenders.items() if uses}
-    assert set(offenders) - PENDING_I22B_SCRIPTS_IMPORTING_TESTS == set()
-    assert set(offenders) == PENDING_I22B_SCRIPTS_IMPORTING_TESTS, \
-        "fixed: remove them from PENDING_I22B_SCRIPTS_IMPORTING_TESTS"
+    assert {path: uses for path, uses in offenders.items() if uses} == {}
 
 
 PLANTED_PRIVATE = [
