@@ -84,7 +84,7 @@ def main() -> None:
         started = time.perf_counter()
         result = syncer.reconcile()
         seconds = time.perf_counter() - started
-        assert result.upserted == len(labeled) and result.by_task_rater == 0, result.as_dict()
+        assert result.upserted == len(labeled) and result.quarantined == 0, result.as_dict()
         figures["reconcile_first"] = {"annotations": result.upserted, "seconds": round(seconds, 2),
                                       "annotations_per_s": round(result.upserted / seconds, 1)}
         started = time.perf_counter()

@@ -28,7 +28,7 @@ from datetime import timezone
 import httpx
 import numpy as np
 
-from benchkit import argument_parser, emit, fresh_home, logger
+from benchkit import argument_parser, emit, fresh_home, label_studio_and_broker, logger
 
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
 ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
@@ -141,9 +141,7 @@ def main() -> None:
     from sense7.tasks.sync import LabelSync
 
     from sense7.data.raterpage import LinkBook, Outbox
-    from sense7.data.store import Store
     from sense7.data.toy_study import make_conversations, make_raters
-    from sense7.labelstudio import client as ls_client
     from sense7.labelstudio.importer import import_conversations
     from sense7.labelstudio.protocol import rating_result, webhook_headers
     from sense7.labelstudio.rater_accounts import ensure_accounts
@@ -158,11 +156,7 @@ def main() -> None:
                      "think_s": args.think, "rater_page": f"gunicorn {cfg.rater_page.workers} workers x "
                      f"{cfg.rater_page.threads} threads", "worker_concurrency": 2}
     with Stack(cfg) as stack:
-        stack.start_label_studio()
-        stack.start_redis()
-        client = ls_client.connect(cfg)
-        rating, profile = ls_client.ensure_projects(client, cfg, tax)
-        store = Store(cfg.store_url)
+        client, rating, profile, store = label_studio_and_broker(stack, tax)
         raters = make_raters(args.raters, tax, prefix="bp")
         store.upsert_raters(raters)
         ids = [r["rater_id"] for r in raters]

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from benchkit import argument_parser, emit, fresh_home, logger, toy_annotation
+from benchkit import argument_parser, emit, fresh_home, label_studio_and_broker, logger, toy_annotation
 
 log = logger("bench_sync")
 
@@ -133,9 +133,7 @@ def main() -> None:
                      **({"SENSE7_LS_DATABASE_URL": args.ls_database_url} if args.ls_database_url else {}))
     from sense7.tasks.sync import LabelSync, backlog
 
-    from sense7.data.store import Store
     from sense7.data.toy_study import make_conversations, make_raters
-    from sense7.labelstudio import client as ls_client
     from sense7.labelstudio.client import import_tasks
     from sense7.labelstudio.protocol import rating_tasks, webhook_headers
     from sense7.labelstudio.rater_accounts import ensure_users
@@ -149,11 +147,7 @@ def main() -> None:
     worker_args = ("--without-gossip", "--without-mingle")
     with Stack(cfg) as stack:
         log("starting Label Studio, Redis, the ML backend (webhooks) and the worker")
-        stack.start_label_studio()
-        stack.start_redis()
-        client = ls_client.connect(cfg)
-        rating, profile = ls_client.ensure_projects(client, cfg, tax)
-        store = Store(cfg.store_url)
+        client, rating, profile, store = label_studio_and_broker(stack, tax)
         raters = make_raters(args.raters, tax, prefix="s")
         store.upsert_raters(raters)
         users = ensure_users(client, {r["rater_id"]: r["email"] for r in raters})

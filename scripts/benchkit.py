@@ -60,6 +60,18 @@ def fresh_home(prefix: str, **env: str) -> Settings:
     return Settings.from_env()
 
 
+def label_studio_and_broker(stack, taxonomy: Taxonomy):
+    """Start the stack's Label Studio and Redis; (client, rating project, profile project, store)."""
+    from sense7.data.store import Store
+    from sense7.labelstudio import client as ls_client
+
+    stack.start_label_studio()
+    stack.start_redis()
+    client = ls_client.connect(stack.cfg)
+    rating, profile = ls_client.ensure_projects(client, stack.cfg, taxonomy)
+    return client, rating, profile, Store(stack.cfg.store_url)
+
+
 def toy_annotation(turn_text: str, taxonomy: Taxonomy, bias: int = 0) -> list[dict]:
     """A full rating annotation of a toy-study turn (sense7.data.toy_study): warm turns high, cold ones low,
     shifted by the rater's bias."""

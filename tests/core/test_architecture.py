@@ -25,8 +25,8 @@ LAYERS = {
     "sense7.model": 2, "sense7.labelstudio": 2,
     "sense7.research": 3,
     "sense7.tasks": 4, "sense7.ml_backend": 4, "sense7.rater_page": 4,
-    "sense7.stack": 5,
-    "sense7.cli": 6,
+    "sense7.stack": 4.5,
+    "sense7.cli": 5,
 }
 # Siblings on one layer stay apart, but for these: pre-annotation jobs predict with the backend's model
 # module (the same code that answers /predict), never with its Flask app.
