@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import requests
 
-from sense7.processes import ManagedProcess, ProcessError, port_is_free
+from sense7.processes import ManagedProcess, ProcessError, ServiceStatus, port_is_free
 from sense7.settings import Settings
 
 GUNICORN_CONF = Path(__file__).with_name("gunicorn_conf.py")
@@ -24,22 +23,6 @@ GUNICORN_CONF = Path(__file__).with_name("gunicorn_conf.py")
 
 class BackendError(RuntimeError):
     """The backend could not be started, or is not the one we expected."""
-
-
-@dataclass
-class BackendStatus:
-    running: bool
-    healthy: bool
-    pid: int | None
-    url: str
-    model_version: str | None
-
-    def describe(self) -> str:
-        if self.running and self.healthy:
-            return f"ML backend is running at {self.url} (pid {self.pid}, model {self.model_version})"
-        if self.running:
-            return f"ML backend (pid {self.pid}) is starting or unhealthy at {self.url}"
-        return "ML backend is not running"
 
 
 class BackendServer:
@@ -67,11 +50,11 @@ class BackendServer:
             return None
         return response.json() if response.status_code == 200 else None
 
-    def status(self) -> BackendStatus:
+    def status(self) -> ServiceStatus:
         pid = self.pid()
         health = self.health() if pid else None
-        return BackendStatus(pid is not None, health is not None, pid, self.url,
-                             health.get("model_version") if health else None)
+        return ServiceStatus("ML backend", pid is not None, health is not None, pid, self.url,
+                             f"model {health.get('model_version')}" if health else None)
 
     def environment(self, workers: int | None = None, threads: int | None = None) -> dict[str, str]:
         env = dict(os.environ)
@@ -87,7 +70,7 @@ class BackendServer:
             env["SENSE7_BACKEND_THREADS"] = str(threads)
         return env
 
-    def start(self, workers: int | None = None, threads: int | None = None) -> BackendStatus:
+    def start(self, workers: int | None = None, threads: int | None = None) -> ServiceStatus:
         running = self.pid()
         if running:
             raise BackendError(f"the ML backend is already running (pid {running}, {self.url}); "

@@ -14,7 +14,6 @@ eight ratings each and no per-task error.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import os
@@ -29,8 +28,7 @@ from pathlib import Path
 
 import requests
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchkit import argument_parser
 
 LUA = r"""
 local bodies = {}
@@ -53,11 +51,12 @@ def prepare(home: Path, n_conversations: int, n_raters: int, seed: int):
     from sense7.labelstudio.importer import plan_tasks
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
+    from sense7.processes import free_port
     from sense7.settings import Settings
     from sense7.taxonomy import load_taxonomy
 
     settings = Settings.from_env({"SENSE7_HOME": str(home), "SENSE7_BACKEND_USER": "bench",
-                                  "SENSE7_BACKEND_PASSWORD": "bench-pass"})
+                                  "SENSE7_BACKEND_PASSWORD": "bench-pass", "SENSE7_BACKEND_PORT": str(free_port())})
     data = synth.generate(n_conversations, n_raters, seed, load_taxonomy(), raters_per_conversation=2)
     started = time.perf_counter()
     bundle = train_bundle(data.rating_data(), "v1", data.taxonomy)
@@ -133,7 +132,7 @@ def parse_wrk(text: str) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, out=False, full_help=True)
     parser.add_argument("--duration", type=int, default=30)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 10])
@@ -148,20 +147,18 @@ def main() -> int:
         print("wrk not found: apt-get install -y wrk", file=sys.stderr)
         return 2
 
-    from sense7.ml_backend.server import BackendServer
-
-    from sense7.processes import free_port
+    from sense7.stack import Stack
     from sense7.taxonomy import load_taxonomy, render_rating_config
 
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     home = Path(tempfile.mkdtemp(prefix="sense7-bench-"))
     settings, tasks = prepare(home, args.conversations, args.raters, args.seed)
     label_config = render_rating_config(load_taxonomy())
-    server = BackendServer(settings, port=free_port())
-    server.start(workers=args.workers, threads=args.threads)
     auth = "Basic " + base64.b64encode(b"bench:bench-pass").decode()
     rows = []
-    try:
+    with Stack(settings) as stack:
+        stack.start_backend(workers=args.workers, threads=args.threads)
+        server = stack.backend
         for batch in args.batches:
             bodies_path = home / f"bodies-{batch}.jsonl"
             bodies = write_bodies(bodies_path, tasks, batch, label_config)
@@ -191,10 +188,8 @@ def main() -> int:
                          worker_cpu="/".join(f"{s:.0f}" for s in used))
             rows.append(stats)
             print(out, file=sys.stderr)
-    finally:
-        server.stop()
-        if not args.keep:
-            shutil.rmtree(home, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(home, ignore_errors=True)
     kind = "sync" if args.threads == 1 else "gthread"
     print(f"gunicorn {args.workers} workers x {args.threads} threads ({kind}), wrk -t2 -c{args.connections} "
           f"-d{args.duration}s, {os.cpu_count()} cores, load average before/after: {load_before} / "

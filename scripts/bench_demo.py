@@ -10,7 +10,6 @@ stack (`sense7 down`) at the end.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -21,6 +20,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from benchkit import argument_parser, emit
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICES = {"label-studio": "Label Studio", "ml-backend": "ML backend", "celery-worker": "Celery worker",
@@ -62,8 +63,7 @@ class RssSampler(threading.Thread):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None)
+    parser = argument_parser(__doc__)
     parser.add_argument("demo_args", nargs="*", help="arguments for `sense7 demo` (after --)")
     args = parser.parse_args()
 
@@ -94,10 +94,7 @@ def main() -> None:
                          "promoted": m.get("promoted")})
     figures["retrains"] = retrains
     subprocess.run([sense7, "down"], env=env, cwd=REPO, capture_output=True)
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit(figures, args.out)
     sys.exit(done.returncode)
 
 

@@ -11,13 +11,14 @@ the repository or the tests; without them the WASSA part is skipped.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
 from sense7.model.catalog import CATALOG
 from sense7.research.evaluation import evaluate, evaluate_items
+
+from benchkit import argument_parser
 
 DEFAULT_WASSA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wassa2024"
 
@@ -121,7 +122,7 @@ def bench_planted(n_conversations: int, n_raters: int, folds: int, boot: int, se
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, out=False, full_help=True)
     parser.add_argument("--wassa", type=Path, default=DEFAULT_WASSA)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--folds", type=int, default=5)

@@ -10,8 +10,6 @@ another fresh project. Prints tasks/s for both and our overhead ratio.
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -21,14 +19,16 @@ from sense7.data.formats import read_conversations
 from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import import_conversations, plan_tasks
-from sense7.labelstudio.server import LabelStudioServer
 from sense7.processes import free_port
 from sense7.settings import Settings
+from sense7.stack import Stack
 from sense7.taxonomy import load_taxonomy
+
+from benchkit import argument_parser, emit
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--raters", type=int, default=40)
     parser.add_argument("--seed", type=int, default=1)
@@ -37,9 +37,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         settings = Settings.from_env({"SENSE7_HOME": str(home), "SENSE7_LS_PORT": str(free_port())})
-        server = LabelStudioServer(settings)
-        server.start()
-        try:
+        with Stack(settings) as stack:
+            stack.start_label_studio()
             tax = load_taxonomy()
             synth.write(synth.generate(args.conversations, args.raters, args.seed, tax), home / "batch")
             client = ls_client.connect(settings, timeout=600)
@@ -60,8 +59,6 @@ def main() -> None:
             start = time.perf_counter()
             again = import_conversations(client, ours, conversations, Store(settings.store_url), taxonomy=tax)
             reimport_s = time.perf_counter() - start
-        finally:
-            server.stop()
     figures = {
         "conversations": args.conversations, "tasks": len(tasks), "created": result.created,
         "sense7_import_s": round(ours_s, 2), "sense7_tasks_per_s": round(len(tasks) / ours_s),
@@ -69,7 +66,7 @@ def main() -> None:
         "overhead_ratio": round(ours_s / raw_s, 2),
         "reimport_s": round(reimport_s, 2), "reimport_created": again.created,
     }
-    print(json.dumps(figures, indent=2))
+    emit(figures, args.out)
 
 
 if __name__ == "__main__":

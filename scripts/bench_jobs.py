@@ -14,67 +14,44 @@ Prints one JSON document (also written to --out). Timings are wall-clock on what
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchkit import argument_parser, emit, fresh_home, logger, toy_annotation
 
-
-def log(message: str) -> None:
-    print(f"[bench_jobs {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = logger("bench_jobs")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--annotations", type=int, default=10_000)
     parser.add_argument("--unlabeled", type=int, default=2_000)
     parser.add_argument("--jobs", type=int, default=500, help="single-annotation sync jobs through the worker")
     parser.add_argument("--raters", type=int, default=50)
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
+    settings = fresh_home("bench-jobs-")
     from label_studio_sdk import LabelStudio
-    from sense7.ml_backend.server import BackendServer
-    from sense7.tasks.redis_local import start_redis_server
 
+    from sense7.data.toy_study import make_conversations, make_raters
     from sense7.labelstudio.client import ensure_projects, import_tasks
     from sense7.labelstudio.protocol import connect_backend, rating_tasks
-    from sense7.labelstudio.server import LabelStudioServer
-    from sense7.processes import free_port
-    from sense7.settings import Settings
-    from tests.jobs.helpers import make_conversations, make_raters, rating_result
+    from sense7.stack import Stack
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench-jobs-"))
-    env = {"SENSE7_HOME": str(tmp / "home"), "SENSE7_LS_PORT": str(free_port()),
-           "SENSE7_BACKEND_PORT": str(free_port()), "SENSE7_STORE_URL": f"sqlite:///{tmp / 'store.sqlite'}",
-           "SENSE7_MODEL_DIR": str(tmp / "models")}
-    redis_proc, redis_url = start_redis_server(tmp / "redis")
-    env["SENSE7_REDIS_URL"] = redis_url
-    os.environ.update(env)
-    settings = Settings.from_env()
-    server = LabelStudioServer(settings)
-    backend = None
-    worker = None
     figures: dict = {"machine": f"{os.cpu_count()} cores", "annotations": args.annotations,
                      "unlabeled_tasks": args.unlabeled}
-    try:
+    with Stack(settings) as stack:
         log("starting Label Studio (fresh SQLite)")
-        server.start()
+        stack.start_label_studio()
+        redis_url = stack.start_redis()
         client = LabelStudio(base_url=settings.ls_url, api_key=settings.ls_token, timeout=600)
         from sense7.tasks.runtime import Runtime
 
-        rt = Runtime.from_env()
+        rt = Runtime(settings)
         rating, profile = ensure_projects(client, settings, rt.taxonomy)
 
         # -- data: raters (store + Label Studio users), conversations, annotated tasks ------------------
-        raters = make_raters(args.raters, prefix="b")
+        raters = make_raters(args.raters, rt.taxonomy, prefix="b")
         rt.store.upsert_raters(raters)
         user_ids = {}
         for r in raters:
@@ -88,7 +65,7 @@ def main() -> None:
         for k, conv in enumerate(convs):
             for task in rating_tasks(conv):
                 text = task["data"]["turn"][0]["content"]
-                task["annotations"] = [{"result": rating_result(text, bias=k % 3 - 1),
+                task["annotations"] = [{"result": toy_annotation(text, rt.taxonomy, bias=k % 3 - 1),
                                         "completed_by": user_ids[conv.rater_id]}]
                 labeled.append(task)
         labeled = labeled[:args.annotations]
@@ -107,7 +84,7 @@ def main() -> None:
         started = time.perf_counter()
         result = syncer.reconcile()
         seconds = time.perf_counter() - started
-        assert result.upserted == len(labeled) and result.by_task_rater == 0, result.as_dict()
+        assert result.upserted == len(labeled) and result.quarantined == 0, result.as_dict()
         figures["reconcile_first"] = {"annotations": result.upserted, "seconds": round(seconds, 2),
                                       "annotations_per_s": round(result.upserted / seconds, 1)}
         started = time.perf_counter()
@@ -118,17 +95,12 @@ def main() -> None:
         log(f"reconcile: {figures['reconcile_first']} / no change: {figures['reconcile_no_change']}")
 
         # Webhook-style jobs through a real worker: each fetches its annotation + task from the API.
-        worker_env = {**os.environ, "SENSE7_RETRAIN_EVERY": "0", "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0"}
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker", "--pool", "prefork",
-             "--concurrency", "1", "--loglevel", "WARNING", "--without-gossip", "--without-mingle"],
-            env=worker_env, cwd=REPO, stdout=open(tmp / "worker.log", "ab"), stderr=subprocess.STDOUT,
-            start_new_session=True)
+        stack.start_worker(beat=False, concurrency=1, loglevel="WARNING",
+                           extra_args=("--pool", "prefork", "--without-gossip", "--without-mingle"),
+                           extra_env={"SENSE7_RETRAIN_EVERY": "0", "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0"})
         from celery import Celery
 
         celery = Celery("bench", broker=redis_url, backend=redis_url)
-        while not celery.control.ping(timeout=1):
-            time.sleep(0.5)
         ids = sorted(rt.store.annotation_versions())[:args.jobs]
         started = time.perf_counter()
         pending = [celery.send_task("sense7.sync_annotation", args=(i,)) for i in ids]
@@ -174,8 +146,7 @@ def main() -> None:
         other = client.projects.create(title="bench: retrieve predictions",
                                        label_config=client.projects.get(rating).label_config).id
         import_tasks(client, other, [{"data": t["data"]} for t in unlabeled])
-        backend = BackendServer(settings)
-        backend.start()
+        stack.start_backend()
         connect_backend(client, other, settings)
         started = time.perf_counter()
         client.actions.create(id="retrieve_tasks_predictions", project=other,
@@ -192,20 +163,7 @@ def main() -> None:
         figures["label_studio_retrieve_predictions"] = {"tasks": predicted, "seconds": round(seconds, 1),
                                                         "tasks_per_s": round(predicted / seconds, 1)}
         log(f"Label Studio -> /predict: {figures['label_studio_retrieve_predictions']}")
-    finally:
-        if worker and worker.poll() is None:
-            os.killpg(worker.pid, 15)
-            worker.wait(timeout=60)
-        if backend:
-            backend.stop()
-        server.stop()
-        redis_proc.terminate()
-        redis_proc.wait(timeout=30)
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-
+    emit(figures, args.out)
 
 if __name__ == "__main__":
     main()

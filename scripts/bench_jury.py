@@ -16,16 +16,16 @@ Prints one JSON document. Timings are wall-clock on whatever else the machine ru
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import tempfile
 import time
 from pathlib import Path
 
+from benchkit import argument_parser, emit
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__, out=False)
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--raters", type=int, default=100)
     parser.add_argument("--train-conversations", type=int, default=400)
@@ -79,7 +79,7 @@ def main() -> None:
     summary = jury.summary()
     summary_seconds = time.perf_counter() - started
 
-    print(json.dumps({
+    emit({
         "machine": f"{os.cpu_count()} cores",
         "training": f"synth.generate({args.train_conversations}, {args.raters}, seed=3), "
                     f"{bundle.metrics['n_items']} items, {train_seconds:.1f} s (not part of the jury)",
@@ -98,7 +98,7 @@ def main() -> None:
         "csv_megabytes": round(csv_bytes / 1e6, 1),
         "summary_seconds": round(summary_seconds, 3),
         "summary_rows": len(summary),
-    }, indent=1))
+    })
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Quality: `sense7.model.oracle.compare_with_oracle` (5-fold CV grouped by convers
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -25,6 +24,8 @@ from sense7.model import GenericRater, PersonalizedRater
 from sense7.model.bundle import ModelBundle
 from sense7.model.oracle import compare_with_oracle
 from sense7.taxonomy import load_taxonomy
+
+from benchkit import argument_parser
 
 
 def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int) -> dict:
@@ -90,7 +91,7 @@ def bench_wassa(directory: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, out=False, full_help=True)
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--raters", type=int, default=100)
     parser.add_argument("--batch", type=int, default=1000)

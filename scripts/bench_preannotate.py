@@ -17,21 +17,18 @@ Prints one JSON document. Timings are wall-clock on whatever else the machine ru
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from benchkit import argument_parser, emit, logger
 
-def log(message: str) -> None:
-    print(f"[bench_preannotate {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = logger("bench_preannotate")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--conversations", type=int, default=1400)
     parser.add_argument("--raters", type=int, default=109)
     parser.add_argument("--seed", type=int, default=3)
@@ -41,7 +38,6 @@ def main() -> None:
     parser.add_argument("--prefill", choices=["shown", "hidden", "randomized"], default="shown",
                         help="the study's pre-fill policy for the predicted import and the refresh (issue 15): "
                              "every prediction is recorded in the store, shown-arm ones also pushed")
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
     from sense7.ml_backend.model import build_model
@@ -54,11 +50,11 @@ def main() -> None:
     from sense7.data.study_design import StudyRecords
     from sense7.labelstudio import client as ls_client
     from sense7.labelstudio.importer import import_conversations, plan_tasks
-    from sense7.labelstudio.server import LabelStudioServer
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
     from sense7.processes import free_port
     from sense7.settings import Settings, StudyDesign
+    from sense7.stack import Stack
     from sense7.taxonomy import load_taxonomy
 
     figures: dict = {"machine": f"{os.cpu_count()} cores",
@@ -69,10 +65,9 @@ def main() -> None:
                                       "SENSE7_STORE_URL": f"sqlite:///{home / 'store.sqlite'}",
                                       "SENSE7_MODEL_DIR": str(home / "models")})
         chunk = args.chunk or settings.jobs.preannotate_chunk
-        server = LabelStudioServer(settings)
         log("starting Label Studio (fresh SQLite)")
-        server.start()
-        try:
+        with Stack(settings) as stack:
+            stack.start_label_studio()
             # -- the study: pilot half trains v1, live half becomes tasks (as `sense7 demo` splits it) -----
             tax = load_taxonomy()
             study = synth.generate(args.conversations, args.raters, args.seed, tax)
@@ -155,12 +150,7 @@ def main() -> None:
                                               "tasks_per_s": round(n_tasks / done.seconds, 1),
                                               "chunk": chunk, "phases_s": done.phases}
             log(f"  {figures['refresh_preannotate']}")
-        finally:
-            server.stop()
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit(figures, args.out)
 
 
 class _Timed:

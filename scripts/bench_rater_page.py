@@ -17,31 +17,24 @@ Prints one JSON document (also written to --out). Timings are wall-clock on what
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import random
 import re
-import sys
-import tempfile
 import threading
 import time
 from datetime import timezone
-from pathlib import Path
 
 import httpx
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchkit import argument_parser, emit, fresh_home, label_studio_and_broker, logger
 
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
 ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
 
 
-def log(message: str) -> None:
-    print(f"[bench_rater_page {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = logger("bench_rater_page")
 
 
 def summary(values) -> dict:
@@ -137,75 +130,46 @@ class StoreWatch(threading.Thread):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--raters", type=int, default=200)
     parser.add_argument("--turns", type=int, default=3, help="turns each rater submits")
     parser.add_argument("--think", type=float, nargs=2, default=[30.0, 90.0], help="think time range (s)")
     parser.add_argument("--skip-api", action="store_true", help="skip the Label Studio API comparison")
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench-page-"))
-    from sense7.processes import free_port
-
-    os.environ.update({"SENSE7_HOME": str(tmp / "home"), "SENSE7_LS_PORT": str(free_port()),
-                       "SENSE7_BACKEND_PORT": str(free_port()), "SENSE7_RATER_PAGE_PORT": str(free_port()),
-                       "SENSE7_RETRAIN_EVERY": "0", "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0"})
-    for name in ("SENSE7_REDIS_URL", "SENSE7_STORE_URL"):
-        os.environ.pop(name, None)
-
-    from sense7.ml_backend.server import BackendServer
-    from sense7.tasks.celery_app import configure
-    from sense7.tasks.redis_local import ensure_redis, stop_local_redis
+    cfg = fresh_home("bench-page-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0")
     from sense7.labelstudio.label_sync import LabelSync
 
-    from sense7.cli.demo import _child_env, worker_process
     from sense7.data.raterpage import LinkBook, Outbox
-    from sense7.data.store import Store
-    from sense7.labelstudio import client as ls_client
+    from sense7.data.toy_study import make_conversations, make_raters
     from sense7.labelstudio.importer import import_conversations
     from sense7.labelstudio.protocol import rating_result, webhook_headers
     from sense7.labelstudio.rater_accounts import ensure_accounts
-    from sense7.labelstudio.server import LabelStudioServer
-    from sense7.rater_page.server import RaterPageServer
-    from sense7.settings import Settings
+    from sense7.stack import Stack
     from sense7.taxonomy import study_taxonomy
-    from tests.jobs.helpers import make_conversations, make_raters
 
-    cfg = Settings.from_env()
     tax = study_taxonomy(cfg)
     for level in range(1, tax.levels + 1):
         FORM_VALUES[level] = {**{c: str(level) for c in tax.controls},
                               tax.expectation_key: tax.expectation_values[0]}
-    server, backend, page = LabelStudioServer(cfg), BackendServer(cfg), RaterPageServer(cfg)
-    worker = None
     figures: dict = {"machine": f"{os.cpu_count()} cores", "raters": args.raters, "turns_each": args.turns,
                      "think_s": args.think, "rater_page": f"gunicorn {cfg.rater_page.workers} workers x "
                      f"{cfg.rater_page.threads} threads", "worker_concurrency": 2}
-    watch = None
-    try:
-        server.start()
-        redis_url = ensure_redis(cfg)
-        configure(cfg, redis_url)
-        worker = worker_process(cfg)
-        os.environ.update(_child_env(cfg, redis_url))
-        client = ls_client.connect(cfg)
-        rating, profile = ls_client.ensure_projects(client, cfg, tax)
-        store = Store(cfg.store_url)
-        raters = make_raters(args.raters, prefix="bp")
+    with Stack(cfg) as stack:
+        client, rating, profile, store = label_studio_and_broker(stack, tax)
+        raters = make_raters(args.raters, tax, prefix="bp")
         store.upsert_raters(raters)
         ids = [r["rater_id"] for r in raters]
         # Two conversations per rater: one for the rater page, one for the API comparison.
         convs = make_conversations(ids, per_rater=2, turns=args.turns, prefix="bp")
         import_conversations(client, rating, convs, store, taxonomy=tax)
         accounts = ensure_accounts(client, store, ids)
-        backend.start()
+        stack.start_backend()
         LabelSync(client, store, tax, rating, profile).ensure_webhooks(f"{cfg.backend_url}/webhook",
                                                                       webhook_headers(cfg))
-        worker_cmd = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker",
-                      "--concurrency", "2", "--loglevel", "info", "--without-gossip", "--without-mingle"]
-        worker.start(worker_cmd, _child_env(cfg, redis_url), cwd=cfg.home)
-        page.start({"SENSE7_REDIS_URL": redis_url, "SENSE7_RATER_PAGE_LINK_LIMIT": "30 per minute"})
+        stack.start_worker(beat=False, extra_args=("--without-gossip", "--without-mingle"))
+        stack.start_rater_page({"SENSE7_RATER_PAGE_LINK_LIMIT": "30 per minute"})
+        page = stack.rater_page
         book = LinkBook(store)
         links = {r: f"{page.url}/r/{book.issue(r)}" for r in ids}
         from sense7.tasks.delivery import refresh_queues
@@ -273,19 +237,8 @@ def main() -> None:
                 "next_task": summary(api.page), "create_annotation": summary(api.ack),
                 "create_to_store": summary([watch.seen[t] - s for t, s in api.submitted.items() if t in watch.seen])}
             log(f"Label Studio API: {figures['label_studio_api']}")
-    finally:
-        if watch:
-            watch.running = False
-        page.stop()
-        if worker:
-            worker.stop()
-        backend.stop()
-        stop_local_redis(cfg)
-        server.stop()
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+        watch.running = False
+    emit(figures, args.out)
 
 
 if __name__ == "__main__":

@@ -22,24 +22,16 @@ Prints one JSON document (also written to --out). Timings are wall-clock on what
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from benchkit import argument_parser, emit, fresh_home, label_studio_and_broker, logger, toy_annotation
 
-
-def log(message: str) -> None:
-    print(f"[bench_sync {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = logger("bench_sync")
 
 
 class StorePoller(threading.Thread):
@@ -124,7 +116,7 @@ def latency_figures(sub: Submitter, poller: StorePoller, ids) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--raters", type=int, default=109)
     parser.add_argument("--ceiling", type=int, default=1000, help="annotations in the as-fast-as-possible burst")
     parser.add_argument("--clients", type=int, default=4,
@@ -135,57 +127,29 @@ def main() -> None:
     parser.add_argument("--reconcile", type=int, default=50_000, help="annotations imported in bulk, then reconciled")
     parser.add_argument("--ls-database-url", default=None,
                         help="run Label Studio on this PostgreSQL database (default: SQLite, as the demo)")
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench-sync-"))
-    from sense7.processes import free_port
-
-    os.environ.update({"SENSE7_HOME": str(tmp / "home"), "SENSE7_LS_PORT": str(free_port()),
-                       "SENSE7_BACKEND_PORT": str(free_port()), "SENSE7_RETRAIN_EVERY": "0",
-                       "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0"})
-    os.environ.pop("SENSE7_REDIS_URL", None)
-    os.environ.pop("SENSE7_STORE_URL", None)
-    if args.ls_database_url:
-        os.environ["SENSE7_LS_DATABASE_URL"] = args.ls_database_url
-
-    from sense7.ml_backend.server import BackendServer
-    from sense7.tasks.celery_app import configure
-    from sense7.tasks.redis_local import ensure_redis, stop_local_redis
+    cfg = fresh_home("bench-sync-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0",
+                     **({"SENSE7_LS_DATABASE_URL": args.ls_database_url} if args.ls_database_url else {}))
     from sense7.labelstudio.label_sync import LabelSync
     from sense7.tasks.sync import backlog
 
-    from sense7.cli.demo import _child_env, worker_process
-    from sense7.data.store import Store
-    from sense7.labelstudio import client as ls_client
+    from sense7.data.toy_study import make_conversations, make_raters
     from sense7.labelstudio.client import import_tasks
     from sense7.labelstudio.protocol import rating_tasks, webhook_headers
     from sense7.labelstudio.rater_accounts import ensure_users
-    from sense7.labelstudio.server import LabelStudioServer
-    from sense7.settings import Settings
+    from sense7.stack import Stack
     from sense7.taxonomy import study_taxonomy
-    from tests.jobs.helpers import make_conversations, make_raters
 
-    cfg = Settings.from_env()
     tax = study_taxonomy(cfg)
-    server, backend, worker = LabelStudioServer(cfg), BackendServer(cfg), None
     figures: dict = {"machine": f"{os.cpu_count()} cores", "raters": args.raters, "worker_concurrency": 2,
                      "label_studio_database": "PostgreSQL" if args.ls_database_url else "SQLite",
                      "retrain": "off (SENSE7_RETRAIN_EVERY=0)"}
-    worker_cmd = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker",
-                  "--concurrency", "2", "--loglevel", "info", "--without-gossip", "--without-mingle"]
-    poller = None
-    try:
+    worker_args = ("--without-gossip", "--without-mingle")
+    with Stack(cfg) as stack:
         log("starting Label Studio, Redis, the ML backend (webhooks) and the worker")
-        server.start()
-        redis_url = ensure_redis(cfg)
-        configure(cfg, redis_url)
-        worker = worker_process(cfg)  # its health check pings through the app configured just above
-        os.environ.update(_child_env(cfg, redis_url))
-        client = ls_client.connect(cfg)
-        rating, profile = ls_client.ensure_projects(client, cfg, tax)
-        store = Store(cfg.store_url)
-        raters = make_raters(args.raters, prefix="s")
+        client, rating, profile, store = label_studio_and_broker(stack, tax)
+        raters = make_raters(args.raters, tax, prefix="s")
         store.upsert_raters(raters)
         users = ensure_users(client, {r["rater_id"]: r["email"] for r in raters})
 
@@ -200,10 +164,10 @@ def main() -> None:
         rng.shuffle(tasks)  # raters working at once, not one rater's conversation after another
         log(f"{len(tasks)} unlabeled tasks of {args.raters} raters")
 
-        backend.start()
+        stack.start_backend()
         LabelSync(client, store, tax, rating, profile).ensure_webhooks(f"{cfg.backend_url}/webhook",
                                                                       webhook_headers(cfg))
-        worker.start(worker_cmd, _child_env(cfg, redis_url), cwd=cfg.home)
+        stack.start_worker(beat=False, extra_args=worker_args)
         poller = StorePoller(store)
         poller.start()
         sub = Submitter(client, users, tax)
@@ -243,13 +207,13 @@ def main() -> None:
 
         # -- 3. the sync's own throughput: a backlog drained by a freshly started worker -----------------
         if args.backlog:
-            worker.stop()
+            stack.stop_worker()
             before = set(sub.acked)
             sub.burst(take(args.backlog), args.clients)
             ids = [i for i in sub.acked if i not in before]
             noted = backlog()["pending"]
             started = time.perf_counter()
-            worker.start(worker_cmd, _child_env(cfg, redis_url), cwd=cfg.home)
+            stack.start_worker(beat=False, extra_args=worker_args)
             ready = time.perf_counter()
             assert poller.wait_for(ids), "the backlog did not reach the store"
             done = max(poller.seen[i] for i in ids)
@@ -263,19 +227,17 @@ def main() -> None:
 
         # -- 4. reconciliation of many annotations ---------------------------------------------------------
         if args.reconcile:
-            from tests.jobs.helpers import rating_result
-
             per_rater = -(-args.reconcile // (args.raters * turns))
             bulk = make_conversations(list(users), per_rater=per_rater, turns=turns, seed=3, prefix="bulk")
             store.upsert_conversations(bulk)
             annotated = []
             for k, conv in enumerate(bulk):
                 for task in rating_tasks(conv):
-                    task["annotations"] = [{"result": rating_result(task["data"]["turn"][0]["content"], k % 3 - 1),
-                                            "completed_by": users[conv.rater_id]}]
+                    result = toy_annotation(task["data"]["turn"][0]["content"], tax, k % 3 - 1)
+                    task["annotations"] = [{"result": result, "completed_by": users[conv.rater_id]}]
                     annotated.append(task)
             annotated = annotated[:args.reconcile]
-            worker.stop()  # the reconciliation alone, not racing the bulk import's webhooks
+            stack.stop_worker()  # the reconciliation alone, not racing the bulk import's webhooks
             started = time.perf_counter()
             import_tasks(client, rating, annotated)
             figures_import = round(time.perf_counter() - started, 1)
@@ -294,18 +256,7 @@ def main() -> None:
                 "no_change": {"unchanged": again.unchanged, "seconds": round(again_s, 1),
                               "annotations_per_s": round(again.seen / again_s, 1)}}
             log(f"reconcile: {figures['reconcile']}")
-    finally:
-        if poller:
-            poller.running = False
-        if worker:
-            worker.stop()
-        backend.stop()
-        stop_local_redis(cfg)
-        server.stop()
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit(figures, args.out)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -46,6 +47,26 @@ def pid_alive(pid: int) -> bool:
         return done == 0
     except ChildProcessError:
         return True
+
+
+@dataclass
+class ServiceStatus:
+    """What `status` says of one server (Label Studio, the ML backend, the rater page)."""
+
+    name: str
+    running: bool
+    healthy: bool
+    pid: int | None
+    url: str
+    detail: str | None = None  # what else a healthy server tells: its database, the model version it serves
+
+    def describe(self) -> str:
+        if self.running and self.healthy:
+            detail = f", {self.detail}" if self.detail else ""
+            return f"{self.name} is running at {self.url} (pid {self.pid}{detail})"
+        if self.running:
+            return f"{self.name} (pid {self.pid}) is starting or unhealthy at {self.url}"
+        return f"{self.name} is not running"
 
 
 class ManagedProcess:
@@ -104,13 +125,21 @@ class ManagedProcess:
         except FileNotFoundError:
             return ""
 
+    def kill(self) -> bool:
+        """SIGKILL the process group at once: nothing of its own clean-up runs (a crash, as tests cause one).
+        Returns True if something was running."""
+        return self._signal_group(((signal.SIGKILL, 5.0),))
+
     def stop(self, timeout: float = 20.0) -> bool:
         """SIGTERM the process group, SIGKILL after `timeout`. Returns True if something was running."""
+        return self._signal_group(((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)))
+
+    def _signal_group(self, steps) -> bool:
         pid = self.pid()
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return False
-        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        for sig, wait in steps:
             try:
                 os.killpg(pid, sig)
             except ProcessLookupError:

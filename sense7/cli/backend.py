@@ -33,7 +33,7 @@ def start(
     except BackendError as exc:
         raise fail(str(exc))
     console.print(status.describe())
-    if status.model_version == "untrained":
+    if status.detail == "model untrained":
         console.print("No model promoted yet: /predict answers 503 until a trained version is promoted.")
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,9 +25,9 @@ from sense7.cli._common import console, err_console, fail, resolve_taxonomy, set
 from sense7.data import synth
 from sense7.files import write_private
 from sense7.labelstudio import client as ls_client
-from sense7.labelstudio.server import LabelStudioServer
-from sense7.processes import ManagedProcess, ProcessError
+from sense7.processes import ProcessError
 from sense7.settings import Settings
+from sense7.stack import Stack, worker_process
 from sense7.tasks import names
 
 LIVE_FRACTION = 0.5      # of the synthetic conversations become Label Studio tasks; the rest is the pilot
@@ -57,30 +55,8 @@ class Phases:
         return "\n".join(["| phase | seconds |", "| --- | --- |", *rows, f"| **total** | **{total:.1f}** |"])
 
 
-def worker_process(cfg: Settings) -> ManagedProcess:
-    """The Celery worker (with beat) as a background process; healthy when it answers a ping."""
-    from sense7.tasks.celery_app import get_app
-
-    app = get_app()
-
-    def healthy() -> bool:
-        try:
-            return bool(app.control.ping(timeout=1.0))
-        except Exception:  # broker not reachable yet
-            return False
-
-    return ManagedProcess("celery-worker", cfg.home, healthy, startup_timeout=90)
-
-
-def _child_env(cfg: Settings, redis_url: str) -> dict[str, str]:
-    return {**os.environ, "SENSE7_HOME": str(cfg.home), "SENSE7_REDIS_URL": redis_url,
-            "SENSE7_LS_URL": cfg.ls_url, "SENSE7_STORE_URL": cfg.store_url, "SENSE7_MODEL_DIR": str(cfg.model_dir),
-            "SENSE7_BACKEND_URL": cfg.backend_url, "SENSE7_BACKEND_ON_EVENT": "sense7.tasks.sync:on_event",
-            "SENSE7_RETRAIN_EVERY": os.environ.get("SENSE7_RETRAIN_EVERY", "100")}
-
-
 def _worker_log(cfg: Settings) -> Path:
-    return worker_process(cfg).log_file
+    return worker_process(cfg.home).log_file
 
 
 def _settles(condition, seconds: float):
@@ -128,12 +104,11 @@ def demo(
     model on the pilot's ratings; imports a batch, pre-annotated by it in the same requests, and rater
     traits; simulates annotators, which drives sync, retrain and fresh pre-annotations; writes the personalized-vs-generic report. Re-running reuses what exists."""
     cfg = settings()
-    started: list = []  # what this run started, stopped again on Ctrl-C or failure
+    stack = Stack(cfg)  # what this run started is stopped again on Ctrl-C or failure
     try:
-        _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started, copy_probability)
+        _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack, copy_probability)
     except (KeyboardInterrupt, Exception) as exc:
-        for stop in reversed(started):
-            stop()
+        stack.stop()
         if isinstance(exc, KeyboardInterrupt):
             err_console.print("interrupted: stopped what this run had started")
             raise typer.Exit(130)
@@ -144,154 +119,205 @@ def demo(
         raise fail(str(exc) if isinstance(exc, JobWaitTimeout) else f"{type(exc).__name__}: {exc}")
 
 
-def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, started, copy_probability=0.3) -> None:
-    from sense7.data.formats import read_conversations, read_raters, read_ratings
-    from sense7.data.raterpage import Outbox
+@dataclasses.dataclass
+class StudyData:
+    """What the demo rates: the conversations, the raters' traits, and (synthetic study) the ratings with
+    their split into the pilot (trains the first model) and the live half (becomes tasks)."""
+
+    conversations: Path
+    raters: Path | None
+    ratings_path: Path | None
+    batch: list
+    traits: list
+    ratings: object  # the ratings frame, None for the user's own conversations
+    live_ids: set
+
+    @property
+    def live(self) -> list:
+        return [c for c in self.batch if c.conversation_id in self.live_ids]
+
+    @property
+    def rater_ids(self) -> list[str]:
+        return sorted({c.rater_id for c in self.batch})
+
+
+def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack, copy_probability=0.3) -> None:
     from sense7.data.store import Store
-    from sense7.labelstudio.importer import import_conversations, import_profile_tasks
-    from sense7.labelstudio.protocol import connect_backend
     from sense7.ml_backend.model import build_model
-    from sense7.ml_backend.server import BackendServer
     from sense7.model.registry import ModelRegistry
-    from sense7.rater_page.server import RaterPageServer
-    from sense7.rater_page.simulate import rate_through_page
-    from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
 
     phases, tax = Phases(), resolve_taxonomy(cfg=cfg)
-    server = LabelStudioServer(cfg)
     with phases.phase(f"Label Studio on {cfg.ls_url}"):
-        was_running = server.status().running
-        server.start()
-        if not was_running:
-            started.append(server.stop)
+        stack.start_label_studio()
     with phases.phase("Redis (broker)"):
-        had_local = running_local_url(cfg) is not None
-        redis_url = ensure_redis(cfg)
-        if not had_local and running_local_url(cfg):
-            started.append(lambda: stop_local_redis(cfg))
-    from sense7.tasks.celery_app import configure
-
-    configure(cfg, redis_url)  # this process sends jobs to the same broker as the worker
-    from sense7.labelstudio.protocol import webhook_headers
-    from sense7.labelstudio.label_sync import LabelSync
-    from sense7.tasks.training import Retrainer
+        stack.start_redis()  # this process sends jobs to the same broker as the worker
     client = ls_client.connect(cfg)
     with phases.phase("rating and profile projects"):
         rating_id, profile_id = ls_client.ensure_projects(client, cfg, tax)
 
     store = Store(cfg.store_url)
-    data_dir = cfg.home / "demo-data"
     with phases.phase("study data"):
-        if conversations is None:
-            synth.write(synth.generate(n_conversations, n_raters, seed, taxonomy=tax), data_dir)
-            conversations, raters, ratings_path = (data_dir / "conversations.jsonl", data_dir / "raters.csv",
-                                                   data_dir / "ratings.csv")
-        else:
-            ratings_path = None
-        batch = read_conversations(conversations, taxonomy=tax)
-        traits = read_raters(raters, tax) if raters else []
-        store.upsert_raters(traits)
-        store.upsert_conversations(batch)
-        ratings = read_ratings(ratings_path, tax) if ratings_path else None
-        ids = sorted({c.conversation_id for c in batch})
-        live_ids = set(ids[: max(1, int(len(ids) * LIVE_FRACTION))]) if ratings is not None else set(ids)
-        live = [c for c in batch if c.conversation_id in live_ids]
-        if ratings is not None:  # the pilot half: ratings from an earlier study, never Label Studio tasks
-            store.import_ratings(ratings[~ratings.conversation_id.isin(live_ids)])
+        study = _study_data(cfg, store, tax, conversations, raters, n_conversations, n_raters, seed)
     registry = ModelRegistry(cfg.model_dir)
     with phases.phase("first model (pilot ratings)"):  # before any task exists: tasks arrive pre-annotated
-        if registry.current() is None:
-            Retrainer(store, registry, tax).run("demo: pilot ratings")
-        first_version = registry.current()
-        if first_version is None:
-            raise fail("no model could be trained from the pilot ratings")
+        first_version = _first_model(store, registry, tax)
     # New tasks carry the served version's pre-annotations in the same bulk request that creates them.
     predict = build_model(cfg).import_predictor(client.projects.get(rating_id).label_config)
-    with phases.phase(f"import {len(live)} conversations as tasks with {first_version} pre-annotations"):
-        # The study's pre-fill policy (default randomized) with the demo's seed, so a re-run draws the same arms.
-        design = dataclasses.replace(cfg.study, seed=cfg.study.seed or f"demo-{seed}")
-        result = import_conversations(client, rating_id, live, store, predict=predict, design=design, taxonomy=tax)
-        import_profile_tasks(client, profile_id, sorted({c.rater_id for c in batch}))
-
-    backend = BackendServer(cfg)
-    with phases.phase(f"ML backend on {backend.url}"):
-        os.environ.update(_child_env(cfg, redis_url))
-        if not backend.status().running:
-            backend.start()
-            started.append(backend.stop)
-        connect_backend(client, rating_id, cfg)
-        LabelSync(client, store, tax, rating_id, profile_id).ensure_webhooks(f"{cfg.backend_url}/webhook",
-                                                                            webhook_headers(cfg))
-    worker = worker_process(cfg)
+    with phases.phase(f"import {len(study.live)} conversations as tasks with {first_version} pre-annotations"):
+        result = _import_tasks(cfg, client, store, tax, study, rating_id, profile_id, predict, seed)
+    with phases.phase(f"ML backend on {stack.backend.url}"):
+        _serve_backend(stack, client, store, tax, rating_id, profile_id)
     with phases.phase("Celery worker and beat"):
-        if worker.pid() is None:
-            cmd = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker", "--beat",
-                   "--concurrency", "2", "--loglevel", "info", "--schedule", str(cfg.home / "run" / "celerybeat")]
-            try:
-                worker.start(cmd, _child_env(cfg, redis_url), cwd=cfg.home)
-            except ProcessError as exc:
-                raise fail(str(exc))
-            started.append(worker.stop)
-    page = RaterPageServer(cfg)
-    with phases.phase(f"rater page on {page.url} and private links"):
-        if page.status().running:
-            page.stop()  # a page from an earlier run may serve older code or settings
-        page.start({"SENSE7_REDIS_URL": redis_url})
-        started.append(page.stop)
-        links = _demo_links(cfg, store, sorted({c.rater_id for c in batch}))
-        from sense7.tasks.delivery import refresh_queues
-        from sense7.tasks.runtime import Runtime
-
-        refresh_queues(Runtime(cfg), sorted(links))  # one pass over Label Studio, not one per rater
+        _start_worker(stack)
+    with phases.phase(f"rater page on {stack.rater_page.url} and private links"):
+        links = _open_rater_page(stack, store, study.rater_ids)
     # A check, normally pushing nothing: tasks the import could not predict, or from an older demo run.
     with phases.phase(f"pre-annotations of {first_version}: none missing"):
-        pending = _run_job(names.PREANNOTATE, "the pre-annotation check", 300)["pending"]
-        if pending:
-            err_console.print(f"{pending} task(s) lacked a {first_version} prediction: pushed now", highlight=False)
+        _check_preannotations(first_version)
 
-    if ratings is not None:
+    study_result = None
+    if study.ratings is not None:
         with phases.phase("simulated raters rate on the rater page (their private links, over HTTP)"):
-            answers = {row["rater_id"]: row.get("traits") or {} for row in traits}
-            live_ratings = ratings[ratings.conversation_id.isin(live_ids)]
-            behaviours = _planted_habits(sorted(links), copy_probability)
-            labelled = rate_through_page(links, live_ratings, answers, tax, LABEL_FRACTION, behaviours=behaviours,
-                                         default=behaviours["honest"], seed=seed)
+            labelled = _simulate_raters(study, links, tax, copy_probability, seed)
         with phases.phase(f"sync {labelled} annotations -> retrain -> new version"):
-            _run_job(names.RECONCILE, "the reconciliation with Label Studio", 300)
-            outbox = Outbox(store)
-            _wait(lambda: outbox.counts()["undelivered"] == 0, "the rater page's submissions to reach Label Studio",
-                  900)
-            # Label Studio sends each webhook once, with a 1 s timeout: under load one can be lost, and the
-            # reconciliation beat would find it minutes later. Once every answer is in Label Studio and the
-            # store still lacks some after a short while, reconcile now.
-            if not _settles(lambda: store.counts()["annotations"] >= labelled, 20):
-                _run_job(names.RECONCILE, "the reconciliation with Label Studio", 600)
-            _wait(lambda: store.counts()["annotations"] >= labelled,
-                  "the rater page's submissions to reach the store", 600)
-            if registry.current() == first_version:
-                done = _run_job(names.RETRAIN, "the retrain", 600, reason="demo: new annotations")
-                if done.get("status") == "skipped":  # a retrain the new ratings triggered holds the lock
-                    import redis
-
-                    from sense7.tasks.training import LOCK_NAME
-
-                    lock = redis.Redis.from_url(redis_url)
-                    _wait(lambda: not lock.exists(LOCK_NAME), "the triggered retrain to finish", 600)
-            new_version = registry.current()
+            new_version = _sync_and_retrain(stack, store, registry, first_version, labelled)
         with phases.phase(f"refreshed pre-annotations ({new_version})"):
             _run_job(names.PREANNOTATE, "the refreshed pre-annotations", 300)
-
-    if ratings is not None:
         with phases.phase("the study's anchoring, live accuracy and rater quality"):
-            study = _study_summary(cfg, store, tax)
+            study_result = _study_summary(cfg, store, tax)
 
     report = cfg.home / "report.html"
-    if ratings_path is not None:
+    if study.ratings_path is not None:
         with phases.phase("personalized vs generic report"):
-            _write_report(conversations, ratings_path, raters, report)
-
+            _write_report(study.conversations, study.ratings_path, study.raters, report)
     timings = cfg.home / "demo-timings.md"
     timings.write_text(phases.table() + "\n")
+    _print_where_to_look(cfg, registry, rating_id, result, links, study_result, report, timings)
+
+
+def _study_data(cfg: Settings, store, tax, conversations, raters, n_conversations, n_raters, seed) -> StudyData:
+    """The synthetic study (or the user's files) read, its raters and conversations in the store, and the
+    pilot half's ratings imported as an earlier study's."""
+    from sense7.data.formats import read_conversations, read_raters, read_ratings
+
+    data_dir = cfg.home / "demo-data"
+    if conversations is None:
+        synth.write(synth.generate(n_conversations, n_raters, seed, taxonomy=tax), data_dir)
+        conversations, raters, ratings_path = (data_dir / "conversations.jsonl", data_dir / "raters.csv",
+                                               data_dir / "ratings.csv")
+    else:
+        ratings_path = None
+    batch = read_conversations(conversations, taxonomy=tax)
+    traits = read_raters(raters, tax) if raters else []
+    store.upsert_raters(traits)
+    store.upsert_conversations(batch)
+    ratings = read_ratings(ratings_path, tax) if ratings_path else None
+    ids = sorted({c.conversation_id for c in batch})
+    live_ids = set(ids[: max(1, int(len(ids) * LIVE_FRACTION))]) if ratings is not None else set(ids)
+    if ratings is not None:  # the pilot half: ratings from an earlier study, never Label Studio tasks
+        store.import_ratings(ratings[~ratings.conversation_id.isin(live_ids)])
+    return StudyData(conversations, raters, ratings_path, batch, traits, ratings, live_ids)
+
+
+def _first_model(store, registry, tax) -> str:
+    """The served version: the pilot's model, trained unless one is already served."""
+    from sense7.tasks.training import Retrainer
+
+    if registry.current() is None:
+        Retrainer(store, registry, tax).run("demo: pilot ratings")
+    first_version = registry.current()
+    if first_version is None:
+        raise fail("no model could be trained from the pilot ratings")
+    return first_version
+
+
+def _import_tasks(cfg: Settings, client, store, tax, study: StudyData, rating_id: int, profile_id: int,
+                  predict, seed: int):
+    """The live half as rating tasks (pre-annotated), and each rater's questionnaire task."""
+    from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+
+    # The study's pre-fill policy (default randomized) with the demo's seed, so a re-run draws the same arms.
+    design = dataclasses.replace(cfg.study, seed=cfg.study.seed or f"demo-{seed}")
+    result = import_conversations(client, rating_id, study.live, store, predict=predict, design=design, taxonomy=tax)
+    import_profile_tasks(client, profile_id, study.rater_ids)
+    return result
+
+
+def _serve_backend(stack: Stack, client, store, tax, rating_id: int, profile_id: int) -> None:
+    """The ML backend, connected to the rating project, and Label Studio's webhooks pointed at it."""
+    from sense7.labelstudio.protocol import connect_backend, webhook_headers
+    from sense7.labelstudio.label_sync import LabelSync
+
+    cfg = stack.cfg
+    stack.start_backend()
+    connect_backend(client, rating_id, cfg)
+    LabelSync(client, store, tax, rating_id, profile_id).ensure_webhooks(f"{cfg.backend_url}/webhook",
+                                                                        webhook_headers(cfg))
+
+
+def _start_worker(stack: Stack) -> None:
+    try:
+        stack.start_worker()
+    except ProcessError as exc:
+        raise fail(str(exc))
+
+
+def _open_rater_page(stack: Stack, store, rater_ids: list[str]) -> dict[str, str]:
+    """The rater page, a fresh private link per rater, and their queues copied from Label Studio."""
+    from sense7.tasks.delivery import refresh_queues
+    from sense7.tasks.runtime import Runtime
+
+    stack.start_rater_page()
+    links = _demo_links(stack.cfg, store, rater_ids)
+    refresh_queues(Runtime(stack.cfg), sorted(links))  # one pass over Label Studio, not one per rater
+    return links
+
+
+def _check_preannotations(first_version: str) -> None:
+    pending = _run_job(names.PREANNOTATE, "the pre-annotation check", 300)["pending"]
+    if pending:
+        err_console.print(f"{pending} task(s) lacked a {first_version} prediction: pushed now", highlight=False)
+
+
+def _simulate_raters(study: StudyData, links: dict[str, str], tax, copy_probability: float, seed: int) -> int:
+    """The simulated raters rate part of their live tasks through their links; how many they rated."""
+    from sense7.rater_page.simulate import rate_through_page
+
+    answers = {row["rater_id"]: row.get("traits") or {} for row in study.traits}
+    live_ratings = study.ratings[study.ratings.conversation_id.isin(study.live_ids)]
+    behaviours = _planted_habits(sorted(links), copy_probability)
+    return rate_through_page(links, live_ratings, answers, tax, LABEL_FRACTION, behaviours=behaviours,
+                             default=behaviours["honest"], seed=seed)
+
+
+def _sync_and_retrain(stack: Stack, store, registry, first_version: str, labelled: int) -> str:
+    """Wait until every answer is in Label Studio and in the store, and for a version newer than the
+    first (retraining now if no retrain was triggered); the served version."""
+    from sense7.data.raterpage import Outbox
+
+    _run_job(names.RECONCILE, "the reconciliation with Label Studio", 300)
+    outbox = Outbox(store)
+    _wait(lambda: outbox.counts()["undelivered"] == 0, "the rater page's submissions to reach Label Studio", 900)
+    # Label Studio sends each webhook once, with a 1 s timeout: under load one can be lost, and the
+    # reconciliation beat would find it minutes later. Once every answer is in Label Studio and the
+    # store still lacks some after a short while, reconcile now.
+    if not _settles(lambda: store.counts()["annotations"] >= labelled, 20):
+        _run_job(names.RECONCILE, "the reconciliation with Label Studio", 600)
+    _wait(lambda: store.counts()["annotations"] >= labelled, "the rater page's submissions to reach the store", 600)
+    if registry.current() == first_version:
+        done = _run_job(names.RETRAIN, "the retrain", 600, reason="demo: new annotations")
+        if done.get("status") == "skipped":  # a retrain the new ratings triggered holds the lock
+            import redis
+
+            from sense7.tasks.training import LOCK_NAME
+
+            lock = redis.Redis.from_url(stack.redis_url)
+            _wait(lambda: not lock.exists(LOCK_NAME), "the triggered retrain to finish", 600)
+    return registry.current()
+
+
+def _print_where_to_look(cfg: Settings, registry, rating_id: int, result, links: dict[str, str],
+                         study_result: dict | None, report: Path, timings: Path) -> None:
     versions = ", ".join(f"{v.name}{' (serving)' if v.current else ''}" for v in registry.list_versions())
     console.print()
     console.print(f"[bold]Label Studio:[/] {cfg.ls_url}/projects/{rating_id}  "
@@ -303,8 +329,8 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, start
         rater_id, link = next(iter(sorted(links.items())))
         console.print(f"[bold]Rater page:[/] {link}  (rater {rater_id}'s private link; every rater's in "
                       f"{cfg.home / 'links.csv'})", highlight=False)
-    if ratings is not None:
-        _print_study(study, cfg.home / "study.json")
+    if study_result is not None:
+        _print_study(study_result, cfg.home / "study.json")
     if report.exists():
         console.print(f"[bold]Report:[/] {report}", highlight=False)
     console.print(f"Phase timings in {timings}. Stop everything with `sense7 down`.", highlight=False)
@@ -370,20 +396,8 @@ def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: 
 
 
 def down() -> None:
-    """Stop everything `sense7 demo` started: Celery worker, ML backend, private Redis, Label Studio."""
-    from sense7.ml_backend.server import BackendServer
-    from sense7.rater_page.server import RaterPageServer
-    from sense7.tasks.redis_local import stop_local_redis
-
-    cfg = settings()
-    stopped = {
-        "rater page": RaterPageServer(cfg).stop(),
-        "Celery worker": worker_process(cfg).stop(),
-        "ML backend": BackendServer(cfg).stop(),
-        "Redis": stop_local_redis(cfg),
-        "Label Studio": LabelStudioServer(cfg).stop(),
-    }
-    for name, was_running in stopped.items():
+    """Stop everything `sense7 demo` started: rater page, Celery worker, ML backend, private Redis, Label Studio."""
+    for name, was_running in Stack(settings()).down().items():
         console.print(f"{name}: {'stopped' if was_running else 'was not running'}")
 
 

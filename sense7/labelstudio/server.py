@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import requests
 
-from sense7.processes import ManagedProcess, ProcessError, port_is_free
+from sense7.processes import ManagedProcess, ProcessError, ServiceStatus, port_is_free
 from sense7.settings import Settings, secure_home
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # sense7/labelstudio/server.py -> the repository
@@ -62,22 +61,6 @@ class ServerError(RuntimeError):
     """Label Studio could not be started, or is not the one we expected."""
 
 
-@dataclass
-class ServerStatus:
-    running: bool
-    healthy: bool
-    pid: int | None
-    url: str
-    database: str
-
-    def describe(self) -> str:
-        if self.running and self.healthy:
-            return f"Label Studio is running at {self.url} (pid {self.pid}, {self.database})"
-        if self.running:
-            return f"Label Studio (pid {self.pid}) is starting or unhealthy at {self.url}"
-        return "Label Studio is not running"
-
-
 def label_studio_executable() -> Path:
     """The `label-studio` script of the dedicated virtualenv (SENSE7_LS_BIN overrides)."""
     override = os.environ.get("SENSE7_LS_BIN")
@@ -105,14 +88,15 @@ class LabelStudioServer:
         except requests.RequestException:
             return False
 
-    def status(self) -> ServerStatus:
+    def status(self) -> ServiceStatus:
         pid = self.process.pid()
-        return ServerStatus(
+        return ServiceStatus(
+            "Label Studio",
             running=pid is not None,
             healthy=pid is not None and self.healthy(),
             pid=pid,
             url=self.settings.ls_url,
-            database="PostgreSQL" if self.settings.ls_database_url else f"SQLite in {self.data_dir}",
+            detail="PostgreSQL" if self.settings.ls_database_url else f"SQLite in {self.data_dir}",
         )
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -152,7 +136,7 @@ class LabelStudioServer:
             env["DJANGO_DB"] = "sqlite"
         return env
 
-    def start(self, progress=None) -> ServerStatus:
+    def start(self, progress=None) -> ServiceStatus:
         if self.process.pid() is None:
             port = urlparse(self.settings.ls_url).port or 80
             if not port_is_free(port):

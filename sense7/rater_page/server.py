@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
-from sense7.processes import ManagedProcess, ProcessError, port_is_free
+from sense7.processes import ManagedProcess, ProcessError, ServiceStatus, port_is_free
 from sense7.settings import Settings
 
 GUNICORN_CONF = Path(__file__).with_name("gunicorn_conf.py")
@@ -17,21 +16,6 @@ GUNICORN_CONF = Path(__file__).with_name("gunicorn_conf.py")
 
 class RaterPageError(RuntimeError):
     """The rater page could not be started."""
-
-
-@dataclass
-class RaterPageStatus:
-    running: bool
-    healthy: bool
-    pid: int | None
-    url: str
-
-    def describe(self) -> str:
-        if self.running and self.healthy:
-            return f"rater page is running at {self.url} (pid {self.pid})"
-        if self.running:
-            return f"rater page (pid {self.pid}) is starting or unhealthy at {self.url}"
-        return "rater page is not running"
 
 
 class RaterPageServer:
@@ -49,11 +33,11 @@ class RaterPageServer:
         except requests.RequestException:
             return False
 
-    def status(self) -> RaterPageStatus:
+    def status(self) -> ServiceStatus:
         pid = self.process.pid()
-        return RaterPageStatus(pid is not None, bool(pid) and self.healthy(), pid, self.url)
+        return ServiceStatus("rater page", pid is not None, bool(pid) and self.healthy(), pid, self.url)
 
-    def start(self, env: dict | None = None) -> RaterPageStatus:
+    def start(self, env: dict | None = None) -> ServiceStatus:
         running = self.process.pid()
         if running:
             raise RaterPageError(f"the rater page is already running (pid {running}, {self.url})")

@@ -1,5 +1,5 @@
-"""The package map of docs/DESIGN.md, enforced: imports flow one way (cli -> jobs/backend -> research ->
-model and Label Studio adapters -> data -> core), the jobs and the backend do not import each other's
+"""The package map of docs/DESIGN.md, enforced: imports flow one way (cli -> stack -> jobs/backend/rater page ->
+research -> model and Label Studio adapters -> data -> core), the jobs and the backend do not import each other's
 entry points, the model and Label Studio adapters do not import each other, no module import circle (lazy
 imports inside functions count too), what gets installed lives under the one name `sense7`, a private name
 (`_x`) never crosses a module, and the benchmark scripts do not depend on the test tree."""
@@ -25,6 +25,7 @@ LAYERS = {
     "sense7.model": 2, "sense7.labelstudio": 2,
     "sense7.research": 3,
     "sense7.tasks": 4, "sense7.ml_backend": 4, "sense7.rater_page": 4,
+    "sense7.stack": 4.5,
     "sense7.cli": 5,
 }
 # Siblings on one layer stay apart, but for these: pre-annotation jobs predict with the backend's model
@@ -184,11 +185,8 @@ CHECKED_FOLDERS = ("sense7", "tasks", "ml_backend", "labeling_config", "scripts"
 OUR_ROOTS = ("sense7", "tasks", "ml_backend", "labeling_config")
 # namedtuple's public API happens to start with an underscore.
 NAMEDTUPLE_API = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}
-# Known offenders of the other half of issue 22 (the demo's internals used by the benchmark scripts, the
-# scripts' use of tests/jobs/helpers.py): removed when i22b lands.
-PENDING_I22B_PRIVATE = {("scripts/bench_rater_page.py", "_child_env"), ("scripts/bench_sync.py", "_child_env")}
-PENDING_I22B_SCRIPTS_IMPORTING_TESTS = {"scripts/bench_jobs.py", "scripts/bench_sync.py",
-                                        "scripts/bench_rater_page.py"}
+PENDING_I22B_PRIVATE: set = set()
+PENDING_I22B_SCRIPTS_IMPORTING_TESTS: set = set()
 
 
 def _sources() -> dict[str, str]:
@@ -289,10 +287,7 @@ def test_no_private_name_crosses_a_module():
 def test_scripts_do_not_import_the_test_tree():
     """Benchmarks start what they measure themselves (a test fixture may change under them)."""
     offenders = {path: imports_of_the_test_tree(source) for path, source in SOURCES.items() if path.startswith("scripts/")}
-    offenders = {path: uses for path, uses in offenders.items() if uses}
-    assert set(offenders) - PENDING_I22B_SCRIPTS_IMPORTING_TESTS == set()
-    assert set(offenders) == PENDING_I22B_SCRIPTS_IMPORTING_TESTS, \
-        "fixed: remove them from PENDING_I22B_SCRIPTS_IMPORTING_TESTS"
+    assert {path: uses for path, uses in offenders.items() if uses} == {}
 
 
 PLANTED_PRIVATE = [

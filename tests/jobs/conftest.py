@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -19,9 +18,9 @@ import pytest
 import requests
 from sense7.tasks.redis_local import start_redis_server
 
-from sense7.processes import free_port
+from sense7.processes import ManagedProcess, free_port
 from sense7.settings import BACKEND_HOST
-from tests.jobs.helpers import wait_for
+from sense7.stack import worker_command, worker_process
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -56,91 +55,45 @@ def redis_server(tmp_path) -> RedisHandle:
     handle.stop()
 
 
-class Proc:
-    """A child process in its own process group, with its output in a log file."""
-
-    def __init__(self, name: str, args: list[str], env: dict, log_path: Path):
-        self.name, self.args, self.env, self.log_path = name, args, env, log_path
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "Proc":
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
-        log.close()
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (worker and its pool children): no cleanup runs."""
-        if self.alive():
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if not self.alive():
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-6000:]
-        except FileNotFoundError:
-            return ""
-
-
 @dataclass
 class JobStack:
-    """One test's stack: own Label Studio projects, store, model dir and Redis; processes on demand."""
+    """One test's stack: own Label Studio projects, store, model dir and Redis; processes on demand, each a
+    ManagedProcess with its pid file and log under the test's tmp folder, stopped in reverse at the end."""
 
     env: dict
     tmp: Path
     redis: RedisHandle
-    procs: list[Proc] = field(default_factory=list)
+    procs: list[ManagedProcess] = field(default_factory=list)
     backend_url: str | None = None
 
-    def start_worker(self, name: str = "worker", beat: bool = False, extra_env: dict | None = None) -> Proc:
-        args = [str(VENV_BIN / "celery"), "-A", "sense7.tasks.celery_app:app", "worker", "--pool", "prefork",
-                "--concurrency", "1", "--loglevel", "INFO", "--hostname", f"{name}-{next(_counter)}@%h",
-                "--without-gossip", "--without-mingle"]
-        if beat:
-            args += ["--beat", "--schedule", str(self.tmp / f"{name}-beat-schedule")]
-        proc = Proc(name, args, {**self.env, **(extra_env or {})}, self.tmp / f"{name}.log").start()
+    def start(self, proc: ManagedProcess, cmd: list[str], env: dict) -> ManagedProcess:
         self.procs.append(proc)
-        celery = self.celery()
-        try:
-            wait_for(lambda: proc.alive() and celery.control.ping(timeout=0.5), timeout=90,
-                     what=f"worker {name} to answer ping")
-        except AssertionError:
-            raise AssertionError(f"worker {name} did not start:\n{proc.log()}") from None
+        proc.start(cmd, env, cwd=REPO)  # waits until healthy; the error carries the log's tail
         return proc
 
-    def start_backend(self) -> Proc:
+    def start_worker(self, name: str = "worker", beat: bool = False, extra_env: dict | None = None) -> ManagedProcess:
+        """A worker as sense7.stack starts one (concurrency 1, its own host name), healthy when it answers a
+        ping on this stack's broker."""
+        cmd = worker_command(self.tmp / f"{name}-beat-schedule" if beat else None, concurrency=1, loglevel="INFO",
+                             extra_args=("--pool", "prefork", "--hostname", f"{name}-{next(_counter)}@%h",
+                                         "--without-gossip", "--without-mingle"))
+        return self.start(worker_process(self.tmp, name, app=self.celery()), cmd, {**self.env, **(extra_env or {})})
+
+    def start_backend(self) -> ManagedProcess:
         port = int(self.env["SENSE7_BACKEND_PORT"])
         # The backend's own entry point, wired to the jobs the way docker-compose wires it.
         args = [str(VENV_BIN / "gunicorn"), "--config", str(REPO / "ml_backend" / "gunicorn_conf.py"),
                 "--workers", "1", "--bind", f"{BACKEND_HOST}:{port}", "sense7.ml_backend.wsgi:app_from_env()"]
         env = {**self.env, "SENSE7_BACKEND_ON_EVENT": "sense7.tasks.sync:on_event"}
-        proc = Proc("backend", args, env, self.tmp / "backend.log").start()
-        self.procs.append(proc)
         self.backend_url = f"http://{BACKEND_HOST}:{port}"
 
-        def up():
-            if not proc.alive():
-                raise AssertionError(f"backend exited:\n{proc.log()}")
+        def up() -> bool:
             try:
                 return requests.get(f"{self.backend_url}/health", auth=self.backend_auth, timeout=1).status_code == 200
             except requests.RequestException:
                 return False
 
-        wait_for(up, timeout=90, what="ML backend /health")
-        return proc
+        return self.start(ManagedProcess("backend", self.tmp, up, startup_timeout=90), args, env)
 
     @property
     def backend_auth(self) -> tuple[str, str]:

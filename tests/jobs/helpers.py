@@ -3,52 +3,23 @@ annotations posted on their behalf."""
 
 from __future__ import annotations
 
-import random
 import time
 
-from sense7.data.conversations import Conversation, Message
+from sense7.data import toy_study
+from sense7.data.toy_study import COLD, WARM, make_conversations  # noqa: F401  (the tests' names)
+from sense7.labelstudio import protocol
 from sense7.taxonomy import load_taxonomy
-
-WARM = ["I hear how hard this has been for you.", "That sounds really painful, and it makes sense you feel so.",
-        "Thank you for telling me; what feels heaviest right now?"]
-COLD = ["Here is a list of options.", "Try to be more productive.", "That is a common problem. Next question?"]
 
 
 def make_raters(n: int = 3, prefix: str = "r", domain: str = "raters.test") -> list[dict]:
-    tax = load_taxonomy()
-    rows = []
-    for i in range(1, n + 1):
-        traits = {f.key: (f.choices[i % len(f.choices)] if f.type == "choice" else f.min + (i % (f.max - f.min + 1)))
-                  for f in tax.profile_fields}
-        rows.append({"rater_id": f"{prefix}{i}", "email": f"{prefix}{i}@{domain}", "traits": traits})
-    return rows
-
-
-def make_conversations(raters: list[str], per_rater: int = 6, turns: int = 3, seed: int = 0,
-                       prefix: str = "c") -> list[Conversation]:
-    rng = random.Random(seed)
-    convs = []
-    for r in raters:
-        for k in range(per_rater):
-            messages = []
-            for t in range(turns):
-                messages.append(Message("user", f"({prefix}{r}{k}/{t}) I feel {rng.choice(['sad', 'lost', 'tired'])}."))
-                messages.append(Message("assistant", rng.choice(WARM if (k + t) % 2 == 0 else COLD)))
-            convs.append(Conversation(f"{prefix}-{r}-{k}", r, messages,
-                                      {"task_type": "emotional_support", "emotional_state": 1 + k % 5,
-                                       "empathy_wanted": 1 + (k + 2) % 5}))
-    return convs
+    return toy_study.make_raters(n, load_taxonomy(), prefix, domain)
 
 
 def rating_result(turn_text: str, bias: int = 0) -> list[dict]:
     """A full annotation result: warm turns get high ratings, cold ones low, shifted by the rater's bias."""
     tax = load_taxonomy()
-    base = 4 if turn_text in WARM else 2
-    level = max(1, min(5, base + bias))
-    result = [{"from_name": c, "to_name": "turn", "type": "rating", "value": {"rating": level}} for c in tax.controls]
-    result.append({"from_name": tax.expectation_key, "to_name": "turn", "type": "choices",
-                   "value": {"choices": ["yes" if level >= 3 else "no"]}})
-    return result
+    level = toy_study.turn_level(turn_text, bias)
+    return protocol.rating_result({c: level for c in tax.controls}, tax, "yes" if level >= 3 else "no")
 
 
 def ensure_users(client, raters: list[dict]) -> dict[str, int]:

@@ -45,7 +45,7 @@ def test_annotations_made_while_redis_is_down_arrive_after_reconciliation(job_st
         made[annotate(rt.client, task, users[task.data["rater_id"]]).id] = task.data["rater_id"]
     # Every webhook reached the backend, which could not enqueue: nothing can have been stored.
     assert stored_raters(rt.store) == {}
-    assert "event handler failed" in (job_stack.tmp / "backend.log").read_text()
+    assert "event handler failed" in (job_stack.tmp / "logs" / "backend.log").read_text()
 
     job_stack.redis.start()  # same port, same data directory
     wait_for(lambda: stored_raters(rt.store) == made, timeout=180, what="reconciliation after Redis came back")
@@ -98,10 +98,10 @@ def test_label_studio_unreachable_job_retries_then_succeeds(job_stack):
     ls = urlparse(rt.settings.ls_url)
     proxy = TcpProxy(free_port(), ls.hostname, ls.port)
     # The worker reaches Label Studio only through the proxy, which is down when the job starts.
-    job_stack.start_worker(extra_env={"SENSE7_LS_URL": f"http://127.0.0.1:{proxy.port}"})
+    worker = job_stack.start_worker(extra_env={"SENSE7_LS_URL": f"http://127.0.0.1:{proxy.port}"})
     pending = job_stack.celery().send_task("sense7.reconcile")
-    log = job_stack.procs[-1]
-    wait_for(lambda: "Retry in" in log.log(), what="the job to fail and schedule a retry")
+    wait_for(lambda: "Retry in" in worker.log_file.read_text(errors="replace"),
+             what="the job to fail and schedule a retry")
     assert set(stored_raters(rt.store)) == set()
     proxy.start()
     try:

@@ -13,9 +13,9 @@ import requests
 from sense7.data.raterpage import LinkBook
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 from sense7.labelstudio.protocol import webhook_headers
-from sense7.processes import free_port
-from tests.jobs.conftest import VENV_BIN, Proc, job_stack, redis_server  # noqa: F401  (fixtures)
-from tests.jobs.helpers import make_conversations, make_raters, wait_for
+from sense7.processes import ManagedProcess, free_port
+from tests.jobs.conftest import VENV_BIN, job_stack, redis_server  # noqa: F401  (fixtures)
+from tests.jobs.helpers import make_conversations, make_raters
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
@@ -30,7 +30,7 @@ class RaterPageStack:
     url: str
     links: dict          # rater_id -> full link URL
     raters: list[dict]
-    page: Proc
+    page: ManagedProcess
 
     def session_for(self, rater_id: str) -> requests.Session:
         """A browser-like session that has opened `rater_id`'s link."""
@@ -52,24 +52,19 @@ def hidden(html: str, name: str) -> str:
     return re.search(rf'name="{name}" value="([^"]*)"', html).group(1)
 
 
-def start_page(stack, port: int, extra_env: dict | None = None) -> Proc:
+def start_page(stack, port: int, extra_env: dict | None = None) -> ManagedProcess:
     env = {**stack.env, "SENSE7_RATER_PAGE_PORT": str(port), "SENSE7_RATER_PAGE_WORKERS": "1",
            "SENSE7_RATER_PAGE_THREADS": "4", **(extra_env or {})}
-    proc = Proc("rater-page", [str(VENV_BIN / "gunicorn"), "--config",
-                               str(REPO / "sense7" / "rater_page" / "gunicorn_conf.py"),
-                               "sense7.rater_page.wsgi:app_from_env()"], env, stack.tmp / "rater-page.log").start()
-    stack.procs.append(proc)
 
-    def up():
-        if not proc.alive():
-            raise AssertionError(f"rater page exited:\n{proc.log()}")
+    def up() -> bool:
         try:
             return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
         except requests.RequestException:
             return False
 
-    wait_for(up, timeout=60, what="the rater page")
-    return proc
+    cmd = [str(VENV_BIN / "gunicorn"), "--config", str(REPO / "sense7" / "rater_page" / "gunicorn_conf.py"),
+           "sense7.rater_page.wsgi:app_from_env()"]
+    return stack.start(ManagedProcess("rater-page", stack.tmp, up, startup_timeout=60), cmd, env)
 
 
 def build(stack, per_rater: int = 2, turns: int = 3, worker_env: dict | None = None,

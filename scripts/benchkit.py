@@ -1,0 +1,87 @@
+"""What the benchmark scripts share: their command line (`argument_parser`), progress lines (`logger`), a fresh
+home on free ports for the stack they measure (`fresh_home`, then `sense7.stack.Stack`), the annotations
+they post, and their one JSON document of figures (`emit`).
+
+A script imports it as `benchkit` (Python puts the script's folder first on the path); scripts never import
+from tests/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sense7.data import toy_study
+from sense7.labelstudio.protocol import rating_result
+from sense7.processes import free_port
+from sense7.settings import Settings
+from sense7.taxonomy import Taxonomy
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def argument_parser(doc: str, out: bool = True, full_help: bool = False) -> argparse.ArgumentParser:
+    """The script's parser: its docstring's first paragraph (or all of it) as the description, and
+    `--out FILE` for the JSON document."""
+    if full_help:
+        made = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    else:
+        made = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    if out:
+        made.add_argument("--out", type=Path, default=None, help="also write the JSON document here")
+    return made
+
+
+def logger(name: str) -> Callable[[str], None]:
+    """A progress line on stderr, `[name HH:MM:SS] message` (stdout is the JSON document)."""
+
+    def log(message: str) -> None:
+        print(f"[{name} {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def fresh_home(prefix: str, **env: str) -> Settings:
+    """A new SENSE7_HOME in a temporary folder with Label Studio, the ML backend and the rater page on free
+    ports, exported to this process's environment (the stack's processes inherit it) with `env` on top; a
+    configured Redis or store is dropped, so the stack starts its own."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ.update({"SENSE7_HOME": str(tmp / "home"), "SENSE7_LS_PORT": str(free_port()),
+                       "SENSE7_BACKEND_PORT": str(free_port()), "SENSE7_RATER_PAGE_PORT": str(free_port()), **env})
+    for name in ("SENSE7_REDIS_URL", "SENSE7_STORE_URL"):
+        if name not in env:
+            os.environ.pop(name, None)
+    return Settings.from_env()
+
+
+def label_studio_and_broker(stack, taxonomy: Taxonomy):
+    """Start the stack's Label Studio and Redis; (client, rating project, profile project, store)."""
+    from sense7.data.store import Store
+    from sense7.labelstudio import client as ls_client
+
+    stack.start_label_studio()
+    stack.start_redis()
+    client = ls_client.connect(stack.cfg)
+    rating, profile = ls_client.ensure_projects(client, stack.cfg, taxonomy)
+    return client, rating, profile, Store(stack.cfg.store_url)
+
+
+def toy_annotation(turn_text: str, taxonomy: Taxonomy, bias: int = 0) -> list[dict]:
+    """A full rating annotation of a toy-study turn (sense7.data.toy_study): warm turns high, cold ones low,
+    shifted by the rater's bias."""
+    level = toy_study.turn_level(turn_text, bias)
+    return rating_result({c: level for c in taxonomy.controls}, taxonomy, "yes" if level >= 3 else "no")
+
+
+def emit(figures: dict, out: Path | None = None) -> None:
+    """Print the figures as one JSON document, and write it to `out` too."""
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if out:
+        out.write_text(text)
