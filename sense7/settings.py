@@ -8,6 +8,7 @@ does it (from_env may create this home's secret files, so it runs when a process
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import secrets
@@ -91,6 +92,52 @@ class BackendServing:
 
 
 @dataclass(frozen=True)
+class TrustedProxies:
+    """Which reverse proxies in front of the rater page may say who the client is (X-Forwarded-For).
+
+    SENSE7_TRUSTED_PROXIES: empty (the default: nobody, the connection's address is the client's), a number
+    of hops (the last N proxies each appended the address they saw: the client is the Nth entry from the
+    right), or proxy addresses / networks separated by commas (entries are taken from the right while the
+    one that sent them is one of these)."""
+
+    hops: int = 0
+    networks: tuple = ()
+
+    @classmethod
+    def parse(cls, spec: str | None) -> "TrustedProxies":
+        spec = (spec or "").strip()
+        if not spec:
+            return cls()
+        if spec.isascii() and spec.isdigit():
+            return cls(hops=int(spec))
+        try:
+            return cls(networks=tuple(ipaddress.ip_network(part.strip(), strict=False)
+                                      for part in spec.split(",") if part.strip()))
+        except ValueError:
+            raise ValueError(f"SENSE7_TRUSTED_PROXIES={spec!r}: expected a number of proxy hops or proxy addresses "
+                             "separated by commas (e.g. 1, or 10.0.0.5, or 10.0.0.0/8)") from None
+
+    def client(self, remote_addr: str | None, forwarded_for: str | None) -> str:
+        """The client's address: the connection's, or what trusted proxies forwarded."""
+        remote = remote_addr or ""
+        entries = [e.strip() for e in (forwarded_for or "").split(",") if e.strip()]
+        if self.hops:
+            return entries[-self.hops] if len(entries) >= self.hops else remote
+
+        def trusted(address: str) -> bool:
+            try:
+                ip = ipaddress.ip_address(address)
+            except ValueError:
+                return False
+            return any(ip in network for network in self.networks)
+
+        current = remote
+        while entries and self.networks and trusted(current):
+            current = entries.pop()
+        return current
+
+
+@dataclass(frozen=True)
 class RaterPage:
     """The rater page (sense7.rater_page): where it listens, the address its links carry, the study's
     finish (a completion code and/or a redirect, e.g. back to a crowd platform), and gunicorn's size."""
@@ -102,7 +149,8 @@ class RaterPage:
     completion_url: str = ""              # SENSE7_COMPLETION_URL: the finish page's "continue" link
     workers: int = 2                      # SENSE7_RATER_PAGE_WORKERS
     threads: int = 8                      # SENSE7_RATER_PAGE_THREADS
-    link_attempts: str = "30 per minute"  # SENSE7_RATER_PAGE_LINK_LIMIT: link openings per client address
+    link_attempts: str = "30 per minute"  # SENSE7_RATER_PAGE_LINK_LIMIT: failed link openings per client address
+    trusted_proxies: TrustedProxies = field(default_factory=TrustedProxies)  # SENSE7_TRUSTED_PROXIES
 
     @classmethod
     def from_env(cls, env: dict) -> "RaterPage":
@@ -114,7 +162,8 @@ class RaterPage:
                    completion_url=env.get("SENSE7_COMPLETION_URL") or "",
                    workers=int(env.get("SENSE7_RATER_PAGE_WORKERS") or 2),
                    threads=int(env.get("SENSE7_RATER_PAGE_THREADS") or 8),
-                   link_attempts=env.get("SENSE7_RATER_PAGE_LINK_LIMIT") or "30 per minute")
+                   link_attempts=env.get("SENSE7_RATER_PAGE_LINK_LIMIT") or "30 per minute",
+                   trusted_proxies=TrustedProxies.parse(env.get("SENSE7_TRUSTED_PROXIES")))
 
 
 PREFILL_POLICIES = ("shown", "hidden", "randomized")
