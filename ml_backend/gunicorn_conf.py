@@ -30,6 +30,10 @@ keepalive = _serving.keepalive
 backlog = 512
 pidfile = _serving.pidfile
 proc_name = "sense7-ml-backend"
+# No control socket: gunicorn's default ($XDG_RUNTIME_DIR or ~/.gunicorn/gunicorn.ctl) is one per user, so
+# every stack on the machine (and the tests) would share it, `gunicornc` would answer for another stack's
+# master, and the first master to exit would delete it. sense7 stops its processes through their pid files.
+control_socket_disable = True
 # Access logs name only method, path and status; off unless asked for (they cost ~10% at high rates).
 accesslog = "-" if _serving.access_log else None
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'

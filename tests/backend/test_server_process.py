@@ -119,3 +119,29 @@ def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
         assert [r["model_version"] for r in answer] == ["v2", "v2"]
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_two_stacks_share_no_gunicorn_control_socket(tmp_path):
+    """gunicorn 24+ opens a control socket at $XDG_RUNTIME_DIR/gunicorn.ctl or ~/.gunicorn/gunicorn.ctl by
+    default: every stack on a machine (and the tests) would share one, `gunicornc` would answer for another
+    stack's master and the first master to exit would delete it. sense7's gunicorns open none."""
+    user_home = tmp_path / "user"
+    user_home.mkdir()
+    base = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    base["HOME"] = str(user_home)
+    backend_env = {**_env(tmp_path / "a", free_port()), "HOME": str(user_home)}
+    backend_env.pop("XDG_RUNTIME_DIR", None)
+    page_env = {k: v for k, v in base.items() if not k.startswith("SENSE7_")}
+    page_env.update(SENSE7_HOME=str(tmp_path / "b" / "home"), SENSE7_RATER_PAGE_PORT=str(free_port()),
+                    SENSE7_RATER_PAGE_WORKERS="1", SENSE7_RATER_PAGE_THREADS="2")
+    try:
+        started = _cli(backend_env, "backend", "start")
+        assert started.returncode == 0, started.stderr
+        page = _cli(page_env, "rater-page", "start")
+        assert page.returncode == 0, page.stderr
+        sockets = [p for p in tmp_path.rglob("*") if p.is_socket()]
+        assert not (user_home / ".gunicorn").exists() and sockets == [], sockets
+    finally:
+        _cli(backend_env, "backend", "stop")
+        _cli(page_env, "rater-page", "stop")
