@@ -75,7 +75,8 @@ class BackendServing:
     bind: str = f"{BACKEND_HOST}:9090"    # SENSE7_BACKEND_BIND (default: SENSE7_BACKEND_HOST:SENSE7_BACKEND_PORT)
     workers: int = 2                      # SENSE7_BACKEND_WORKERS
     threads: int = 1                      # SENSE7_BACKEND_THREADS (>1: gthread workers)
-    keepalive: int = 0                    # SENSE7_BACKEND_KEEPALIVE
+    keepalive: int = 0                    # SENSE7_BACKEND_KEEPALIVE (s; 0: close after each response)
+    read_timeout: float = 5.0             # SENSE7_BACKEND_READ_TIMEOUT (s): headers, then each body read
     pidfile: str | None = None            # SENSE7_BACKEND_PIDFILE
     access_log: bool = False              # SENSE7_BACKEND_ACCESS_LOG
     log_level: str = "info"               # SENSE7_BACKEND_LOG_LEVEL

@@ -145,3 +145,46 @@ def test_two_stacks_share_no_gunicorn_control_socket(tmp_path):
     finally:
         _cli(backend_env, "backend", "stop")
         _cli(page_env, "rater-page", "stop")
+
+
+def _half_open(host: str, port: int, n: int) -> list[socket.socket]:
+    """`n` connections that send part of a request's headers and then nothing (no credentials needed)."""
+    held = []
+    for _ in range(n):
+        sock = socket.create_connection((host, port), timeout=10)
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\n")
+        held.append(sock)
+    return held
+
+
+@pytest.mark.slow
+def test_half_open_connections_and_short_bodies_hold_no_worker(tmp_path):
+    """Three half-open connections held both sync workers (Label Studio's /health and /predict timed
+    out); a body shorter than its Content-Length held a worker 120 s, then 500 WORKER TIMEOUT. Now: one
+    worker, 30 half-open connections, and credentialed requests are answered; the short body gets 408."""
+    port = free_port()
+    env = _env(tmp_path, port)
+    env["SENSE7_BACKEND_READ_TIMEOUT"] = "2"
+    held = []
+    try:
+        assert _cli(env, "backend", "start").returncode == 0
+        held = _half_open(BACKEND_HOST, port, 30)
+        for _ in range(3):
+            health = requests.get(f"http://{BACKEND_HOST}:{port}/health", auth=(USER, PASSWORD), timeout=10)
+            assert health.status_code == 200
+        short = socket.create_connection((BACKEND_HOST, port), timeout=30)
+        token = __import__("base64").b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        short.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Authorization: Basic " + token.encode() + b"\r\nContent-Length: 100000\r\n\r\n{\"tasks\": [")
+        status = short.makefile("rb").readline()
+        short.close()
+        assert status.split()[1] == b"408", status
+        # Still serving, and the log names no worker timeout.
+        assert requests.get(f"http://{BACKEND_HOST}:{port}/health", auth=(USER, PASSWORD), timeout=10).ok
+        log = (tmp_path / "home" / "logs" / "ml-backend.log")
+        text = log.read_text() if log.exists() else ""
+        assert "WORKER TIMEOUT" not in text and "Traceback" not in text
+    finally:
+        for sock in held:
+            sock.close()
+        _cli(env, "backend", "stop")
