@@ -108,6 +108,20 @@ def test_every_level_is_ascii_digits_in_range_else_422(page, value):
     assert InstructedAnswers(store).frame()["answered"].tolist() == [2]
 
 
+def test_profile_numbers_go_through_the_same_parser(page):
+    make_app, store, tokens = page
+    client = opened(make_app(), tokens["hb"])
+    csrf = csrf_of(client.get("/profile").text)
+    traits = {f.key: (f.choices[0] if f.type == "choice" else str(f.max)) for f in TAXONOMY.profile_fields}
+    number = next(f for f in TAXONOMY.profile_fields if f.type == "int")
+    for bad in ["\u0663", "\u00b3", f" {number.max}", "1e1"]:
+        response = client.post("/profile", data={"csrf_token": csrf, "revision": "1", **traits, number.key: bad})
+        assert response.status_code == 422, bad
+    assert stored_rows(store) == []
+    assert client.post("/profile", data={"csrf_token": csrf, "revision": "1", **traits}).status_code == 303
+    assert stored_rows(store)[0]["answer"]["traits"][number.key] == number.max
+
+
 def test_hidden_fields_out_of_form_never_break_a_submission(page):
     """A tampered revision or page time is treated as absent: stored once, no NaN lead time."""
     make_app, store, tokens = page

@@ -4,6 +4,7 @@ survive Label Studio being down: all delivered once it is back, none twice."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 import requests
 from sqlalchemy import select
@@ -159,7 +160,7 @@ class _LostAnswers:
     def create(self, *args, **kwargs):
         self._annotations.create(*args, **kwargs)
         self.created += 1
-        raise requests.ConnectionError("connection dropped after the annotation was created")
+        raise httpx.ReadError("connection dropped after the annotation was created")  # as the SDK raises it
 
     def __getattr__(self, name):
         return getattr(self._annotations, name)
@@ -193,7 +194,7 @@ def test_a_delivery_whose_answer_was_lost_is_not_created_twice(job_stack):
         assert outbox.add_next("lost1", "rating", task.id, result, chosen, 12.0) == 1
     real = rt.client
     rt.client = CreatesThenFails(real)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # a transient error: the job is retried
         deliver_outbox(rt)
     assert rt.client.annotations.created == len(tasks)  # every one landed, no answer came back
     assert outbox.counts()["undelivered"] == len(tasks)
