@@ -16,7 +16,7 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, RaterQueue
+from sense7.data.raterpage import InstructedAnswers, LinkBook, RaterQueue
 from sense7.data.store import Store, submissions
 from sense7.processes import free_port
 from sense7.rater_page.app import create_app
