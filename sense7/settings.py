@@ -23,6 +23,11 @@ RATING_PROJECT_TITLE = "SENSE-7 empathy ratings"
 PROFILE_PROJECT_TITLE = "SENSE-7 rater profile"
 
 
+class SettingsError(ValueError):
+    """A setting from the environment that cannot be used: the message names the variable (the CLI prints
+    it as one line; a process refuses to start)."""
+
+
 def _numbers_from_env(cls, env, prefix: str) -> dict:
     """Numeric fields of a settings dataclass from PREFIX + FIELD_NAME (upper case); unset keeps defaults."""
     values = {}
@@ -36,7 +41,7 @@ def _numbers_from_env(cls, env, prefix: str) -> dict:
         try:
             values[fld.name] = kind(raw)
         except ValueError:
-            raise ValueError(f"environment variable {prefix}{fld.name.upper()}: expected a number, got {raw!r}") from None
+            raise SettingsError(f"environment variable {prefix}{fld.name.upper()}: expected a number, got {raw!r}") from None
     return values
 
 
@@ -115,7 +120,7 @@ class TrustedProxies:
             return cls(networks=tuple(ipaddress.ip_network(part.strip(), strict=False)
                                       for part in spec.split(",") if part.strip()))
         except ValueError:
-            raise ValueError(f"SENSE7_TRUSTED_PROXIES={spec!r}: expected a number of proxy hops or proxy addresses "
+            raise SettingsError(f"SENSE7_TRUSTED_PROXIES={spec!r}: expected a number of proxy hops or proxy addresses "
                              "separated by commas (e.g. 1, or 10.0.0.5, or 10.0.0.0/8)") from None
 
     def client(self, remote_addr: str | None, forwarded_for: str | None) -> str:
@@ -187,10 +192,10 @@ class StudyDesign:
 
     def __post_init__(self):
         if self.prefill not in PREFILL_POLICIES:
-            raise ValueError(f"SENSE7_PREFILL: expected one of {', '.join(PREFILL_POLICIES)}, got {self.prefill!r}")
+            raise SettingsError(f"SENSE7_PREFILL: expected one of {', '.join(PREFILL_POLICIES)}, got {self.prefill!r}")
         for name, value in (("SENSE7_PREFILL_SHOWN_SHARE", self.shown_share), ("SENSE7_REPEAT_SHARE", self.repeat_share)):
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}: expected a share between 0 and 1, got {value}")
+                raise SettingsError(f"{name}: expected a share between 0 and 1, got {value}")
 
     @classmethod
     def from_env(cls, env: dict) -> "StudyDesign":
@@ -201,7 +206,7 @@ class StudyDesign:
             try:
                 return float(raw)
             except ValueError:
-                raise ValueError(f"environment variable {name}: expected a number, got {raw!r}") from None
+                raise SettingsError(f"environment variable {name}: expected a number, got {raw!r}") from None
 
         return cls(prefill=(env.get("SENSE7_PREFILL") or "randomized").strip().lower(),
                    shown_share=share("SENSE7_PREFILL_SHOWN_SHARE", 0.5),
@@ -249,7 +254,7 @@ class QualityPolicy:
         for fld in fields(self):
             problem = _problem(fld.name, getattr(self, fld.name))
             if problem:
-                raise ValueError(f"QualityPolicy.{fld.name}={getattr(self, fld.name)!r}: {problem}")
+                raise SettingsError(f"QualityPolicy.{fld.name}={getattr(self, fld.name)!r}: {problem}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> QualityPolicy:
@@ -267,10 +272,10 @@ class QualityPolicy:
                 value = raw.lower() if kind is str else kind(raw)
             except ValueError:
                 expected = "an integer" if kind is int else "a number"
-                raise ValueError(f"{variable}={raw!r}: expected {expected}") from None
+                raise SettingsError(f"{variable}={raw!r}: expected {expected}") from None
             problem = _problem(fld.name, value)
             if problem:
-                raise ValueError(f"{variable}={raw!r}: {problem}")
+                raise SettingsError(f"{variable}={raw!r}: {problem}")
             values[fld.name] = value
         return cls(**values)
 

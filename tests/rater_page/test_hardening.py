@@ -180,9 +180,21 @@ def test_behind_a_trusted_proxy_each_client_address_has_its_own_limit(page):
 
 
 def test_a_malformed_trusted_proxies_setting_is_one_clear_error(tmp_path):
+    import os
+    import subprocess
+    import sys
+
     for bad in ["two", "10.0.0.300", "-1"]:
         with pytest.raises(ValueError, match="SENSE7_TRUSTED_PROXIES"):
             Settings.from_env({"SENSE7_HOME": str(tmp_path), "SENSE7_TRUSTED_PROXIES": bad})
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SENSE7_")},
+           "SENSE7_HOME": str(tmp_path / "home"), "SENSE7_TRUSTED_PROXIES": "two"}
+    sense7 = str(Path(sys.executable).with_name("sense7"))
+    result = subprocess.run([sense7, "rater-page", "start"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: SENSE7_TRUSTED_PROXIES='two': expected a number of proxy hops or proxy addresses separated by "
+        "commas (e.g. 1, or 10.0.0.5, or 10.0.0.0/8)"]
 
 
 # -- the page under gunicorn -------------------------------------------------------------------------
