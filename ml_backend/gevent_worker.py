@@ -16,7 +16,6 @@ A /predict is CPU-bound Python, so a worker still runs one request at a time; pr
 from __future__ import annotations
 
 import gevent
-from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
 from sense7.settings import Settings
@@ -33,13 +32,18 @@ class BoundedGeventWorker(GeventWorker):
         super().init_process()
 
     def timeout_ctx(self):
-        return gevent.Timeout(self.header_timeout, False)  # False: on expiry the connection just closes
-
-    def handle(self, listener, client, addr):
-        client.settimeout(self.read_timeout)  # (GeventWorker.handle would make the socket block forever)
-        AsyncWorker.handle(self, listener, client, addr)
+        # The whole header read, however slowly it drips in. False: on expiry the connection just closes
+        # (a socket timeout here would be logged as a socket error with a traceback).
+        return gevent.Timeout(self.header_timeout, False)
 
     def handle_request(self, listener_name, req, sock, addr):
         if self.close_after_response:
             req.must_close = True
-        super().handle_request(listener_name, req, sock, addr)
+        sock.settimeout(self.read_timeout)  # each read of the body (the app answers 408) and each write
+        try:
+            super().handle_request(listener_name, req, sock, addr)
+        finally:
+            try:
+                sock.setblocking(True)  # between kept-alive requests only the keep-alive bounds the wait
+            except OSError:
+                pass  # already closed
