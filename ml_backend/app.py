@@ -27,7 +27,7 @@ from flask import Flask, jsonify, request
 from flask.json.provider import JSONProvider
 from sense7.ml_backend.labels import LabelConfigError
 from sense7.ml_backend.model import ModelUnavailable, Sense7Model, build_model
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge, RequestTimeout
 
 from sense7.labelstudio.protocol import SECRET_HEADER, MalformedEvent
 from sense7.settings import Settings
@@ -82,7 +82,8 @@ def create_app(settings: Settings | None = None, *, model: Sense7Model | None = 
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):
-        reasons = {413: f"request body larger than {max_content_length} bytes"}
+        reasons = {413: f"request body larger than {max_content_length} bytes",
+                   408: "the request body stopped arriving before its Content-Length"}
         return _error(exc.code or 500, reasons.get(exc.code, exc.description or exc.name))
 
     @app.errorhandler(Exception)
@@ -103,14 +104,17 @@ def create_app(settings: Settings | None = None, *, model: Sense7Model | None = 
         return response
 
     def _body() -> bytes:
-        if request.content_length is None and request.environ.get("wsgi.input_terminated"):
-            # A chunked body: werkzeug would cut it at the limit without a word (and the JSON would then
-            # look malformed); read one byte past the limit to tell "too large" apart.
-            raw = request.environ["wsgi.input"].read(max_content_length + 1)
-            if len(raw) > max_content_length:
-                raise RequestEntityTooLarge()
-            return raw
-        return request.get_data(cache=True)  # 413 when the declared length is over the limit
+        try:
+            if request.content_length is None and request.environ.get("wsgi.input_terminated"):
+                # A chunked body: werkzeug would cut it at the limit without a word (and the JSON would then
+                # look malformed); read one byte past the limit to tell "too large" apart.
+                raw = request.environ["wsgi.input"].read(max_content_length + 1)
+                if len(raw) > max_content_length:
+                    raise RequestEntityTooLarge()
+                return raw
+            return request.get_data(cache=True)  # 413 when the declared length is over the limit
+        except (TimeoutError, ClientDisconnected):  # the body stopped coming (gevent_worker.py bounds each
+            raise RequestTimeout() from None         # read; werkzeug reports the timeout as a disconnect)
 
     def _json_object(what: str) -> dict:
         try:

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_backend.py                 # batches of 1 and 10, 30 s each
     .venv/bin/python scripts/bench_backend.py --duration 10 --batches 10 --workers 2 --threads 4   # gthread
+    .venv/bin/python scripts/bench_backend.py --half-open 50   # each batch idle, then under 50 half-open connections
 
 Trains a real bundle (sense7.model.bundle.train_bundle) on synthetic data (sense7.data.synth), promotes it in a
 temporary registry, fills a temporary store with the raters' traits and contexts, starts the backend with
@@ -10,6 +11,10 @@ generator is not the bottleneck; `apt-get install wrk`). Each request body is on
 batches (a Lua script rotates them), tasks of known, traits-only and unknown raters mixed. A request
 counts as an error if it is not 2xx; before each run one request is checked for one result per task,
 eight ratings each and no per-task error.
+
+--half-open N (issue 23): after each batch's run, N connections without credentials that send part of a
+request's headers and then nothing are held open (reopened whenever the server closes one), and the same
+run is measured again: the row "+N half-open" and the p99 ratio to the idle run (goal: within 2x).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -131,17 +137,63 @@ def parse_wrk(text: str) -> dict:
     }
 
 
+class HalfOpenClients:
+    """N connections that send a partial request and then nothing, each reopened when the server closes it."""
+
+    def __init__(self, host: str, port: int, n: int):
+        self.host, self.port, self.n = host, port, n
+        self.stopped = threading.Event()
+        self.reopened = 0
+        self.thread = threading.Thread(target=self._hold, daemon=True)
+
+    def _open(self):
+        import socket
+
+        sock = socket.create_connection((self.host, self.port), timeout=5)
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n")
+        sock.setblocking(False)
+        return sock
+
+    def _hold(self):
+        socks = [self._open() for _ in range(self.n)]
+        while not self.stopped.wait(0.2):
+            for i, sock in enumerate(socks):
+                try:
+                    closed = sock.recv(1024) == b""
+                except BlockingIOError:
+                    closed = False
+                except OSError:
+                    closed = True
+                if closed:
+                    sock.close()
+                    socks[i] = self._open()
+                    self.reopened += 1
+        for sock in socks:
+            sock.close()
+
+    def __enter__(self):
+        self.thread.start()
+        time.sleep(1.0)  # every connection is open before the measured run
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        self.thread.join()
+
+
 def main() -> int:
     parser = argument_parser(__doc__, out=False, full_help=True)
     parser.add_argument("--duration", type=int, default=30)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1, help="1: sync workers (the default)")
+    parser.add_argument("--threads", type=int, default=1, help="1: gevent workers (the default)")
     parser.add_argument("--conversations", type=int, default=400)
     parser.add_argument("--raters", type=int, default=60)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the temporary SENSE7_HOME")
+    parser.add_argument("--half-open", type=int, default=0, metavar="N",
+                        help="measure each batch again under N half-open connections (issue 23)")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         print("wrk not found: apt-get install -y wrk", file=sys.stderr)
@@ -176,21 +228,32 @@ def main() -> int:
             # warm-up: every worker has loaded its model and its caches before the measured run
             subprocess.run(["wrk", "-t2", f"-c{args.connections}", "-d3s", "-s", str(script), server.url],
                            check=True, capture_output=True)
-            cpu_before = worker_cpu_seconds(server.pid())
-            out = subprocess.run(["wrk", "-t2", f"-c{args.connections}", f"-d{args.duration}s", "--latency",
-                                  "-s", str(script), server.url], check=True, capture_output=True, text=True).stdout
-            cpu = worker_cpu_seconds(server.pid())
-            # How the load spread over the workers: a worker that accepted most keep-alive connections does
-            # most of the work while the other idles (see docs/BENCHMARKS.md).
-            used = sorted((cpu[pid] - cpu_before.get(pid, 0.0) for pid in cpu), reverse=True)
-            stats = parse_wrk(out)
-            stats.update(batch=batch, tasks_per_s=stats["req_per_s"] * batch, kinds=kinds,
-                         worker_cpu="/".join(f"{s:.0f}" for s in used))
-            rows.append(stats)
-            print(out, file=sys.stderr)
+
+            def measured(label):
+                cpu_before = worker_cpu_seconds(server.pid())
+                out = subprocess.run(["wrk", "-t2", f"-c{args.connections}", f"-d{args.duration}s", "--latency",
+                                      "-s", str(script), server.url], check=True, capture_output=True,
+                                     text=True).stdout
+                cpu = worker_cpu_seconds(server.pid())
+                # How the load spread over the workers: a worker that accepted most keep-alive connections
+                # does most of the work while the other idles (see docs/BENCHMARKS.md).
+                used = sorted((cpu[pid] - cpu_before.get(pid, 0.0) for pid in cpu), reverse=True)
+                stats = parse_wrk(out)
+                stats.update(batch=label, tasks_per_s=stats["req_per_s"] * batch, kinds=kinds,
+                             worker_cpu="/".join(f"{s:.0f}" for s in used))
+                rows.append(stats)
+                print(out, file=sys.stderr)
+                return stats
+
+            idle = measured(batch)
+            if args.half_open:
+                host, port = server.url.rsplit("/", 1)[1].split(":")
+                with HalfOpenClients(host, int(port), args.half_open) as held:
+                    loaded = measured(f"{batch} +{args.half_open} half-open")
+                loaded["batch"] += f" (p99 {loaded['p99_ms'] / idle['p99_ms']:.2f}x idle, {held.reopened} reopened)"
     if not args.keep:
         shutil.rmtree(home, ignore_errors=True)
-    kind = "sync" if args.threads == 1 else "gthread"
+    kind = "gevent" if args.threads == 1 else "gthread"
     print(f"gunicorn {args.workers} workers x {args.threads} threads ({kind}), wrk -t2 -c{args.connections} "
           f"-d{args.duration}s, {os.cpu_count()} cores, load average before/after: {load_before} / "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")

@@ -8,6 +8,7 @@ does it (from_env may create this home's secret files, so it runs when a process
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import secrets
@@ -20,6 +21,11 @@ from pathlib import Path
 BACKEND_HOST = "127.0.0.2"
 RATING_PROJECT_TITLE = "SENSE-7 empathy ratings"
 PROFILE_PROJECT_TITLE = "SENSE-7 rater profile"
+
+
+class SettingsError(ValueError):
+    """A setting from the environment that cannot be used: the message names the variable (the CLI prints
+    it as one line; a process refuses to start)."""
 
 
 def _numbers_from_env(cls, env, prefix: str) -> dict:
@@ -35,7 +41,7 @@ def _numbers_from_env(cls, env, prefix: str) -> dict:
         try:
             values[fld.name] = kind(raw)
         except ValueError:
-            raise ValueError(f"environment variable {prefix}{fld.name.upper()}: expected a number, got {raw!r}") from None
+            raise SettingsError(f"environment variable {prefix}{fld.name.upper()}: expected a number, got {raw!r}") from None
     return values
 
 
@@ -74,7 +80,8 @@ class BackendServing:
     bind: str = f"{BACKEND_HOST}:9090"    # SENSE7_BACKEND_BIND (default: SENSE7_BACKEND_HOST:SENSE7_BACKEND_PORT)
     workers: int = 2                      # SENSE7_BACKEND_WORKERS
     threads: int = 1                      # SENSE7_BACKEND_THREADS (>1: gthread workers)
-    keepalive: int = 0                    # SENSE7_BACKEND_KEEPALIVE
+    keepalive: int = 0                    # SENSE7_BACKEND_KEEPALIVE (s; 0: close after each response)
+    read_timeout: float = 5.0             # SENSE7_BACKEND_READ_TIMEOUT (s): headers, then each body read
     pidfile: str | None = None            # SENSE7_BACKEND_PIDFILE
     access_log: bool = False              # SENSE7_BACKEND_ACCESS_LOG
     log_level: str = "info"               # SENSE7_BACKEND_LOG_LEVEL
@@ -91,6 +98,52 @@ class BackendServing:
 
 
 @dataclass(frozen=True)
+class TrustedProxies:
+    """Which reverse proxies in front of the rater page may say who the client is (X-Forwarded-For).
+
+    SENSE7_TRUSTED_PROXIES: empty (the default: nobody, the connection's address is the client's), a number
+    of hops (the last N proxies each appended the address they saw: the client is the Nth entry from the
+    right), or proxy addresses / networks separated by commas (entries are taken from the right while the
+    one that sent them is one of these)."""
+
+    hops: int = 0
+    networks: tuple = ()
+
+    @classmethod
+    def parse(cls, spec: str | None) -> "TrustedProxies":
+        spec = (spec or "").strip()
+        if not spec:
+            return cls()
+        if spec.isascii() and spec.isdigit():
+            return cls(hops=int(spec))
+        try:
+            return cls(networks=tuple(ipaddress.ip_network(part.strip(), strict=False)
+                                      for part in spec.split(",") if part.strip()))
+        except ValueError:
+            raise SettingsError(f"SENSE7_TRUSTED_PROXIES={spec!r}: expected a number of proxy hops or proxy addresses "
+                             "separated by commas (e.g. 1, or 10.0.0.5, or 10.0.0.0/8)") from None
+
+    def client(self, remote_addr: str | None, forwarded_for: str | None) -> str:
+        """The client's address: the connection's, or what trusted proxies forwarded."""
+        remote = remote_addr or ""
+        entries = [e.strip() for e in (forwarded_for or "").split(",") if e.strip()]
+        if self.hops:
+            return entries[-self.hops] if len(entries) >= self.hops else remote
+
+        def trusted(address: str) -> bool:
+            try:
+                ip = ipaddress.ip_address(address)
+            except ValueError:
+                return False
+            return any(ip in network for network in self.networks)
+
+        current = remote
+        while entries and self.networks and trusted(current):
+            current = entries.pop()
+        return current
+
+
+@dataclass(frozen=True)
 class RaterPage:
     """The rater page (sense7.rater_page): where it listens, the address its links carry, the study's
     finish (a completion code and/or a redirect, e.g. back to a crowd platform), and gunicorn's size."""
@@ -102,7 +155,8 @@ class RaterPage:
     completion_url: str = ""              # SENSE7_COMPLETION_URL: the finish page's "continue" link
     workers: int = 2                      # SENSE7_RATER_PAGE_WORKERS
     threads: int = 8                      # SENSE7_RATER_PAGE_THREADS
-    link_attempts: str = "30 per minute"  # SENSE7_RATER_PAGE_LINK_LIMIT: link openings per client address
+    link_attempts: str = "30 per minute"  # SENSE7_RATER_PAGE_LINK_LIMIT: failed link openings per client address
+    trusted_proxies: TrustedProxies = field(default_factory=TrustedProxies)  # SENSE7_TRUSTED_PROXIES
 
     @classmethod
     def from_env(cls, env: dict) -> "RaterPage":
@@ -114,7 +168,8 @@ class RaterPage:
                    completion_url=env.get("SENSE7_COMPLETION_URL") or "",
                    workers=int(env.get("SENSE7_RATER_PAGE_WORKERS") or 2),
                    threads=int(env.get("SENSE7_RATER_PAGE_THREADS") or 8),
-                   link_attempts=env.get("SENSE7_RATER_PAGE_LINK_LIMIT") or "30 per minute")
+                   link_attempts=env.get("SENSE7_RATER_PAGE_LINK_LIMIT") or "30 per minute",
+                   trusted_proxies=TrustedProxies.parse(env.get("SENSE7_TRUSTED_PROXIES")))
 
 
 PREFILL_POLICIES = ("shown", "hidden", "randomized")
@@ -137,10 +192,10 @@ class StudyDesign:
 
     def __post_init__(self):
         if self.prefill not in PREFILL_POLICIES:
-            raise ValueError(f"SENSE7_PREFILL: expected one of {', '.join(PREFILL_POLICIES)}, got {self.prefill!r}")
+            raise SettingsError(f"SENSE7_PREFILL: expected one of {', '.join(PREFILL_POLICIES)}, got {self.prefill!r}")
         for name, value in (("SENSE7_PREFILL_SHOWN_SHARE", self.shown_share), ("SENSE7_REPEAT_SHARE", self.repeat_share)):
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}: expected a share between 0 and 1, got {value}")
+                raise SettingsError(f"{name}: expected a share between 0 and 1, got {value}")
 
     @classmethod
     def from_env(cls, env: dict) -> "StudyDesign":
@@ -151,7 +206,7 @@ class StudyDesign:
             try:
                 return float(raw)
             except ValueError:
-                raise ValueError(f"environment variable {name}: expected a number, got {raw!r}") from None
+                raise SettingsError(f"environment variable {name}: expected a number, got {raw!r}") from None
 
         return cls(prefill=(env.get("SENSE7_PREFILL") or "randomized").strip().lower(),
                    shown_share=share("SENSE7_PREFILL_SHOWN_SHARE", 0.5),
@@ -199,7 +254,7 @@ class QualityPolicy:
         for fld in fields(self):
             problem = _problem(fld.name, getattr(self, fld.name))
             if problem:
-                raise ValueError(f"QualityPolicy.{fld.name}={getattr(self, fld.name)!r}: {problem}")
+                raise SettingsError(f"QualityPolicy.{fld.name}={getattr(self, fld.name)!r}: {problem}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> QualityPolicy:
@@ -217,10 +272,10 @@ class QualityPolicy:
                 value = raw.lower() if kind is str else kind(raw)
             except ValueError:
                 expected = "an integer" if kind is int else "a number"
-                raise ValueError(f"{variable}={raw!r}: expected {expected}") from None
+                raise SettingsError(f"{variable}={raw!r}: expected {expected}") from None
             problem = _problem(fld.name, value)
             if problem:
-                raise ValueError(f"{variable}={raw!r}: {problem}")
+                raise SettingsError(f"{variable}={raw!r}: {problem}")
             values[fld.name] = value
         return cls(**values)
 

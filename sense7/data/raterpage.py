@@ -131,21 +131,36 @@ class Outbox:
     def __init__(self, store: Store):
         self.store = store
 
-    def add(self, rater_id: str, kind: str, task_id: int, revision: int, result: list[dict], answer: dict,
-            lead_time: float | None) -> bool:
-        """Store one submission; False when this (rater, task, revision) was stored already (a re-post)."""
-        key = f"{rater_id}:{kind}:{task_id}:{revision}"
-        row = {"key": key, "rater_id": rater_id, "kind": kind, "task_id": task_id, "revision": revision,
-               "result": result, "answer": answer, "lead_time": lead_time, "submitted_at": _now(),
-               "delivered_at": None, "annotation_id": None, "attempts": 0, "last_error": None}
+    def add_next(self, rater_id: str, kind: str, task_id: int, result: list[dict], answer: dict,
+                 lead_time: float | None, attempts: int = 5) -> int | None:
+        """Store `answer` as the next revision of (rater, task) unless it equals the latest stored one;
+        returns the revision stored, None for a repeat (a double click, a resent form, a stale page).
+
+        A compare-and-set on the key rater:kind:task:revision: the latest revision and its answer are read,
+        and revision latest + 1 is inserted; if another post inserted it first, the key refuses ours and the
+        comparison is made again against that one. So eight identical posts racing store one revision, and
+        two different ones store two, in some order (never a read of a stale copy, then a write)."""
         from sqlalchemy.exc import IntegrityError
 
-        try:
-            with self.store.engine.begin() as conn:
-                conn.execute(submissions.insert(), [row])
-        except IntegrityError:  # this key is stored already: a re-post, or two posts racing
-            return False
-        return True
+        for _ in range(attempts):
+            with self.store.engine.connect() as conn:
+                latest = conn.execute(select(submissions.c.revision, submissions.c.answer).where(
+                    submissions.c.rater_id == rater_id, submissions.c.task_id == task_id)
+                    .order_by(submissions.c.revision.desc()).limit(1)).first()
+            if latest is not None and latest.answer == answer:
+                return None
+            revision = (latest.revision if latest else 0) + 1
+            row = {"key": f"{rater_id}:{kind}:{task_id}:{revision}", "rater_id": rater_id, "kind": kind,
+                   "task_id": task_id, "revision": revision, "result": result, "answer": answer,
+                   "lead_time": lead_time, "submitted_at": _now(), "delivered_at": None, "annotation_id": None,
+                   "attempts": 0, "last_error": None}
+            try:
+                with self.store.engine.begin() as conn:
+                    conn.execute(submissions.insert(), [row])
+            except IntegrityError:  # another post took this revision: compare with it
+                continue
+            return revision
+        raise RuntimeError(f"could not store a revision of task {task_id} after {attempts} concurrent attempts")
 
     def revision(self, rater_id: str, task_id: int) -> int:
         """The latest stored revision of this rater's answer to the task (0: none yet)."""

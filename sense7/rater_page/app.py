@@ -6,8 +6,11 @@ HttpOnly session cookie; every other route re-checks that hash against the store
 working at once) and answers only from that rater's own queue. Anything else (another rater's task id, a
 guessed id, no or a tampered cookie, a revoked or unknown link) gets the same bare 404: the page never says
 whether something exists. Every form carries a CSRF token (Flask-WTF); failed link openings are rate-limited
-per client address (Flask-Limiter). URLs carry task ids, never conversation text, and nothing is logged per
-request (gunicorn's access log is off: link secrets are in paths).
+per client address (`limits`, counted in Redis; the address comes from X-Forwarded-For only through the
+proxies SENSE7_TRUSTED_PROXIES names), and a valid link is never refused because of others' failures. Every
+form value is read by one strict parser (`form_number`: ASCII digits in range, else the form is refused
+with 422); bodies over 64 kB get 413, chunked ones too. URLs carry task ids, never conversation text, and
+nothing is logged per request (gunicorn's access log is off: link secrets are in paths).
 
 Submissions are stored in the outbox first ("saved" means durable in sense7's store) and delivered to
 Label Studio by the worker (sense7.tasks.delivery), then reach the store's ratings through the sync.
@@ -15,14 +18,17 @@ Label Studio by the worker (sense7.tasks.delivery), then reach the store's ratin
 
 from __future__ import annotations
 
+import io
 import logging
+import re
 import time
 from dataclasses import dataclass
 
 from flask import Flask, abort, redirect, render_template, request, session, url_for
-from flask_limiter import Limiter
-from flask_limiter.util import get_remote_address
 from flask_wtf.csrf import CSRFError, CSRFProtect
+from limits import parse as parse_limit
+from limits.storage import storage_from_string
+from limits.strategies import MovingWindowRateLimiter
 
 from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
 from sense7.data.store import Store
@@ -33,6 +39,18 @@ from sense7.taxonomy import Taxonomy, study_taxonomy
 log = logging.getLogger(__name__)
 
 MAX_LEAD_TIME = 3600.0  # (s) longer than this is a tab left open, recorded as this
+MAX_BODY = 64 * 1024  # bytes: a rating form with a long comment is ~6 kB
+_NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")  # ASCII only: no "³", "٣", "１", signs or spaces
+
+
+def form_number(raw, lowest: float, highest: float, decimals: bool = False) -> int | float | None:
+    """The one parser of every number a form sends: ASCII digits (a decimal point with `decimals`) within
+    [lowest, highest], else None. str.isdigit() accepts "³", which int() rejects, and int() accepts "٣";
+    neither reaches a stored answer."""
+    if not isinstance(raw, str) or not _NUMBER.fullmatch(raw) or ("." in raw and not decimals):
+        return None
+    number = float(raw) if decimals else int(raw)
+    return number if lowest <= number <= highest else None
 
 
 @dataclass
@@ -65,11 +83,11 @@ def form_answer(form, taxonomy: Taxonomy) -> tuple[dict, list[str]]:
     """The posted rating form -> ({"values", "expectation", "comment"}, problems)."""
     values, problems = {}, []
     for control in taxonomy.controls:
-        raw = form.get(control, "")
-        if raw.isdigit() and 1 <= int(raw) <= taxonomy.levels:
-            values[control] = int(raw)
-        else:
+        level = form_number(form.get(control), 1, taxonomy.levels)
+        if level is None:
             problems.append(control)
+        else:
+            values[control] = level
     expectation = form.get(taxonomy.expectation_key) or None
     if expectation not in taxonomy.expectation_values:
         problems.append(taxonomy.expectation_key)
@@ -81,8 +99,14 @@ def form_answer(form, taxonomy: Taxonomy) -> tuple[dict, list[str]]:
 def profile_answer(form, taxonomy: Taxonomy) -> tuple[dict, list[str]]:
     traits, problems = {}, []
     for fld in taxonomy.profile_fields:
+        raw = form.get(fld.key, "")
+        if fld.type == "int":  # the form's own numbers go through the one strict parser first
+            raw = form_number(raw, fld.min, fld.max)
+            if raw is None:
+                problems.append(fld.key)
+                continue
         try:
-            traits[fld.key] = fld.validate(form.get(fld.key, ""))
+            traits[fld.key] = fld.validate(raw)
         except ValueError:
             problems.append(fld.key)
     return {"traits": traits}, problems
@@ -105,16 +129,29 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         SESSION_COOKIE_SECURE=settings.rater_page.public_url.startswith("https://"),
         PERMANENT_SESSION_LIFETIME=30 * 86400,
         WTF_CSRF_TIME_LIMIT=None,  # tied to the session: a page left open overnight still submits
-        MAX_CONTENT_LENGTH=64 * 1024,
+        MAX_CONTENT_LENGTH=MAX_BODY,
     )
     tax = taxonomy or study_taxonomy(settings)
     store = store or Store(settings.store_url)
     links, queue, outbox = LinkBook(store), RaterQueue(store), Outbox(store)
     instructed_answers = InstructedAnswers(store)
-    CSRFProtect(app)
-    limiter = Limiter(get_remote_address, app=app, storage_uri=limiter_storage,
-                      strategy="moving-window", headers_enabled=False)
     page = settings.rater_page
+    guesses = LinkGuesses(limiter_storage, page.link_attempts)
+
+    @app.before_request
+    def whole_body():
+        """A chunked body (no Content-Length) is read here up to the limit: werkzeug would cut it at 64 kB
+        without a word and the form would be stored truncated. Before the CSRF check, which reads the form."""
+        environ = request.environ
+        if environ.get("CONTENT_LENGTH") or "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+            return None
+        raw = environ["wsgi.input"].read(MAX_BODY + 1)
+        if len(raw) > MAX_BODY:
+            abort(413)
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(raw), str(len(raw))
+        return None
+
+    CSRFProtect(app)
 
     @app.after_request
     def headers(response):
@@ -136,6 +173,11 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         return render_template("message.html", title="This page has expired",
                                text="Please open your link again."), 400
 
+    @app.errorhandler(413)
+    def too_large(_error):
+        return render_template("message.html", title="Too long",
+                               text="Please shorten your comment and try again."), 413
+
     @app.errorhandler(429)
     def too_many(_error):
         return render_template("message.html", title="Too many attempts",
@@ -154,11 +196,11 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         return {"status": "ok"}
 
     @app.get("/r/<token>")
-    @limiter.limit(page.link_attempts, deduct_when=lambda response: response.status_code == 404)
     def open_link(token: str):
         rater = links.rater_for(token)
-        if rater is None:
-            abort(404)
+        if rater is None:  # only failures count, and only against the address that failed
+            address = page.trusted_proxies.client(request.remote_addr, request.headers.get("X-Forwarded-For"))
+            abort(404 if guesses.fail(address) else 429)
         session.clear()
         session.permanent = True
         session["link"] = token_hash(token)
@@ -201,9 +243,9 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         item = profile_item(rater)
         answer, problems = profile_answer(request.form, tax)
         if problems:
+            revision, rendered_at = echoed_form(rater, item)
             return render_template("profile.html", tax=tax, item=item, answer=answer["traits"],
-                                   revision=request.form.get("revision"), rendered_at=request.form.get("rendered_at"),
-                                   problems=problems), 422
+                                   revision=revision, rendered_at=rendered_at, problems=problems), 422
         _store(rater, item, answer, profile_result(answer["traits"], tax))
         return redirect(url_for("next_item"), code=303)
 
@@ -226,16 +268,22 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         rater, items, item = own_turn(task_id)
         answer, problems = form_answer(request.form, tax)
         check = tax.instructed_item((item.data or {}).get("instructed"))
-        checked = request.form.get(check.key, "") if check else ""
-        if check and not (checked.isdigit() and 1 <= int(checked) <= tax.levels):
+        checked = form_number(request.form.get(check.key), 1, tax.levels) if check else None
+        if check and checked is None:
             problems.append(check.key)
         if problems:
-            return _render_task(rater, items, item, answer, problems, request.form.get("revision"),
-                                request.form.get("rendered_at")), 422
+            return _render_task(rater, items, item, answer, problems, *echoed_form(rater, item)), 422
         if check:  # an attention check: kept in the store only, never in Label Studio
-            instructed_answers.record(rater, item.task_id, check.key, int(checked), check.expected)
+            instructed_answers.record(rater, item.task_id, check.key, checked, check.expected)
         _store(rater, item, answer, rating_result(answer["values"], tax, answer["expectation"], answer["comment"]))
         return redirect(url_for("next_item"), code=303)
+
+    def echoed_form(rater: str, item: QueueItem) -> tuple[int, float]:
+        """(revision, rendered_at) of a refused form shown again: the posted ones when well-formed."""
+        revision = form_number(request.form.get("revision"), 1, 10**9)
+        rendered_at = form_number(request.form.get("rendered_at"), 0, time.time(), decimals=True)
+        return (revision or outbox.revision(rater, item.task_id) + 1,
+                time.time() if rendered_at is None else rendered_at)
 
     def _render_task(rater, items, item, answer, problems, revision, rendered_at):
         ratings = [i for i in items if i.kind == "rating"]
@@ -245,32 +293,22 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         if answer is None and item.prediction and item.prediction.get("values"):
             prefill = item.prediction
         check = tax.instructed_item((item.data or {}).get("instructed"))
-        check_answer = request.form.get(check.key) if check and request.method == "POST" else None
+        check_answer = form_number(request.form.get(check.key), 1, tax.levels) \
+            if check and request.method == "POST" else None
         return render_template("task.html", tax=tax, item=item, answer=answer or prefill or {},
-                               instructed=check, instructed_answer=int(check_answer) if (check_answer or "").isdigit() else None,
+                               instructed=check, instructed_answer=check_answer,
                                prefilled=prefill is not None, problems=problems, revision=revision,
                                rendered_at=rendered_at, progress=progress_of(items, item),
                                previous=ratings[position - 1].task_id if position else None,
                                following=ratings[position + 1].task_id if position + 1 < len(ratings) else None)
 
     def _store(rater: str, item: QueueItem, answer: dict, result: list[dict]) -> None:
-        """Durably keep the submission (once per revision: a double post is stored once), then ask for
-        delivery. A stale form (posted from an older page) becomes the next revision if it differs."""
-        try:
-            revision = int(request.form.get("revision", "0"))
-        except ValueError:
-            revision = 0
-        latest = outbox.revision(rater, item.task_id)
-        if revision <= latest:
-            if item.answer == answer:
-                return  # the same answer again (a double click, a resent form): already stored
-            revision = latest + 1
-        try:
-            started = float(request.form.get("rendered_at", ""))
-            lead_time = min(max(time.time() - started, 0.0), MAX_LEAD_TIME)
-        except ValueError:
-            lead_time = None
-        if not outbox.add(rater, item.kind, item.task_id, revision, result, answer, lead_time):
+        """Durably keep the submission as the next revision unless it equals the latest one (a double click,
+        a resent form, eight racing posts: stored once; Outbox.add_next compares and sets), then ask for
+        delivery. The page's time is a hidden field: one out of form is no lead time, never a NaN."""
+        started = form_number(request.form.get("rendered_at"), 0, time.time(), decimals=True)
+        lead_time = None if started is None else min(time.time() - started, MAX_LEAD_TIME)
+        if outbox.add_next(rater, item.kind, item.task_id, result, answer, lead_time) is None:
             return
         if request_delivery:
             try:
@@ -288,3 +326,22 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
                                url=page.completion_url, total=sum(i.kind == "rating" for i in items))
 
     return app
+
+
+class LinkGuesses:
+    """Failed link openings per client address in a moving window (Redis, so that every worker counts
+    them). Only failures are counted and only failures are refused: a rater's valid link always opens."""
+
+    NAMESPACE = "sense7-link-guesses"
+
+    def __init__(self, storage_uri: str, rate: str):
+        self.limit = parse_limit(rate)
+        self.window = MovingWindowRateLimiter(storage_from_string(storage_uri))
+
+    def fail(self, address: str) -> bool:
+        """Count one failed opening from `address`; False when it is over the limit (answer 429)."""
+        try:
+            return self.window.hit(self.limit, self.NAMESPACE, address)
+        except Exception as exc:  # Redis down: a 256-bit secret is not guessed in the meantime
+            log.warning("link-guess counter unavailable (%s)", type(exc).__name__)
+            return True

@@ -17,6 +17,10 @@ graceful_timeout = 20
 keepalive = 5
 backlog = 1024
 proc_name = "sense7-rater-page"
+# No control socket: gunicorn's default ($XDG_RUNTIME_DIR or ~/.gunicorn/gunicorn.ctl) is one per user, so
+# every stack on the machine (and the tests) would share it, `gunicornc` would answer for another stack's
+# master, and the first master to exit would delete it. sense7 stops its processes through their pid files.
+control_socket_disable = True
 accesslog = None
 errorlog = "-"
 loglevel = "info"

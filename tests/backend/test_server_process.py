@@ -119,3 +119,72 @@ def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
         assert [r["model_version"] for r in answer] == ["v2", "v2"]
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_two_stacks_share_no_gunicorn_control_socket(tmp_path):
+    """gunicorn 24+ opens a control socket at $XDG_RUNTIME_DIR/gunicorn.ctl or ~/.gunicorn/gunicorn.ctl by
+    default: every stack on a machine (and the tests) would share one, `gunicornc` would answer for another
+    stack's master and the first master to exit would delete it. sense7's gunicorns open none."""
+    user_home = tmp_path / "user"
+    user_home.mkdir()
+    base = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    base["HOME"] = str(user_home)
+    backend_env = {**_env(tmp_path / "a", free_port()), "HOME": str(user_home)}
+    backend_env.pop("XDG_RUNTIME_DIR", None)
+    page_env = {k: v for k, v in base.items() if not k.startswith("SENSE7_")}
+    page_env.update(SENSE7_HOME=str(tmp_path / "b" / "home"), SENSE7_RATER_PAGE_PORT=str(free_port()),
+                    SENSE7_RATER_PAGE_WORKERS="1", SENSE7_RATER_PAGE_THREADS="2")
+    try:
+        started = _cli(backend_env, "backend", "start")
+        assert started.returncode == 0, started.stderr
+        page = _cli(page_env, "rater-page", "start")
+        assert page.returncode == 0, page.stderr
+        sockets = [p for p in tmp_path.rglob("*") if p.is_socket()]
+        assert not (user_home / ".gunicorn").exists() and sockets == [], sockets
+    finally:
+        _cli(backend_env, "backend", "stop")
+        _cli(page_env, "rater-page", "stop")
+
+
+def _half_open(host: str, port: int, n: int) -> list[socket.socket]:
+    """`n` connections that send part of a request's headers and then nothing (no credentials needed)."""
+    held = []
+    for _ in range(n):
+        sock = socket.create_connection((host, port), timeout=10)
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\n")
+        held.append(sock)
+    return held
+
+
+@pytest.mark.slow
+def test_half_open_connections_and_short_bodies_hold_no_worker(tmp_path):
+    """Three half-open connections held both sync workers (Label Studio's /health and /predict timed
+    out); a body shorter than its Content-Length held a worker 120 s, then 500 WORKER TIMEOUT. Now: one
+    worker, 30 half-open connections, and credentialed requests are answered; the short body gets 408."""
+    port = free_port()
+    env = _env(tmp_path, port)
+    env["SENSE7_BACKEND_READ_TIMEOUT"] = "2"
+    held = []
+    try:
+        assert _cli(env, "backend", "start").returncode == 0
+        held = _half_open(BACKEND_HOST, port, 30)
+        for _ in range(3):
+            health = requests.get(f"http://{BACKEND_HOST}:{port}/health", auth=(USER, PASSWORD), timeout=10)
+            assert health.status_code == 200
+        short = socket.create_connection((BACKEND_HOST, port), timeout=30)
+        token = __import__("base64").b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        short.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Authorization: Basic " + token.encode() + b"\r\nContent-Length: 100000\r\n\r\n{\"tasks\": [")
+        status = short.makefile("rb").readline()
+        short.close()
+        assert status.split()[1] == b"408", status
+        # Still serving, and the log names no worker timeout.
+        assert requests.get(f"http://{BACKEND_HOST}:{port}/health", auth=(USER, PASSWORD), timeout=10).ok
+        log = (tmp_path / "home" / "logs" / "ml-backend.log")
+        text = log.read_text() if log.exists() else ""
+        assert "WORKER TIMEOUT" not in text and "Traceback" not in text
+    finally:
+        for sock in held:
+            sock.close()
+        _cli(env, "backend", "stop")

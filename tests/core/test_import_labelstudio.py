@@ -150,3 +150,48 @@ def test_raters_import_validates_and_updates_idempotently(cli_env, tmp_path, bat
     result = invoke("raters", "import", bad)
     assert result.exit_code == 2 and f"{bad}:4: tipi_3: 11 is outside 1-7" in " ".join(result.output.split())
     assert store.snapshot() == snapshot
+
+
+def test_traits_of_raters_imported_first_never_reach_task_data(label_studio, cli_env, monkeypatch, tmp_path):
+    """The raters (with every trait) are in the store before their conversations are imported: a line
+    merging a rater's profile into the task data would show here (the test above imports before any rater
+    has traits). Its own projects, so that every task is created by this import."""
+    import secrets
+
+    title = f"traits first {secrets.token_hex(4)}"  # (Label Studio's titles are at most 50 characters)
+    monkeypatch.setenv("SENSE7_RATING_PROJECT_TITLE", f"{title} rating")
+    monkeypatch.setenv("SENSE7_PROFILE_PROJECT_TITLE", f"{title} profile")
+    data = synth.generate(8, 4, seed=11, taxonomy=TAXONOMY)
+    paths = synth.write(data, tmp_path / "batch")
+    imported = invoke("raters", "import", paths["raters.csv"])
+    assert imported.exit_code == 0, (imported.output, repr(imported.exception))
+    store = Store(cli_env["SENSE7_STORE_URL"])
+    raters = store.raters_frame()
+    profile = [f for f in TAXONOMY.profile_fields]
+    assert len(raters) == 4  # the raters and their traits are known before the import
+    result = invoke("import", paths["conversations.jsonl"])
+    assert result.exit_code == 0, (result.output, repr(result.exception))
+    project = ls_client.find_project(label_studio.client, f"{title} rating")
+    tasks = list(ls_client.iter_tasks(label_studio.client, project))
+    assert len(tasks) >= sum(len(c.assistant_turns()) for c in data.conversations)
+
+    def keys(value) -> set[str]:
+        if isinstance(value, dict):
+            return set(value) | {k for v in value.values() for k in keys(v)}
+        if isinstance(value, list):
+            return {k for v in value for k in keys(v)}
+        return set()
+
+    conversations_text = paths["conversations.jsonl"].read_text()
+    # Trait values that cannot occur in task data by chance (not in any conversation, not a bare number).
+    telling = {str(v) for f in profile if f.type == "choice" for v in raters[f.key].dropna()
+               if str(v) not in conversations_text and len(str(v)) >= 4}
+    import pandas as pd
+
+    emails = {e for e in pd.read_csv(paths["raters.csv"]).get("email", pd.Series(dtype=str)).dropna() if e}
+    private = {f.key for f in profile} | {f.key for f in TAXONOMY.context_fields} | {"traits", "email"}
+    assert telling
+    for task in tasks:
+        blob = json.dumps(task.data)
+        assert not private & keys(task.data), (task.id, private & keys(task.data))
+        assert not [v for v in telling | emails if v in blob], task.id

@@ -24,8 +24,16 @@ def _task_ids(html: str) -> set[int]:
 
 
 def test_a_stranger_and_rater_a_get_404_for_everything_not_theirs(page_stack):
+    from sense7.data.raterpage import RaterQueue
+    from sense7.tasks.delivery import refresh_queues
+
     s = page_stack
     a_tasks, b_tasks = s.rating_tasks("pg1"), s.rating_tasks("pg2")
+    # Both queues are in the store before anything is probed (as after `raters invite`), and B has opened
+    # their link: a lookup that forgot its rater filter would have B's tasks to hand out.
+    assert refresh_queues(s.rt, ["pg1", "pg2"]) == 2
+    assert {i.task_id for i in RaterQueue(s.rt.store).items("pg2")} >= {t.id for t in b_tasks}
+    assert s.session_for("pg2").get(f"{s.url}/task/{b_tasks[0].id}", timeout=10).status_code == 200
     b_texts = _texts(b_tasks) - _texts(a_tasks)  # B's own texts (canned assistant replies are shared)
     assert len(b_texts) >= 6
     not_found = requests.get(f"{s.url}/no-such-page", timeout=10)

@@ -4,6 +4,7 @@ survive Label Studio being down: all delivered once it is back, none twice."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 import requests
 from sqlalchemy import select
@@ -137,3 +138,80 @@ def test_label_studio_down_during_20_submissions_all_arrive_once_after(job_stack
     wait_for(lambda: len([r for r, _ in stored(rt).values() if r == "pg1"]) == 20, timeout=180,
              what="all 20 in the store")
     proxy.stop()
+
+
+class CreatesThenFails:
+    """The stack's real Label Studio client, except that creating an annotation succeeds and then the answer
+    is lost (the connection drops after Label Studio has written it)."""
+
+    def __init__(self, client):
+        self._client = client
+        self.annotations = _LostAnswers(client.annotations)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+class _LostAnswers:
+    def __init__(self, annotations):
+        self._annotations = annotations
+        self.created = 0
+
+    def create(self, *args, **kwargs):
+        self._annotations.create(*args, **kwargs)
+        self.created += 1
+        raise httpx.ReadError("connection dropped after the annotation was created")  # as the SDK raises it
+
+    def __getattr__(self, name):
+        return getattr(self._annotations, name)
+
+
+def test_a_delivery_whose_answer_was_lost_is_not_created_twice(job_stack):
+    """Label Studio created the annotation but the answer never came back: the retry finds it (it reads the
+    task first) and does not create a second one; a later revision updates that same annotation."""
+    from sense7.labelstudio.importer import import_conversations
+    from sense7.labelstudio.protocol import rating_result
+    from sense7.tasks.delivery import deliver_outbox
+    from tests.jobs.helpers import make_conversations, make_raters
+
+    rt = job_stack.runtime()
+    tax = rt.taxonomy
+    raters = make_raters(1, prefix="lost")
+    rt.store.upsert_raters(raters)
+    import_conversations(rt.client, rt.rating_project, make_conversations(["lost1"], per_rater=1, turns=3,
+                                                                          prefix="lost"), rt.store, taxonomy=tax)
+    tasks = [t for t in rt.client.tasks.list(project=rt.rating_project, include="id,data", page_size=100)
+             if not t.data.get("repeat_of")][:3]
+    outbox = Outbox(rt.store)
+
+    def answer(level: int) -> tuple[dict, list]:
+        values = {c: level for c in tax.controls}
+        chosen = {"values": values, "expectation": tax.expectation_values[0], "comment": None}
+        return chosen, rating_result(values, tax, chosen["expectation"], None)
+
+    for task in tasks:
+        chosen, result = answer(2)
+        assert outbox.add_next("lost1", "rating", task.id, result, chosen, 12.0) == 1
+    real = rt.client
+    rt.client = CreatesThenFails(real)
+    with pytest.raises(Exception):  # a transient error: the job is retried
+        deliver_outbox(rt)
+    assert rt.client.annotations.created == len(tasks)  # every one landed, no answer came back
+    assert outbox.counts()["undelivered"] == len(tasks)
+    rt.client = real
+    assert deliver_outbox(rt) == {"delivered": len(tasks), "failed": 0}
+    assert deliver_outbox(rt) == {"delivered": 0, "failed": 0}
+
+    def per_task() -> dict[int, list]:
+        found = label_studio_annotations(rt, rt.rating_project)
+        return {t.id: [x for x in found if x["task"] == t.id] for t in tasks}
+
+    assert {task: len(found) for task, found in per_task().items()} == {t.id: 1 for t in tasks}
+    first = {task: found[0]["id"] for task, found in per_task().items()}
+    chosen, result = answer(5)
+    assert outbox.add_next("lost1", "rating", tasks[0].id, result, chosen, 3.0) == 2
+    assert deliver_outbox(rt) == {"delivered": 1, "failed": 0}
+    after = per_task()
+    assert {task: [x["id"] for x in found] for task, found in after.items()} == {t: [a] for t, a in first.items()}
+    ratings = {r["from_name"]: r["value"].get("rating") for r in after[tasks[0].id][0]["result"]}
+    assert all(ratings[c] == 5 for c in tax.controls)
