@@ -36,7 +36,9 @@ URL = re.compile(r"\b(?:(?:https?|ftp)://|www\.)[^\s<>\"'`\]\[)(]+", re.IGNORECA
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.]*\d)")
 IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
 CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
-IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]){11,30}\b", re.IGNORECASE)
+# Compact ("DE89370400440532013000") or in groups of four; a candidate that runs into the next word is
+# shortened group by group until stdnum accepts it (or nothing is left).
+IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}\b|(?: [A-Z0-9]{1,4}){3,8}\b)", re.IGNORECASE)
 TRAILING_PUNCTUATION = ".,;:!?'\""
 MIN_NAME_PART = 3  # name parts shorter than this ("Al", "Q.") are matched only inside the full name
 
@@ -139,6 +141,9 @@ class Scrubber:
             for form in sorted(forms, key=len, reverse=True):
                 out.append((re.compile(r"(?<!\w)" + re.escape(form).replace(r"\ ", r"[\s,]+") + r"(?!\w)"),
                             "PERSON", key))
+            if len(parts) > 1:  # with middle names or initials the list did not give: "Jane Q. Doe", "Jane A B Doe"
+                out.append((re.compile(r"(?<!\w)" + re.escape(parts[0]) + r"(?:\s+\w{1,12}\.?){1,2}\s+"
+                                       + re.escape(parts[-1]) + r"(?!\w)"), "PERSON", key))
             for part in parts:
                 part = part.strip(".")
                 if len(part) >= MIN_NAME_PART:
@@ -169,9 +174,12 @@ class Scrubber:
             end = _strip_trailing(text, m.start(), m.end())
             spans.append(Span(m.start(), end, "URL", text[m.start():end].lower()))
         for m in IBAN.finditer(text):
-            compact = re.sub(r"\s", "", m.group()).upper()
-            if stdnum_iban.is_valid(compact):
-                spans.append(Span(m.start(), m.end(), "IBAN", compact))
+            groups = m.group().split(" ")
+            for n in range(len(groups), 0, -1):
+                compact = "".join(groups[:n]).upper()
+                if len(compact) >= 15 and stdnum_iban.is_valid(compact):
+                    spans.append(Span(m.start(), m.start() + len(" ".join(groups[:n])), "IBAN", compact))
+                    break
         for m in CARD.finditer(text):
             digits = _digits(m.group())
             if 13 <= len(digits) <= 19 and luhn.is_valid(digits) and len(set(digits)) > 1:
