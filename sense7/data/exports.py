@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -163,10 +164,15 @@ def _account_identifiers(account) -> Identifiers:
         for key in ("email", "email_address"):
             if isinstance(record.get(key), str) and "@" in record[key]:
                 emails.append(record[key].strip())
-                # The e-mail's local part often is the name (jane.doe@): its parts count as the name's.
         for key in ("phone_number", "verified_phone_number", "phone"):
             if isinstance(record.get(key), str) and record[key].strip():
                 phones.append(record[key].strip())
+    if not names:
+        # ChatGPT's user.json has no name; its e-mail's local part often is one (jane.doe@): "jane doe".
+        for email in emails:
+            parts = [p for p in re.split(r"[._-]", email.split("@")[0]) if p.isalpha()]
+            if len(parts) >= 2 and all(len(p) >= 3 for p in parts):
+                names.append(" ".join(parts))
     return Identifiers(names=tuple(names), emails=tuple(emails), phones=tuple(phones))
 
 

@@ -36,6 +36,7 @@ def test_chatgpt_follows_current_node_skips_branches_system_and_tools_and_keeps_
     assert got.context["title"] == "Sorting" and got.context["created"].startswith("2025-01-01")
     assert got.rater_id == "r1" and got.conversation_id == "c1"
     assert export.account.emails == ("jane.doe@mailbox.example",) and export.account.phones == ("+14155550132",)
+    assert export.account.names == ("jane doe",)  # user.json has no name: the e-mail's local part stands for it
 
 
 def test_chatgpt_conversations_json_alone_and_an_empty_conversation_is_left_out(tmp_path):
