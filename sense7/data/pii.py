@@ -14,6 +14,7 @@ name are all the same `[PERSON_1]`. A `RedactionReport` counts replacements per 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import unicodedata
@@ -39,6 +40,7 @@ CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
 # Compact ("DE89370400440532013000") or in groups of four; a candidate that runs into the next word is
 # shortened group by group until stdnum accepts it (or nothing is left).
 IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}\b|(?: [A-Z0-9]{1,4}){3,8}\b)", re.IGNORECASE)
+DIGIT = re.compile(r"\d")
 TRAILING_PUNCTUATION = ".,;:!?'\""
 MIN_NAME_PART = 3  # name parts shorter than this ("Al", "Q.") are matched only inside the full name
 
@@ -91,14 +93,17 @@ class Span:
     key: str  # what makes two mentions the same value (normalised), for consistent numbering
 
 
+@functools.lru_cache(maxsize=4096)
+def _fold_char(ch: str) -> str:
+    base = "".join(c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c)) or ch
+    return base[0].lower()[:1] or ch
+
+
 def _fold(text: str) -> str:
     """Case- and accent-insensitive form, same length as the input (so spans map back)."""
-    out = []
-    for ch in text:
-        base = unicodedata.normalize("NFKD", ch)
-        base = "".join(c for c in base if not unicodedata.combining(c)) or ch
-        out.append(base[0].lower()[:1] or ch)
-    return "".join(out)
+    if text.isascii():
+        return text.lower()
+    return "".join(map(_fold_char, text))
 
 
 def _strip_trailing(text: str, start: int, end: int) -> int:
@@ -168,11 +173,26 @@ class Scrubber:
     def find(self, text: str) -> list[Span]:
         """Every detected span, overlaps resolved (the longer span wins; then TYPES order)."""
         spans: list[Span] = []
-        for m in EMAIL.finditer(text):
-            spans.append(Span(m.start(), m.end(), "EMAIL", m.group().lower()))
-        for m in URL.finditer(text):
-            end = _strip_trailing(text, m.start(), m.end())
-            spans.append(Span(m.start(), end, "URL", text[m.start():end].lower()))
+        # Cheap tests first: most texts hold no "@", no "://" and no digit, and skip those detectors.
+        if "@" in text:
+            for m in EMAIL.finditer(text):
+                spans.append(Span(m.start(), m.end(), "EMAIL", m.group().lower()))
+        if "://" in text or "www." in text.lower():
+            for m in URL.finditer(text):
+                end = _strip_trailing(text, m.start(), m.end())
+                spans.append(Span(m.start(), end, "URL", text[m.start():end].lower()))
+        if DIGIT.search(text) or "::" in text:
+            spans += self._numbers(text)
+        if self._own:
+            folded = _fold(text)
+            for pattern, kind, key in self._own:
+                for m in pattern.finditer(folded):
+                    spans.append(Span(m.start(), m.end(), kind, key))
+        return _resolve(spans)
+
+    def _numbers(self, text: str) -> list[Span]:
+        """IBANs, card numbers, IP addresses and phone numbers: each holds a digit."""
+        spans: list[Span] = []
         for m in IBAN.finditer(text):
             groups = m.group().split(" ")
             for n in range(len(groups), 0, -1):
@@ -190,25 +210,20 @@ class Scrubber:
             except ValueError:
                 continue
             spans.append(Span(m.start(), m.end(), "IP", m.group()))
-        for m in IPV6.finditer(text):
-            candidate = m.group()
-            if candidate.count(":") < 2 or not re.search(r"[0-9A-Fa-f]", candidate):
-                continue
-            try:
-                address = ipaddress.IPv6Address(candidate)
-            except ValueError:
-                continue
-            spans.append(Span(m.start(), m.end(), "IP", address.compressed))
-        if any(ch.isdigit() for ch in text):
-            for match in phonenumbers.PhoneNumberMatcher(text, self.phone_region, leniency=phonenumbers.Leniency.VALID):
-                key = phonenumbers.format_number(match.number, phonenumbers.PhoneNumberFormat.E164)
-                spans.append(Span(match.start, match.end, "PHONE", key))
-        if self._own:
-            folded = _fold(text)
-            for pattern, kind, key in self._own:
-                for m in pattern.finditer(folded):
-                    spans.append(Span(m.start(), m.end(), kind, key))
-        return _resolve(spans)
+        if ":" in text:
+            for m in IPV6.finditer(text):
+                candidate = m.group()
+                if candidate.count(":") < 2 or not re.search(r"[0-9A-Fa-f]", candidate):
+                    continue
+                try:
+                    address = ipaddress.IPv6Address(candidate)
+                except ValueError:
+                    continue
+                spans.append(Span(m.start(), m.end(), "IP", address.compressed))
+        for match in phonenumbers.PhoneNumberMatcher(text, self.phone_region, leniency=phonenumbers.Leniency.VALID):
+            key = phonenumbers.format_number(match.number, phonenumbers.PhoneNumberFormat.E164)
+            spans.append(Span(match.start, match.end, "PHONE", key))
+        return spans
 
     def scrub(self, text: str, numbering: "Numbering") -> tuple[str, Counter]:
         """The text with every span replaced by its placeholder; counts per type."""
