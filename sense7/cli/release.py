@@ -13,7 +13,8 @@ from sense7.cli._common import console, fail, resolve_taxonomy, settings, taxono
 def release(
     out: Path = typer.Option(None, "--out", help="a new or empty folder to write the release into"),
     check: Path = typer.Option(None, "--check", help="verify a release folder instead of writing one"),
-    k: int = typer.Option(5, "--k", help="every combination of released traits is shared by at least k raters"),
+    k: int = typer.Option(None, "--k", help="every combination of released traits is shared by at least k raters "
+                          "(default 5; with --check: the k the release claims)"),
     taxonomy: Path = taxonomy_option(),
 ) -> None:
     """Write an anonymized release of the study (ratings, scrubbed conversations, contexts, k-anonymous traits,
@@ -25,7 +26,7 @@ def release(
 
     if (out is None) == (check is None):
         raise fail("give --out DIR to write a release or --check DIR to verify one", 2)
-    if k < 2:
+    if k is not None and k < 2:
         raise fail(f"--k must be at least 2, got {k}", 2)
     cfg = settings()
     tax = resolve_taxonomy(taxonomy, cfg)
@@ -35,6 +36,7 @@ def release(
             counts = ", ".join(f"{n} {name}" for name, n in result["counts"].items())
             console.print(f"{check}: passes (k={result['k']}; {counts})", highlight=False, markup=False, soft_wrap=True)
             return
+        k = 5 if k is None else k
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise ReleaseError(f"{out}: {'not a folder' if not out.is_dir() else 'not empty'}; "
                                "give a new or empty folder (nothing was written)")

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from sense7.data.conversations import Message
 from sense7.data.pii import Scrubber, detected_values, scrub_conversations
 from sense7.taxonomy import Taxonomy
 

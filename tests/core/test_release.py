@@ -70,6 +70,8 @@ def test_demo_like_study_release_passes_its_check_and_holds_nothing_identifying(
     assert "the check passes" in result.output
     checked = invoke("release", "--check", out)
     assert checked.exit_code == 0 and "passes (k=5" in " ".join(checked.output.split()), checked.output
+    stricter = invoke("release", "--check", out, "--k", "6")
+    assert stricter.exit_code == 2 and "claims k=5, less than the 6 asked for" in " ".join(stricter.output.split())
 
     ratings, raters = _rows(out, "ratings"), _rows(out, "raters")
     assert len(ratings) == len(data.ratings)  # every control and the expectation answer of every turn
