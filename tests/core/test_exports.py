@@ -168,3 +168,18 @@ def test_unreadable_identifier_list_is_one_line(home, tmp_path):
     ids.write_text("Jane Doe\nemployer: Acme\n")
     out = _one_error(runner.invoke(app, ["import", str(path), "--rater", "r1", "--identifiers", str(ids)]))
     assert f"{ids}:2: entry: unknown kind 'employer'" in out
+
+
+def test_claude_zip_and_an_overlong_message_is_cut_with_a_marker(tmp_path):
+    from sense7.data.exports import TRUNCATED
+    from sense7.data.formats import MAX_CONTENT_CHARS
+
+    conv = claude_conversation("k1", [("q", "x" * (MAX_CONTENT_CHARS + 10))])
+    path = tmp_path / "claude.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("data-2025/conversations.json", json.dumps([conv]))
+        archive.writestr("data-2025/users.json", json.dumps(CLAUDE_USERS))
+    export = read_export(path, "r1")
+    answer = export.conversations[0].messages[1].content
+    assert len(answer) == MAX_CONTENT_CHARS and answer.endswith(TRUNCATED)
+    assert export.account.names == ("Jane Doe",) and export.conversations[0].context["source"] == "claude"

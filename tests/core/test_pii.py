@@ -119,10 +119,16 @@ def _name_form(rng, first, last) -> str:
     return form
 
 
+# Look-alikes no pattern can tell apart (a four-part version is an IPv4 address, a Luhn-valid order number
+# a card number, ten digits a US phone number): they cost precision; the figure with them is recorded too.
+HARD_LOOKALIKES = ["firmware 10.0.12.4 is out", "order number 4539578763621486", "invoice 2125551234",
+                   "ISBN 9780306406157", "tracking 1Z999AA10123456784", "mac 00:1A:2B:3C:4D:5E", "date 12/05/2024",
+                   "SSN-like 123-45-6789", "hash deadbeef::cafe", "timestamp 1700000000123"]
+
 PLANTERS = {"EMAIL": None, "PHONE": _phone, "URL": _url, "IP": _ip, "CARD": _card, "IBAN": _iban, "PERSON": None}
 
 
-def planted_corpus(n_conversations: int = 300, seed: int = 27):
+def planted_corpus(n_conversations: int = 300, seed: int = 27, lookalikes=LOOKALIKES):
     """[(conversation, identifiers, [(message index, start, end, type)])]: every planted value's span."""
     rng = random.Random(seed)
     corpus = []
@@ -136,13 +142,13 @@ def planted_corpus(n_conversations: int = 300, seed: int = 27):
                 kind = rng.choice(list(PLANTERS))
                 value = (_email(rng, first, last) if kind == "EMAIL" else _name_form(rng, first, last)
                          if kind == "PERSON" else PLANTERS[kind](rng))
-                before = f"{rng.choice(FILLER)} {rng.choice(LOOKALIKES)}, and "
+                before = f"{rng.choice(FILLER)} {rng.choice(lookalikes)}, and "
                 text += before
                 start = len(text)
                 text += value
                 spans.append((index, start, start + len(value), kind))
                 text += rng.choice([". ", ", ", " ", "! ", ") ", "\n"])
-            text += rng.choice(LOOKALIKES) + "."
+            text += rng.choice(lookalikes) + "."
             messages.append(Message("user" if index % 2 == 0 else "assistant", text))
         corpus.append((Conversation(f"p{number}", "r1", messages), ids, spans))
     return corpus
@@ -176,7 +182,11 @@ def scores():
                       "detections": detections[kind],
                       "precision": round(correct[kind] / detections[kind], 4) if detections[kind] else None}
                for kind in PLANTERS}
-    print("\nPII planted corpus (300 conversations, seed 27):", json.dumps(figures, indent=1))
+    print("\nPII planted corpus (300 conversations, seed 27):", json.dumps(figures))
+    planted, found, detections, correct = _score(planted_corpus(lookalikes=LOOKALIKES + HARD_LOOKALIKES))
+    hard = {kind: {"recall": round(found[kind] / planted[kind], 4),
+                   "precision": round(correct[kind] / detections[kind], 4)} for kind in PLANTERS}
+    print("With the hard look-alikes too (recorded, not asserted):", json.dumps(hard))
     return figures
 
 
