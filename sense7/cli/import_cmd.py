@@ -8,7 +8,9 @@ import typer
 
 from sense7.cli._common import (console, err_console, fail, label_studio_errors, nothing_imported, progress,
                                 resolve_taxonomy, settings, taxonomy_option)
+from sense7.data.exports import EXPORT_FORMATS, looks_like_export, parse_when, read_export
 from sense7.data.formats import FORMATS, FormatError, read_assignments, read_conversations
+from sense7.data.pii import Identifiers, read_identifier_list, scrub_conversations
 from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import ReimportConflict, import_conversations, import_profile_tasks
@@ -26,9 +28,21 @@ def _report_conflict(file: Path, exc: ReimportConflict) -> typer.Exit:
 
 
 def import_batch(
-    file: Path = typer.Argument(..., help="conversations: native JSONL, CSV (one message per row) or OpenAI-style JSONL"),
-    fmt: str = typer.Option(None, "--format", help=f"one of {', '.join(FORMATS)} (default: detected)"),
-    rater: str = typer.Option(None, "--rater", help="rater id for files that name none (OpenAI exports, CSV)"),
+    file: Path = typer.Argument(..., help="conversations: native JSONL, CSV (one message per row), OpenAI-style JSONL, "
+                                          "or a participant's data export (ChatGPT ZIP or conversations.json, "
+                                          "Claude conversations.json, ShareGPT JSON)"),
+    fmt: str = typer.Option(None, "--format", help=f"one of {', '.join(FORMATS + EXPORT_FORMATS)} (default: detected)"),
+    rater: str = typer.Option(None, "--rater", help="rater id for files that name none (exports, OpenAI-style, CSV)"),
+    select: list[str] = typer.Option(None, "--select", help="export: import only these conversation ids "
+                                                            "(repeat the option or separate ids by commas)"),
+    since: str = typer.Option(None, "--since", help="export: only conversations created on or after this date"),
+    until: str = typer.Option(None, "--until", help="export: only conversations created before this date"),
+    identifiers: Path = typer.Option(None, "--identifiers", help="the participant's own names and terms, one a line "
+                                     "(`Jane Doe`, `term: Acme Corp`, `email: ...`, `phone: ...`): replaced too"),
+    phone_region: str = typer.Option("US", "--phone-region", help="region of phone numbers written without +country code"),
+    scrub: bool = typer.Option(True, "--scrub/--no-scrub", help="Replace personal details (e-mails, phones, URLs, IPs, "
+                               "card numbers, IBANs, the participant's names) by placeholders before anything is "
+                               "stored or sent; --no-scrub keeps the texts as they are and is recorded in the staff log."),
     assignments: Path = typer.Option(None, help="CSV conversation_id,rater_id: give a conversation to more raters"),
     replace: bool = typer.Option(False, "--replace", help="Update conversations whose text changed since their import "
                                  "(tasks without ratings only; refuses, writing nothing, where ratings exist)."),
@@ -45,14 +59,30 @@ def import_batch(
     cfg = settings()
     tax = resolve_taxonomy(taxonomy, cfg)
     try:
-        conversations = read_conversations(file, tax, fmt=fmt, rater=rater)
+        conversations, account, skipped = _read_batch(file, tax, fmt, rater, select, since, until)
         if assignments:
             conversations = read_assignments(assignments, conversations)
+        own = read_identifier_list(identifiers) if identifiers else Identifiers()
+        if scrub:
+            owners = {c.rater_id for c in conversations}
+            conversations, report = scrub_conversations(
+                conversations, {r: account.merged(own) for r in owners}, phone_region=phone_region)
     except FormatError as exc:
         raise nothing_imported(exc)
     except ValueError as exc:
         raise fail(str(exc), 2)
     store = Store(cfg.store_url)
+    if skipped:
+        console.print("Left out: " + ", ".join(f"{n} {why}" for why, n in sorted(skipped.items())),
+                      highlight=False, markup=False)
+    if scrub:
+        console.print(f"Redaction: {report.summary()}", highlight=False, markup=False)
+    else:
+        # Texts go to Label Studio as given: who chose that, when and for how many conversations is on record.
+        store.log_staff("import --no-scrub", conversations=len(conversations),
+                        raters=len({c.rater_id for c in conversations}))
+        err_console.print("warning: --no-scrub: texts are imported as given, personal details included "
+                          "(recorded in the staff log)", highlight=False, markup=False)
     with label_studio_errors(cfg):
         client = ls_client.connect(cfg)
         rating_id, profile_id = ls_client.ensure_projects(client, cfg, tax)
@@ -66,6 +96,8 @@ def import_batch(
             except ReimportConflict as exc:
                 raise _report_conflict(file, exc)
         new_profiles = import_profile_tasks(client, profile_id, sorted({c.rater_id for c in conversations}))
+    if scrub:
+        store.log_staff("import redaction", **report.as_dict())
     repeats = f" (incl. {result.repeats} repeat(s) of a turn, for test-retest)" if result.repeats else ""
     console.print(f"{result.conversations} conversation(s), {result.tasks_in_batch} task(s) in the batch{repeats}: "
                   f"{result.created} created, {result.skipped_existing} already in Label Studio, "
@@ -74,6 +106,21 @@ def import_batch(
     if predict is not None:
         console.print(f"{result.predicted} of the new task(s) pre-annotated by {predict.version}")
     console.print(f"Project: {cfg.ls_url}/projects/{rating_id}")
+
+
+def _read_batch(file: Path, tax, fmt, rater, select, since, until):
+    """(conversations, the export's account identifiers, conversations left out by reason): an export, or a
+    file of sense7.data.formats."""
+    if fmt in EXPORT_FORMATS or (fmt is None and looks_like_export(file)):
+        wanted = {i.strip() for value in select or [] for i in value.split(",") if i.strip()} or None
+        export = read_export(file, rater, fmt=fmt, select=wanted,
+                             since=parse_when(since, "--since") if since else None,
+                             until=parse_when(until, "--until") if until else None)
+        return export.conversations, export.account, export.skipped
+    if select or since or until:
+        raise ValueError("--select, --since and --until apply to assistants' data exports "
+                         f"({', '.join(EXPORT_FORMATS)}), not to {fmt or 'this'} file")
+    return read_conversations(file, tax, fmt=fmt, rater=rater), Identifiers(), {}
 
 
 def _import_predictor(cfg, client, rating_id: int):

@@ -1,0 +1,79 @@
+"""`sense7 release`: the study's anonymized data set (`--out DIR`), and its check (`--check DIR`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+
+from sense7.cli._common import console, fail, resolve_taxonomy, settings, taxonomy_option
+
+
+def release(
+    out: Path = typer.Option(None, "--out", help="a new or empty folder to write the release into"),
+    check: Path = typer.Option(None, "--check", help="verify a release folder instead of writing one"),
+    k: int = typer.Option(None, "--k", help="every combination of released traits is shared by at least k raters "
+                          "(default 5; with --check: the k the release claims)"),
+    taxonomy: Path = taxonomy_option(),
+) -> None:
+    """Write an anonymized release of the study (ratings, scrubbed conversations, contexts, k-anonymous traits,
+    new random rater ids; JSONL and CSV with a schema and a datasheet README the Hugging Face `datasets` loader
+    reads), or check one: k, no e-mail, link secret, store id or detected personal detail, counts that add up.
+
+    Writing goes to a temporary folder renamed into place at the end: a failure leaves nothing behind."""
+    from sense7.data.release import ReleaseError, build_release, check_release, write_release
+
+    if (out is None) == (check is None):
+        raise fail("give --out DIR to write a release or --check DIR to verify one", 2)
+    if k is not None and k < 2:
+        raise fail(f"--k must be at least 2, got {k}", 2)
+    cfg = settings()
+    tax = resolve_taxonomy(taxonomy, cfg)
+    try:
+        if check is not None:
+            result = check_release(check, _originals(cfg, tax, create=False), k=k)
+            counts = ", ".join(f"{n} {name}" for name, n in result["counts"].items())
+            console.print(f"{check}: passes (k={result['k']}; {counts})", highlight=False, markup=False, soft_wrap=True)
+            return
+        k = 5 if k is None else k
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise ReleaseError(f"{out}: {'not a folder' if not out.is_dir() else 'not empty'}; "
+                               "give a new or empty folder (nothing was written)")
+        store = _store(cfg, create=False)
+        if store is None:
+            raise ReleaseError(f"no study store at {cfg.store_url}: nothing to release (nothing was written)")
+        built = build_release(store.rating_data(tax), tax, k=k)
+        originals = _originals(cfg, tax, create=False)
+        written = write_release(built, out, verify=lambda folder: check_release(folder, originals, k=k))
+    except ReleaseError as exc:
+        raise fail(str(exc), 2)
+    store.log_staff("release", k=k, **built.counts(), suppressed_raters=built.suppressed_raters)
+    counts = ", ".join(f"{n} {name}" for name, n in built.counts().items())
+    console.print(f"Released into {written}: {counts}; traits {k}-anonymous "
+                  f"({built.suppressed_raters} rater(s) suppressed); the check passes", highlight=False, markup=False, soft_wrap=True)
+
+
+def _store(cfg, create: bool):
+    """The study's store, or None when its SQLite file does not exist (never created by a check)."""
+    from sense7.data.store import Store
+
+    url = cfg.store_url
+    if not create and url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        return None
+    return Store(url)
+
+
+def _originals(cfg, tax, create: bool):
+    from sense7.data.release import Originals, originals_from_store
+
+    store = _store(cfg, create)
+    if store is None:
+        return Originals()
+    originals = originals_from_store(store)
+    rated = set(store.rating_data(tax).ratings["rater_id"])
+    return replace(originals, rater_ids=originals.rater_ids | rated)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("release")(release)

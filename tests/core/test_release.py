@@ -1,0 +1,210 @@
+"""`sense7 release`: a demo-like study's anonymized release passes its own check; the check catches what a
+release must not hold; every misuse is one line and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sense7.cli import app
+from sense7.data import synth
+from sense7.data.conversations import Conversation, Message
+from sense7.data.raterpage import LinkBook
+from sense7.data.release import (SUPPRESSED, Originals, ReleaseError, build_release, check_release,
+                                 k_anonymous_traits, originals_from_store, write_release)
+from sense7.data.store import Store
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()
+runner = CliRunner()
+
+
+def _fill(store: Store, n_conversations: int, n_raters: int, seed: int = 5):
+    data = synth.generate(n_conversations, n_raters, seed=seed, taxonomy=TAXONOMY)
+    rows = [{"rater_id": r["rater_id"], "email": r["email"],
+             "traits": {k: v for k, v in r.items() if k not in ("rater_id", "email")}}
+            for r in data.raters.to_dict("records")]
+    store.upsert_raters(rows)
+    owner = data.conversations[0]
+    # A conversation imported with --no-scrub: the release scrubs it again.
+    data.conversations[0] = Conversation(owner.conversation_id, owner.rater_id, [
+        Message("user", "I'm Sam, write me at sam.rivers@mail.example or +1 415 555 0132 " + owner.messages[0].content),
+        *owner.messages[1:]], dict(owner.context, created="2025-03-14T10:00:00+00:00", title="Sam's dog"))
+    store.upsert_conversations(data.conversations)
+    store.import_ratings(data.ratings)
+    return data
+
+
+@pytest.fixture
+def study(tmp_path, monkeypatch):
+    """A demo-like study (the demo's 6 raters, 40 conversations, one link issued) in this test's home."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in ("SENSE7_STORE_URL", "SENSE7_MODEL_DIR", "SENSE7_TAXONOMY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SENSE7_HOME", str(home))
+    store = Store(f"sqlite:///{home / 'store.sqlite'}")
+    data = _fill(store, 40, 6)
+    secret = LinkBook(store).issue("r001")
+    return store, data, secret
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _rows(folder: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (folder / "data" / f"{name}.jsonl").read_text().splitlines()]
+
+
+def test_demo_like_study_release_passes_its_check_and_holds_nothing_identifying(study, tmp_path):
+    store, data, secret = study
+    out = tmp_path / "release"
+    result = invoke("release", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "the check passes" in result.output
+    checked = invoke("release", "--check", out)
+    assert checked.exit_code == 0 and "passes (k=5" in " ".join(checked.output.split()), checked.output
+    stricter = invoke("release", "--check", out, "--k", "6")
+    assert stricter.exit_code == 2 and "claims k=5, less than the 6 asked for" in " ".join(stricter.output.split())
+
+    ratings, raters = _rows(out, "ratings"), _rows(out, "raters")
+    assert len(ratings) == len(data.ratings)  # every control and the expectation answer of every turn
+    assert Counter(r["dimension"] for r in ratings) == Counter(data.ratings["dimension"])
+    assert len(raters) == 6 and not {r["rater_id"] for r in raters} & set(data.raters["rater_id"])
+    combos = Counter(tuple(v for key, v in r.items() if key != "rater_id") for r in raters)
+    assert all(n >= 5 or set(combo) == {SUPPRESSED} for combo, n in combos.items())
+    blob = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+    assert "sam.rivers" not in blob and "555 0132" not in blob and "[EMAIL_1]" in blob and "[PHONE_1]" in blob
+    assert "@example.org" not in blob and secret not in blob and "c0001" not in blob and "Sam's dog" not in blob
+    contexts = _rows(out, "contexts")
+    assert "2025-03" in {c["month"] for c in contexts} and all("created" not in c for c in contexts)
+    schema = json.loads((out / "schema.json").read_text())
+    assert schema["files"]["ratings"]["rows"] == len(ratings) and schema["k"] == 5
+    readme = (out / "README.md").read_text()
+    assert readme.startswith("---\n") and "config_name: ratings" in readme and "Licence" in readme
+    assert store.staff_entries()[-1]["action"] == "release"
+
+
+def test_the_datasets_loader_reads_the_release(study, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    out = tmp_path / "release"
+    assert invoke("release", "--out", out).exit_code == 0
+    ratings = datasets.load_dataset(str(out), "ratings", split="train", cache_dir=str(tmp_path / "hf-cache"))
+    conversations = datasets.load_dataset(str(out), "conversations", split="train", cache_dir=str(tmp_path / "hf-cache"))
+    assert ratings.num_rows == len(_rows(out, "ratings")) and set(ratings.column_names) >= {"rating", "rater_id"}
+    assert conversations.num_rows == len(_rows(out, "conversations"))
+
+
+def test_generalization_keeps_what_k_allows_in_a_larger_study(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 's.sqlite'}")
+    data = _fill(store, 150, 60, seed=11)
+    release = build_release(store.rating_data(TAXONOMY), TAXONOMY, k=3)
+    raters = release.tables["raters"]
+    assert release.suppressed_raters <= 0.1 * len(raters)  # at most 10 % suppressed
+    kept = {key for r in raters for key, v in r.items() if key != "rater_id" and v not in (SUPPRESSED, None)}
+    assert kept, release.generalization  # something of the traits survives
+    combos = Counter(tuple(v for key, v in r.items() if key != "rater_id") for r in raters)
+    assert all(n >= 3 or set(combo) == {SUPPRESSED} for combo, n in combos.items())
+    assert len(raters) == data.ratings["rater_id"].nunique()  # every rater who rated, no one else
+
+
+def test_k_anonymity_bands_numbers_then_suppresses():
+    import pandas as pd
+
+    raw = pd.DataFrame({"tipi_1": [1, 2, 3, 7, 7, 7], "gender": ["woman"] * 3 + ["man"] * 3},
+                       index=[f"r{i}" for i in range(6)])
+    frame, levels, suppressed = k_anonymous_traits(raw, TAXONOMY, k=3)
+    assert list(frame["tipi_1"]) == ["1-3"] * 3 + ["7"] * 3 and levels["tipi_1"] == 1 and suppressed == 0
+
+
+def test_check_catches_pii_ids_k_and_counts_without_printing_values(study, tmp_path):
+    store, data, secret = study
+    out = tmp_path / "release"
+    assert invoke("release", "--out", out).exit_code == 0
+    originals = originals_from_store(store)
+
+    def broken(edit) -> str:
+        copy = tmp_path / f"copy{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(out, copy)
+        edit(copy)
+        with pytest.raises(ReleaseError) as info:
+            check_release(copy, originals)
+        return str(info.value)
+
+    def edit_rows(name, change):
+        def edit(folder):
+            rows = _rows(folder, name)
+            change(rows)
+            (folder / "data" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return edit
+
+    def plant(rows):
+        rows[0]["messages"][0]["content"] += " mail leaked.person@corp.example, card 4111 1111 1111 1111, " + secret
+    message = broken(edit_rows("conversations", plant))
+    assert "holds EMAIL" in message and "holds CARD" in message and "a link secret" in message
+    assert "leaked.person" not in message and "4111" not in message and secret not in message
+
+    message = broken(edit_rows("raters", lambda rows: rows[0].update(age_band="18-24", gender="man")))
+    assert "shared by fewer than 5" in message
+    message = broken(edit_rows("ratings", lambda rows: rows.pop()))
+    assert "rows, the schema says" in message and "count of ratings does not match" in message
+    message = broken(edit_rows("ratings", lambda rows: rows[0].update(rater_id="r001")))
+    assert "an id of the study's store" in message
+    assert "r001@example.org" not in message
+
+
+@pytest.mark.parametrize("case", ["non-empty", "a file", "neither", "both", "k=1"])
+def test_release_misuse_is_one_line_and_writes_nothing(study, tmp_path, case):
+    target = tmp_path / "target"
+    args = ["release", "--out", target]
+    if case == "non-empty":
+        target.mkdir()
+        (target / "keep.txt").write_text("mine")
+    elif case == "a file":
+        target.write_text("mine")
+    elif case == "neither":
+        args = ["release"]
+    elif case == "both":
+        args += ["--check", tmp_path]
+    else:
+        args += ["--k", "1"]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = invoke(*args)
+    assert result.exit_code == 2 and result.output.startswith("error: ") and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no staging folder left either
+    if case == "non-empty":
+        assert [p.name for p in target.iterdir()] == ["keep.txt"] and "not empty" in result.output
+
+
+def test_release_without_a_store_and_check_of_a_stranger_folder(tmp_path, monkeypatch):
+    for name in ("SENSE7_STORE_URL", "SENSE7_MODEL_DIR", "SENSE7_TAXONOMY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SENSE7_HOME", str(tmp_path / "nohome"))
+    result = invoke("release", "--out", tmp_path / "out")
+    assert result.exit_code == 2 and "nothing to release" in result.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "nohome" / "store.sqlite").exists()
+    (tmp_path / "random").mkdir()
+    (tmp_path / "random" / "schema.json").write_text("{not json")
+    for folder, expected in ((tmp_path / "random", "not a sense7 release schema"), (tmp_path / "none", "not a folder")):
+        result = invoke("release", "--check", folder)
+        assert result.exit_code == 2 and expected in result.output and "Traceback" not in result.output
+
+
+def test_a_failed_verification_leaves_nothing_behind(study, tmp_path):
+    store, _, _ = study
+    release = build_release(store.rating_data(TAXONOMY), TAXONOMY, k=5)
+
+    def refuse(folder):
+        raise ReleaseError("refused")
+    with pytest.raises(ReleaseError):
+        write_release(release, tmp_path / "out", verify=refuse)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+    write_release(release, tmp_path / "out", verify=lambda folder: check_release(folder, Originals()))
+    assert (tmp_path / "out" / "README.md").is_file()
