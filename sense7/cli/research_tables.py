@@ -71,15 +71,18 @@ def _print_perspectivist(split: dict) -> None:
     if not block:
         return
     table = Table(title="per rater and per turn (lower is better)",
-                  caption="dist. = |predicted - rated level| / (levels - 1), mean over raters [95% CI, raters "
-                          "resampled]; W1 = Wasserstein-1 on turns with several raters [95% CI, conversations]")
-    for column in ("model", "dist.", "95% CI", "median", "W1", "95% CI ", "turns"):
+                  caption="ANAD, WS = LeWiDi 2025's scores (|d| / levels per turn's raters, mean over turns; "
+                          "Wasserstein in levels on turns with several raters; 95% CI conversations resampled); "
+                          "sense7's own: dist. = |d| / (levels - 1), mean over raters [95% CI raters]; "
+                          "W 0-1 = WS / (levels - 1)")
+    for column in ("model", "ANAD", "95% CI", "WS", "95% CI ", "dist.", "95% CI  ", "W 0-1", "turns"):
         table.add_column(column, justify="left" if column == "model" else "right")
     for model in CATALOG.order(block["models"]):
-        d = block["models"][model]["rater_distance"] or {}
-        w = block["models"][model]["wasserstein"] or {}
-        table.add_row(model, _num(d.get("mean")), _ci(d.get("ci")), _num((d.get("quantiles") or {}).get("p50")),
-                      _num(w.get("mean")), _ci(w.get("ci")), str(w.get("n_turns", 0)))
+        m = block["models"][model]
+        a, ws = m.get("lewidi_anad") or {}, m.get("lewidi_wasserstein") or {}
+        d, w = m["rater_mean_distance"] or {}, m["wasserstein_01"] or {}
+        table.add_row(model, _num(a.get("mean")), _ci(a.get("ci")), _num(ws.get("mean")), _ci(ws.get("ci")),
+                      _num(d.get("mean")), _ci(d.get("ci")), _num(w.get("mean")), str(w.get("n_turns", 0)))
     console.print(table)
     gain = block.get("personalization_gain") or {}
     for key, what in (("distance", "distance (generic - personalized)"),
