@@ -71,18 +71,25 @@ def _print_perspectivist(split: dict) -> None:
     if not block:
         return
     table = Table(title="per rater and per turn (lower is better)",
-                  caption="ANAD, WS = LeWiDi 2025's scores (|d| / levels per turn's raters, mean over turns; "
-                          "Wasserstein in levels on turns with several raters; 95% CI conversations resampled); "
-                          "sense7's own: dist. = |d| / (levels - 1), mean over raters [95% CI raters]; "
-                          "W 0-1 = WS / (levels - 1)")
-    for column in ("model", "ANAD", "95% CI", "WS", "95% CI ", "dist.", "95% CI  ", "W 0-1", "turns"):
-        table.add_column(column, justify="left" if column == "model" else "right")
+                  caption="mean ± half its 95% CI. ANAD, WS = LeWiDi 2025's scores (|d| / levels per turn's "
+                          "raters, mean over turns; Wasserstein in levels on turns with several raters; "
+                          "conversations resampled); sense7's own: dist. = |d| / (levels - 1), mean over raters "
+                          "(raters resampled); W 0-1 = WS / (levels - 1). Distances use the predicted median.")
+    for column in ("model", "ANAD", "WS", "dist.", "W 0-1", "turns"):
+        table.add_column(column, justify="left" if column == "model" else "right", no_wrap=True)
+
+    def cell(block: dict | None) -> str:  # "0.145 ±0.017": the mean and half its 95% CI (exact in --json)
+        block = block or {}
+        if block.get("mean") is None:
+            return "n/a"
+        lo, hi = block.get("ci") or (None, None)
+        return f"{block['mean']:.3f}" + ("" if lo is None else f" ±{(hi - lo) / 2:.3f}")
+
     for model in CATALOG.order(block["models"]):
         m = block["models"][model]
-        a, ws = m.get("lewidi_anad") or {}, m.get("lewidi_wasserstein") or {}
-        d, w = m["rater_mean_distance"] or {}, m["wasserstein_01"] or {}
-        table.add_row(model, _num(a.get("mean")), _ci(a.get("ci")), _num(ws.get("mean")), _ci(ws.get("ci")),
-                      _num(d.get("mean")), _ci(d.get("ci")), _num(w.get("mean")), str(w.get("n_turns", 0)))
+        table.add_row(model, cell(m.get("lewidi_anad")), cell(m.get("lewidi_wasserstein")),
+                      cell(m["rater_mean_distance"]), cell(m["wasserstein_01"]),
+                      str((m["wasserstein_01"] or {}).get("n_turns", 0)))
     console.print(table)
     gain = block.get("personalization_gain") or {}
     for key, what in (("distance", "distance (generic - personalized)"),

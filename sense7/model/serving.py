@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from sense7.model.decision import decide
 from sense7.model.ordinal import cumulative_logit_proba
 from sense7.model.text import BulkNgramVectorizer
 
@@ -123,9 +124,10 @@ class Predictions:
         """Expected rating (items, controls) under the probabilities."""
         return self.probs @ self.levels.astype(float)
 
-    def best(self) -> tuple[np.ndarray, np.ndarray]:
-        """(most likely level, its probability), each (items, controls)."""
-        best = self.probs.argmax(axis=2)
+    def best(self, rule: str = "mode") -> tuple[np.ndarray, np.ndarray]:
+        """(the level the decision rule picks, its probability), each (items, controls). rule: "mode" (the
+        most likely level) or "median" (sense7.model.decision)."""
+        best = decide(self.probs, rule)
         return self.levels[best], np.take_along_axis(self.probs, best[:, :, None], axis=2)[:, :, 0]
 
 

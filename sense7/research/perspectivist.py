@@ -223,12 +223,15 @@ def _turn_anad(Y: pd.DataFrame, levels: pd.DataFrame, turns: RaterTurns, n_level
 
 def perspectivist_metrics(Y: pd.DataFrame, raters: np.ndarray, levels: dict[str, pd.DataFrame],
                           scores: dict[str, pd.DataFrame], turn_distances: dict[str, dict[str, np.ndarray]],
-                          turns: RaterTurns, fold_ids: np.ndarray, n_levels: int, n_boot: int, seed: int) -> dict:
-    """One split's perspectivist block of the `evaluate` result:
+                          turns: RaterTurns, fold_ids: np.ndarray, n_levels: int, n_boot: int, seed: int,
+                          mode_levels: dict[str, pd.DataFrame] | None = None) -> dict:
+    """One split's perspectivist block of the `evaluate` result. `levels`: the predicted level each distance
+    is computed on (evaluate passes the median); `mode_levels`: also ANAD on these (evaluate: the mode).
 
     {"n_raters", "turn_key", "multi_rater_turns": {control: n},
      "models": {name: {
         "lewidi_anad": T,         the task's ANAD over every rated turn (|d| / K; sense7.research.lewidi)
+        "lewidi_anad_mode": T | None,    the same on `mode_levels`
         "lewidi_wasserstein": T | None,  the task's soft-label Wasserstein (in levels) on multi-rater turns
         "rater_mean_distance": {mean, ci, quantiles: {p10..p90}, n_raters},   sense7's: per rater |d| / (K-1)
         "wasserstein_01": T | None}},    sense7's: the same Wasserstein divided by K - 1
@@ -250,6 +253,8 @@ def perspectivist_metrics(Y: pd.DataFrame, raters: np.ndarray, levels: dict[str,
         out["models"][name] = {
             "lewidi_anad": _turn_summary(_turn_anad(Y, levels[name], turns, n_levels), turns.all_blocks,
                                          turns.n_conversations, conv_draws),
+            "lewidi_anad_mode": None if mode_levels is None else _turn_summary(
+                _turn_anad(Y, mode_levels[name], turns, n_levels), turns.all_blocks, turns.n_conversations, conv_draws),
             "lewidi_wasserstein": _turn_summary(in_levels, turns.blocks, turns.n_conversations, conv_draws),
             "rater_mean_distance": _rater_summary(distances[name], n_boot, seed),
             "wasserstein_01": _turn_summary(normalized, turns.blocks, turns.n_conversations, conv_draws),

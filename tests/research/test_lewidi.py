@@ -72,3 +72,34 @@ def test_evaluate_reports_the_task_scores_next_to_its_own_summaries():
     assert block["rater_mean_distance"]["mean"] == pytest.approx(expected_rater)
     lo, hi = block["lewidi_anad"]["ci"]
     assert lo <= block["lewidi_anad"]["mean"] <= hi
+
+
+class _Skewed(BaseEstimator):
+    """The same skewed distribution for every row: mode the 1st level, median the 2nd."""
+
+    P = np.array([0.3, 0.25, 0.25, 0.0, 0.2])
+
+    def fit(self, X, Y):
+        self.levels_ = np.arange(1, 6, dtype=float)
+        self.columns_ = list(Y.columns)
+        return self
+
+    def predict_proba(self, X):
+        return {c: np.tile(self.P, (len(X), 1)) for c in self.columns_}
+
+    def predict(self, X):
+        return pd.DataFrame({c: np.ones(len(X)) for c in self.columns_})
+
+
+def test_accuracy_takes_the_mode_and_distances_the_median_both_reported():
+    X, Y = planted_items(n_raters=6, n_conversations=5, n_turns=3, shared_conversations=True, seed=4)
+    result = evaluate_items(X, Y, {"skewed": _Skewed()}, splits=("known_rater",), n_folds=3, n_boot=20)
+    split = result["splits"]["known_rater"]
+    m = split["models"]["skewed"]["overall"]
+    y = Y["overall"].to_numpy()
+    assert m["accuracy"] == pytest.approx(np.mean(y == 1)) and m["accuracy_median"] == pytest.approx(np.mean(y == 2))
+    assert m["mae"] == pytest.approx(np.mean(np.abs(y - 2))) and m["mae_mode"] == pytest.approx(np.mean(np.abs(y - 1)))
+    block = split["perspectivist"]["models"]["skewed"]
+    per_turn = X.assign(y=y).groupby(["conversation_id", "turn_index"])["y"]
+    assert block["lewidi_anad"]["mean"] == pytest.approx(per_turn.apply(lambda v: np.abs(v - 2).mean() / 5).mean())
+    assert block["lewidi_anad_mode"]["mean"] == pytest.approx(per_turn.apply(lambda v: np.abs(v - 1).mean() / 5).mean())
