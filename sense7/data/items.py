@@ -47,9 +47,80 @@ def _joined(messages) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
+# -- relational features: the rated turn against the message it answers and the history ------------------
+# Whether a reply takes up *what the user said* (their words, their details, their question, their feelings)
+# is invisible to bags of n-grams over the reply and the history separately.
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z']+|\d+")
+_STOP = frozenset("""a about after again all also am an and any are as at be because been before being but by
+can could did do does doing don't for from had has have having he her here hers him his how i i'm if in into is
+it it's its just me more most my no not now of off on once only or other our out over own same she should so
+some such than that the their them then there these they this those through to too under until up very was we
+were what when where which while who whom why will with would you your yours yeah yes ok okay oh well really
+get got like know think going go one thing things much many""".split())
+# Feeling words (stems): echoing the user's feeling is the textbook acknowledgement.
+_FEELINGS = ("sad", "unhapp", "depress", "lonel", "alone", "hurt", "pain", "cry", "angr", "mad", "furious",
+             "annoy", "frustrat", "upset", "afraid", "scare", "fear", "terrif", "anxi", "worr", "nervous",
+             "stress", "overwhelm", "tired", "exhaust", "ashamed", "embarrass", "guilt", "disappoint",
+             "happy", "glad", "excit", "proud", "relie", "grateful", "love", "hate", "miss", "grief", "griev",
+             "heartbr", "devastat", "awful", "terribl", "horribl", "sorry", "confus", "hopeless", "helpless")
+RELATIONAL_COLUMNS = ("rel_answer_overlap", "rel_history_overlap", "rel_detail_overlap", "rel_question_asked",
+                      "rel_question_answered", "rel_feeling_echo", "rel_length_ratio", "rel_question_ratio")
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in (t.lower() for t in _WORD.findall(text)) if len(w) > 2 and w not in _STOP}
+
+
+def _details(text: str) -> set[str]:
+    """Named details: numbers and capitalized words that do not start a sentence (names, places)."""
+    out = set()
+    for sentence in re.split(r"[.!?\n]+", text):
+        tokens = _WORD.findall(sentence)
+        out.update(t.lower() for t in tokens[1:] if t[0].isupper() and t.lower() not in _STOP and t != "I")
+        out.update(t for t in tokens if t.isdigit())
+    return out
+
+
+def _feelings(words: set[str]) -> set[str]:
+    return {stem for stem in _FEELINGS if any(w.startswith(stem) for w in words)}
+
+
+def _share(wanted: set, found: set) -> float:
+    return len(wanted & found) / len(wanted) if wanted else 0.0
+
+
+def relational_features(history: list[dict], turn: list[dict]) -> dict:
+    """RELATIONAL_COLUMNS of a turn: overlaps are shares of the answered message's content words / named
+    details / feeling words that the turn takes up (0 when there is nothing to take up); the answered
+    message is the last message before the turn that is not the rated side's (for a whole-conversation
+    item, every such message); ratios compare the turn's words and questions with the answered message's."""
+    rated_role = turn[0]["role"] if turn else "assistant"
+    others = [m["content"] for m in history if m["role"] not in (rated_role, "system")]
+    answered = "\n".join(others) if len(turn) > 1 else (others[-1] if others else "")
+    reply = "\n".join(m["content"] for m in turn)
+    reply_words, answered_words = _content_words(reply), _content_words(answered)
+    history_words = _content_words(" ".join(m["content"] for m in history))
+    asked = answered.count("?") > 0
+    statements = [s for s in re.split(r"(?<=[.!?])\s+|\n", reply) if s.strip() and not s.strip().endswith("?")]
+    n_reply, n_answered = len(_WORD.findall(reply)), len(_WORD.findall(answered))
+    return {
+        "rel_answer_overlap": _share(answered_words, reply_words),
+        "rel_history_overlap": _share(reply_words, history_words),
+        "rel_detail_overlap": _share(_details(answered), _details(reply) | reply_words),
+        "rel_question_asked": float(asked),
+        # A question is answered when the reply says something (not only asks back) about its words.
+        "rel_question_answered": float(asked and bool(statements) and bool(answered_words & reply_words)),
+        "rel_feeling_echo": _share(_feelings(answered_words), _feelings(reply_words)),
+        "rel_length_ratio": math.log((n_reply + 1) / (n_answered + 1)) / 3.0,
+        "rel_question_ratio": (reply.count("?") - answered.count("?")) / 3.0,
+    }
+
+
 def item_row(conversation_id, turn_index, rater_id, history: list[dict], turn: list[dict],
              turn_position: int, n_turns: int, assistant_id=None) -> dict:
-    """One item's ITEM_COLUMNS: the rated text, the history before it, where it stands and who is rated."""
+    """One item's ITEM_COLUMNS: the rated text, the history before it, where it stands, who is rated and
+    the turn's relational features (RELATIONAL_COLUMNS)."""
     return {
         "conversation_id": str(conversation_id),
         "turn_index": turn_index,
@@ -60,6 +131,7 @@ def item_row(conversation_id, turn_index, rater_id, history: list[dict], turn: l
         "n_turns": float(n_turns),
         # Who is rated (a model version; in WASSA the other person): optional, None when unknown.
         "assistant_id": assistant_id_of(assistant_id),
+        **relational_features(history, turn),
     }
 
 

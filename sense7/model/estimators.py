@@ -21,6 +21,10 @@ from sklearn.base import BaseEstimator
 from sklearn.model_selection import GroupKFold
 
 from sense7.model.features import ItemFeatures
+
+# Scale of the relational features (sense7.data.items.RELATIONAL_COLUMNS) in both rater models; 0 = off.
+# docs/BENCHMARKS.md ("Relational features") has the measurements this default follows.
+RELATIONAL_WEIGHT = 0.0
 from sense7.model.ordinal import OrdinalLink
 from sense7.model.rater_effects import AssistantEffects, RaterEffects, assistant_keys
 from sense7.model.ridge import multi_ridge
@@ -85,7 +89,8 @@ class _RaterModel(BaseEstimator):
         self.features_ = ItemFeatures(self.text_features, max_features=self.max_features,
                                       history_chars=self.history_chars,
                                       text_weighting=self.text_weighting, context_weight=self.context_weight,
-                                      context_interactions=self.context_interactions)
+                                      context_interactions=self.context_interactions,
+                                      relational_weight=self.relational_weight)
         F = self.features_.fit_transform(X)
         groups = X["conversation_id"].astype(str).to_numpy()
         rated = np.isfinite(Yv)
@@ -173,7 +178,8 @@ class GenericRater(_RaterModel):
                  history_chars: int = 300, text_weighting: str = "presence",
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, assistant_effects: bool = True,
-                 levels=None):
+                 levels=None, relational_weight: float = RELATIONAL_WEIGHT):
+        self.relational_weight = relational_weight
         self.text_features = text_features
         self.alpha = alpha
         self.max_features = max_features
@@ -238,7 +244,8 @@ class PersonalizedRater(_RaterModel):
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, slopes: bool = True, pool_controls: bool = False,
                  backfit: int = 1, noise_prior: float | None = None, assistant_effects: bool = True,
-                 levels=None):
+                 levels=None, relational_weight: float = RELATIONAL_WEIGHT):
+        self.relational_weight = relational_weight
         self.text_features = text_features
         self.alpha = alpha
         self.max_features = max_features

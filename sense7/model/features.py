@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.feature_extraction.text import TfidfVectorizer
 
+from sense7.data.items import RELATIONAL_COLUMNS
 from sense7.model.text import BulkNgramVectorizer
 
 TEXT_FEATURE_KINDS = ("tfidf", "tfidf+char", "none")
@@ -27,11 +28,15 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     history_chars: how much of the history (its end: what the turn answers) is used.
     context_weight: scale of the context/position columns relative to the text (smaller = more shrinkage).
     context_interactions: add turn words x numeric context answers (off: it overfits on small data).
+    relational_weight: scale of the relational columns (sense7.data.items.RELATIONAL_COLUMNS: the turn
+    against the message it answers); 0 leaves them out. They join the dense block, so serving
+    (sense7.model.serving) computes them with the same `dense_features`.
     """
 
     def __init__(self, text_features: str = "tfidf", max_features: int = 30000, history_chars: int = 300,
                  min_df: int = 2, text_weighting: str = "presence", context_weight: float = 0.1,
-                 context_interactions: bool = False):
+                 context_interactions: bool = False, relational_weight: float = 0.0):
+        self.relational_weight = relational_weight
         self.text_features = text_features
         self.text_weighting = text_weighting
         self.context_weight = context_weight
@@ -89,6 +94,13 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             values = _objects(X[name]) if name in X else np.full(n, None, dtype=object)
             for category in categories:
                 columns.append((values == category).astype(float))
+        weight = float(getattr(self, "relational_weight", 0.0) or 0.0)  # models saved before it: none
+        if weight:
+            # The whole dense block is multiplied by context_weight later: divide it out here.
+            factor = weight / self.context_weight if self.context_weight else 0.0
+            for name in RELATIONAL_COLUMNS:
+                values = _numbers(X[name]) if name in X else np.full(n, np.nan)
+                columns.append(np.nan_to_num(values, nan=0.0) * factor)
         return np.column_stack(columns)
 
     def fit(self, X: pd.DataFrame, y=None):

@@ -93,7 +93,8 @@ def test_compiled_equals_reference_for_every_kind_of_rater(study, served_tasks):
     (PersonalizedRater(slopes=False, pool_controls=True), GenericRater(history_chars=100)),
     (PersonalizedRater(text_features="tfidf+char"), None),  # scored through the reference estimator
     (PersonalizedRater(text_weighting="tfidf", history_chars=0), None),
-], ids=["pooled-no-slopes-separate-generic", "char-ngrams", "tfidf-weighting"])
+    (PersonalizedRater(relational_weight=0.3), GenericRater(relational_weight=0.3)),
+], ids=["pooled-no-slopes-separate-generic", "char-ngrams", "tfidf-weighting", "relational"])
 def test_compiled_equals_reference_for_non_default_models(study, served_tasks, personalized, generic):
     bundle = train_bundle(study.rating_data(), "v2", TAXONOMY, personalized=personalized, generic=generic)
     _compare(bundle, served_tasks)
