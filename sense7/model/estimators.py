@@ -90,7 +90,8 @@ class _RaterModel(BaseEstimator):
                                       history_chars=self.history_chars,
                                       text_weighting=self.text_weighting, context_weight=self.context_weight,
                                       context_interactions=self.context_interactions,
-                                      relational_weight=self.relational_weight)
+                                      relational_weight=self.relational_weight,
+                                      text_encoder=self.text_encoder)
         F = self.features_.fit_transform(X)
         groups = X["conversation_id"].astype(str).to_numpy()
         rated = np.isfinite(Yv)
@@ -178,8 +179,9 @@ class GenericRater(_RaterModel):
                  history_chars: int = 300, text_weighting: str = "presence",
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, assistant_effects: bool = True,
-                 levels=None, relational_weight: float = RELATIONAL_WEIGHT):
+                 levels=None, relational_weight: float = RELATIONAL_WEIGHT, text_encoder=None):
         self.relational_weight = relational_weight
+        self.text_encoder = text_encoder
         self.text_features = text_features
         self.alpha = alpha
         self.max_features = max_features
@@ -233,7 +235,8 @@ class PersonalizedRater(_RaterModel):
     the rater effects on training rows only; unknown or unseen assistants get 0.
 
     Shared with GenericRater: text_features / text_weighting / max_features / history_chars /
-    context_weight / context_interactions (sense7.model.features.ItemFeatures), alpha (ridge penalty),
+    context_weight / context_interactions / relational_weight / text_encoder
+    (sense7.model.features.ItemFeatures), alpha (ridge penalty),
     cv (folds, grouped by conversation, for the out-of-fold scores the links and rater effects are fitted
     on), target_scale ("normal": regress each level's normal score, see _fit_target_scale), levels
     (default: read from Y).
@@ -244,8 +247,9 @@ class PersonalizedRater(_RaterModel):
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, slopes: bool = True, pool_controls: bool = False,
                  backfit: int = 1, noise_prior: float | None = None, assistant_effects: bool = True,
-                 levels=None, relational_weight: float = RELATIONAL_WEIGHT):
+                 levels=None, relational_weight: float = RELATIONAL_WEIGHT, text_encoder=None):
         self.relational_weight = relational_weight
+        self.text_encoder = text_encoder
         self.text_features = text_features
         self.alpha = alpha
         self.max_features = max_features

@@ -50,7 +50,7 @@ class _TextScores:
         for name, vec in features.vectorizers_.items():
             if vec is None:
                 continue
-            width = len(vec.vocabulary_)
+            width = features.block_widths_[name] if hasattr(features, "block_widths_") else len(vec.vocabulary_)
             if not (isinstance(vec, BulkNgramVectorizer) and vec.weighting == "presence"):
                 self.fast = False
             self.blocks.append((name, vec, coef[offset:offset + width] * float(features.block_scales_[name])))

@@ -8,7 +8,7 @@ import pytest
 from sense7.data.conversations import Conversation, Message
 from sense7.data.dataset import RatingData
 from sense7.data.items import RELATIONAL_COLUMNS, build_items, relational_features, task_columns, transcript_columns
-from sense7.model.features import ItemFeatures
+from sense7.model.features import ItemFeatures, TextEncoder
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()
@@ -67,3 +67,18 @@ def test_item_features_use_them_only_when_weighted():
     first = off.dense_features(X).shape[1]
     assert design[:, first].tolist() == pytest.approx([0.15, 0.0])
     assert np.all(design[:, first + 1:] == 0)  # columns the items do not have count as 0
+
+
+class _Apology(TextEncoder):
+    def transform(self, texts):
+        return np.array([[float("sorry" in t.lower())] for t in texts])
+
+
+def test_a_text_encoder_adds_its_columns_after_the_ngrams():
+    X = pd.DataFrame({"n_turns": [2.0] * 4, "turn_position": [1.0] * 4, "history_text": [""] * 4,
+                      "text": ["so sorry", "ok then", "sorry again", "ok sorry"]})
+    plain = ItemFeatures().fit(X)
+    encoded = ItemFeatures(text_encoder=_Apology()).fit(X)
+    a, b = plain.transform(X).toarray(), encoded.transform(X).toarray()
+    assert b.shape[1] == a.shape[1] + 1 and np.array_equal(b[:, :-1], a)
+    assert (b[:, -1] > 0).tolist() == [True, False, True, True]
