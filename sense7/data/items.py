@@ -68,22 +68,36 @@ RELATIONAL_COLUMNS = ("rel_answer_overlap", "rel_history_overlap", "rel_detail_o
                       "rel_question_answered", "rel_feeling_echo", "rel_length_ratio", "rel_question_ratio")
 
 
-def _content_words(text: str) -> set[str]:
-    return {w for w in (t.lower() for t in _WORD.findall(text)) if len(w) > 2 and w not in _STOP}
+# One pass over a text: sentence ends and words, in order (named details need to know what starts a sentence).
+_TOKEN_OR_END = re.compile(r"([.!?\n])|([A-Za-z][A-Za-z']+|\d+)")
+# How much of the answered message and the history is read (their ends): serving computes these per task.
+_ANSWERED_CHARS, _HISTORY_CHARS = 1000, 2000
 
 
-def _details(text: str) -> set[str]:
-    """Named details: numbers and capitalized words that do not start a sentence (names, places)."""
-    out = set()
-    for sentence in re.split(r"[.!?\n]+", text):
-        tokens = _WORD.findall(sentence)
-        out.update(t.lower() for t in tokens[1:] if t[0].isupper() and t.lower() not in _STOP and t != "I")
-        out.update(t for t in tokens if t.isdigit())
-    return out
+def _content_words(tokens) -> set[str]:
+    return {w for w in map(str.lower, tokens) if len(w) > 2 and w not in _STOP}
+
+
+def _tokens_and_details(text: str) -> tuple[list[str], set[str]]:
+    """(the words of `text`, its named details: numbers and capitalized words that do not start a sentence,
+    such as names and places)."""
+    tokens, details, starts = [], set(), True
+    for end, word in _TOKEN_OR_END.findall(text):
+        if end:
+            starts = True
+            continue
+        tokens.append(word)
+        if word.isdigit():
+            details.add(word)
+        elif not starts and word[0].isupper() and word != "I" and word.lower() not in _STOP:
+            details.add(word.lower())
+        starts = False
+    return tokens, details
 
 
 def _feelings(words: set[str]) -> set[str]:
-    return {stem for stem in _FEELINGS if any(w.startswith(stem) for w in words)}
+    """The feeling stems among `words`."""
+    return {next(stem for stem in _FEELINGS if w.startswith(stem)) for w in words if w.startswith(_FEELINGS)}
 
 
 def _share(wanted: set, found: set) -> float:
@@ -94,25 +108,27 @@ def relational_features(history: list[dict], turn: list[dict]) -> dict:
     """RELATIONAL_COLUMNS of a turn: overlaps are shares of the answered message's content words / named
     details / feeling words that the turn takes up (0 when there is nothing to take up); the answered
     message is the last message before the turn that is not the rated side's (for a whole-conversation
-    item, every such message); ratios compare the turn's words and questions with the answered message's."""
+    item, every such message); ratios compare the turn's words and questions with the answered message's.
+    Only the ends of long answered messages and histories are read (serving computes this per task)."""
     rated_role = turn[0]["role"] if turn else "assistant"
     others = [m["content"] for m in history if m["role"] not in (rated_role, "system")]
-    answered = "\n".join(others) if len(turn) > 1 else (others[-1] if others else "")
+    answered = ("\n".join(others) if len(turn) > 1 else (others[-1] if others else ""))[-_ANSWERED_CHARS:]
     reply = "\n".join(m["content"] for m in turn)
-    reply_words, answered_words = _content_words(reply), _content_words(answered)
-    history_words = _content_words(" ".join(m["content"] for m in history))
-    asked = answered.count("?") > 0
-    statements = [s for s in re.split(r"(?<=[.!?])\s+|\n", reply) if s.strip() and not s.strip().endswith("?")]
-    n_reply, n_answered = len(_WORD.findall(reply)), len(_WORD.findall(answered))
+    reply_tokens, reply_details = _tokens_and_details(reply)
+    answered_tokens, answered_details = _tokens_and_details(answered)
+    reply_words, answered_words = _content_words(reply_tokens), _content_words(answered_tokens)
+    history_words = _content_words(_WORD.findall(" ".join(m["content"] for m in history)[-_HISTORY_CHARS:]))
+    asked = "?" in answered
+    # A question is answered when the reply says something (not only asks back) about its words.
+    says = asked and bool(reply.strip()) and (not reply.rstrip().endswith("?") or "." in reply or "!" in reply)
     return {
         "rel_answer_overlap": _share(answered_words, reply_words),
         "rel_history_overlap": _share(reply_words, history_words),
-        "rel_detail_overlap": _share(_details(answered), _details(reply) | reply_words),
+        "rel_detail_overlap": _share(answered_details, reply_details | reply_words),
         "rel_question_asked": float(asked),
-        # A question is answered when the reply says something (not only asks back) about its words.
-        "rel_question_answered": float(asked and bool(statements) and bool(answered_words & reply_words)),
+        "rel_question_answered": float(says and bool(answered_words & reply_words)),
         "rel_feeling_echo": _share(_feelings(answered_words), _feelings(reply_words)),
-        "rel_length_ratio": math.log((n_reply + 1) / (n_answered + 1)) / 3.0,
+        "rel_length_ratio": math.log((len(reply_tokens) + 1) / (len(answered_tokens) + 1)) / 3.0,
         "rel_question_ratio": (reply.count("?") - answered.count("?")) / 3.0,
     }
 
