@@ -104,7 +104,31 @@ def _share(wanted: set, found: set) -> float:
     return len(wanted & found) / len(wanted) if wanted else 0.0
 
 
-def relational_features(history: list[dict], turn: list[dict]) -> dict:
+_ROLE_LINE = re.compile(r"^(user|assistant|system): ", re.MULTILINE)
+
+
+def _messages_of(history_text: str) -> list[dict]:
+    """The messages of an item's history_text (`_joined`'s "role: content" lines) back."""
+    parts = _ROLE_LINE.split(history_text or "")
+    return [{"role": role, "content": content.rstrip("\n")} for role, content in zip(parts[1::2], parts[2::2])]
+
+
+def relational_columns(columns) -> dict[str, np.ndarray]:
+    """{name: (n,) values} of RELATIONAL_COLUMNS for item columns (a frame or the plain columns of
+    `task_columns`): derived from `text`, `history_text` and `turn_position` (<= 0: a whole-conversation
+    item), so training, serving and the jury compute them the same way. Computed on demand by the models
+    that use them (ItemFeatures.relational_weight > 0), not by `item_row`: serving would otherwise pay for
+    them on every task whether the model reads them or not."""
+    texts, histories = list(columns["text"]), list(columns["history_text"])
+    positions = np.asarray(columns["turn_position"], dtype=float)
+    rows = [relational_features(_messages_of("" if h is None or h != h else str(h)),
+                                [{"role": "assistant", "content": "" if t is None or t != t else str(t)}],
+                                whole=bool(p <= 0))
+            for t, h, p in zip(texts, histories, positions)]
+    return {name: np.array([row[name] for row in rows], dtype=float) for name in RELATIONAL_COLUMNS}
+
+
+def relational_features(history: list[dict], turn: list[dict], whole: bool | None = None) -> dict:
     """RELATIONAL_COLUMNS of a turn: overlaps are shares of the answered message's content words / named
     details / feeling words that the turn takes up (0 when there is nothing to take up); the answered
     message is the last message before the turn that is not the rated side's (for a whole-conversation
@@ -112,7 +136,8 @@ def relational_features(history: list[dict], turn: list[dict]) -> dict:
     Only the ends of long answered messages and histories are read (serving computes this per task)."""
     rated_role = turn[0]["role"] if turn else "assistant"
     others = [m["content"] for m in history if m["role"] not in (rated_role, "system")]
-    answered = ("\n".join(others) if len(turn) > 1 else (others[-1] if others else ""))[-_ANSWERED_CHARS:]
+    whole = len(turn) > 1 if whole is None else whole  # a whole-conversation item answers every message
+    answered = ("\n".join(others) if whole else (others[-1] if others else ""))[-_ANSWERED_CHARS:]
     reply = "\n".join(m["content"] for m in turn)
     reply_tokens, reply_details = _tokens_and_details(reply)
     answered_tokens, answered_details = _tokens_and_details(answered)
@@ -135,8 +160,8 @@ def relational_features(history: list[dict], turn: list[dict]) -> dict:
 
 def item_row(conversation_id, turn_index, rater_id, history: list[dict], turn: list[dict],
              turn_position: int, n_turns: int, assistant_id=None) -> dict:
-    """One item's ITEM_COLUMNS: the rated text, the history before it, where it stands, who is rated and
-    the turn's relational features (RELATIONAL_COLUMNS)."""
+    """One item's ITEM_COLUMNS: the rated text, the history before it, where it stands and who is rated
+    (the turn's relational features derive from these: `relational_columns`)."""
     return {
         "conversation_id": str(conversation_id),
         "turn_index": turn_index,
@@ -147,7 +172,6 @@ def item_row(conversation_id, turn_index, rater_id, history: list[dict], turn: l
         "n_turns": float(n_turns),
         # Who is rated (a model version; in WASSA the other person): optional, None when unknown.
         "assistant_id": assistant_id_of(assistant_id),
-        **relational_features(history, turn),
     }
 
 

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from sense7.data.items import RELATIONAL_COLUMNS
+from sense7.data.items import RELATIONAL_COLUMNS, relational_columns
 from sense7.model.text import BulkNgramVectorizer
 
 TEXT_FEATURE_KINDS = ("tfidf", "tfidf+char", "none")
@@ -54,9 +54,10 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     columns join the n-grams: e.g. sentence embeddings, or an LLM's scores of the turn. None (default):
     n-grams only, which the compiled serving path scores directly; with an encoder, serving goes through
     the estimator (correct, slower).
-    relational_weight: scale of the relational columns (sense7.data.items.RELATIONAL_COLUMNS: the turn
-    against the message it answers); 0 leaves them out. They join the dense block, so serving
-    (sense7.model.serving) computes them with the same `dense_features`.
+    relational_weight: scale of the relational columns (sense7.data.items.relational_columns: the turn
+    against the message it answers, derived from the item columns); 0 leaves them out (and uncomputed).
+    They join the dense block, so serving (sense7.model.serving) computes them with the same
+    `dense_features`.
     """
 
     def __init__(self, text_features: str = "tfidf", max_features: int = 30000, history_chars: int = 300,
@@ -128,9 +129,9 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
         if weight:
             # The whole dense block is multiplied by context_weight later: divide it out here.
             factor = weight / self.context_weight if self.context_weight else 0.0
+            relational = relational_columns(X)
             for name in RELATIONAL_COLUMNS:
-                values = _numbers(X[name]) if name in X else np.full(n, np.nan)
-                columns.append(np.nan_to_num(values, nan=0.0) * factor)
+                columns.append(np.nan_to_num(relational[name], nan=0.0) * factor)
         return np.column_stack(columns)
 
     def fit(self, X: pd.DataFrame, y=None):

@@ -42,7 +42,8 @@ class _TextScores:
         self.features = features
         coef = np.asarray(model.text_coef_, dtype=np.float64)
         self.intercept = np.asarray(model.text_intercept_, dtype=np.float64)
-        n_dense = features.dense_features({"n_turns": [0.0], "turn_position": [0.0]}).shape[1]
+        n_dense = features.dense_features({"n_turns": [0.0], "turn_position": [0.0], "text": [""],
+                                           "history_text": [""]}).shape[1]
         self.dense_coef = coef[:n_dense] * features.context_weight
         self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale)
         self.fast = not features.context_interactions

@@ -7,7 +7,14 @@ import pytest
 
 from sense7.data.conversations import Conversation, Message
 from sense7.data.dataset import RatingData
-from sense7.data.items import RELATIONAL_COLUMNS, build_items, relational_features, task_columns, transcript_columns
+from sense7.data.items import (
+    RELATIONAL_COLUMNS,
+    build_items,
+    relational_columns,
+    relational_features,
+    task_columns,
+    transcript_columns,
+)
 from sense7.model.features import ItemFeatures, TextEncoder
 from sense7.taxonomy import load_taxonomy
 
@@ -49,15 +56,27 @@ def test_every_way_into_a_model_gets_the_same_relational_columns():
     tasks = [{"conversation_id": "c1", "rater_id": "r1", "turn_index": t, "position": f"Response {k} of 2",
               "history": [{"role": m.role, "content": m.content} for m in messages[:t]],
               "turn": [{"role": "assistant", "content": messages[t].content}]} for k, t in ((1, 1), (2, 3))]
-    served = task_columns(tasks, {}, TAXONOMY)
-    jury = transcript_columns([conv], TAXONOMY)
+    trained = relational_columns(X)
+    served = relational_columns(task_columns(tasks, {}, TAXONOMY))
+    jury = relational_columns(transcript_columns([conv], TAXONOMY))
+    as_messages = [_msg(m.role, m.content) for m in messages]
+    direct = [relational_features(as_messages[:t], [as_messages[t]]) for t in (1, 3)]
     for name in RELATIONAL_COLUMNS:
-        assert X[name].tolist() == served[name] == jury[name], name
-    assert X["rel_detail_overlap"].iloc[0] == 1 / 2 and X["rel_question_asked"].tolist() == [1.0, 0.0]
+        assert trained[name].tolist() == served[name].tolist() == jury[name].tolist() == [d[name] for d in direct]
+    assert trained["rel_detail_overlap"][0] == 1 / 2 and trained["rel_question_asked"].tolist() == [1.0, 0.0]
+
+
+def test_a_whole_conversation_item_answers_every_message():
+    history = "user: I lost my dog Rex.\nuser: He was twelve."
+    out = relational_columns({"text": ["Rex sounds lovely."], "history_text": [history], "turn_position": [0.0]})
+    assert out["rel_detail_overlap"][0] == 1.0  # "Rex" is in the first of the answered messages
+    one_turn = relational_columns({"text": ["Rex sounds lovely."], "history_text": [history], "turn_position": [2.0]})
+    assert one_turn["rel_detail_overlap"][0] == 0.0  # only the last message ("He was twelve.") is answered
 
 
 def test_item_features_use_them_only_when_weighted():
-    X = pd.DataFrame({"n_turns": [2.0, 2.0], "turn_position": [1.0, 2.0], "rel_answer_overlap": [0.5, 0.0]})
+    X = pd.DataFrame({"n_turns": [2.0, 2.0], "turn_position": [1.0, 2.0], "text": ["your exam", "hi"],
+                      "history_text": ["user: my exam went badly", "user: my exam went badly"]})
     off = ItemFeatures(text_features="none").fit(X)
     on = ItemFeatures(text_features="none", relational_weight=0.3, context_weight=0.1).fit(X)
     extra = on.dense_features(X).shape[1] - off.dense_features(X).shape[1]
@@ -65,8 +84,8 @@ def test_item_features_use_them_only_when_weighted():
     # In the design matrix the dense block is multiplied by context_weight: the column ends up x 0.3.
     design = on.transform(X).toarray()
     first = off.dense_features(X).shape[1]
-    assert design[:, first].tolist() == pytest.approx([0.15, 0.0])
-    assert np.all(design[:, first + 1:] == 0)  # columns the items do not have count as 0
+    # rel_answer_overlap: "exam" of (exam, went, badly) -> 1/3, times 0.3.
+    assert design[:, first].tolist() == pytest.approx([0.1, 0.0])
 
 
 class _Apology(TextEncoder):
