@@ -142,7 +142,9 @@ def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed
     data = _load_named(name, path)
 
     def parse(v: str):
-        return {"true": True, "false": False}.get(v.lower(), float(v) if v.replace(".", "").isdigit() else v)
+        if v.lower() in ("true", "false"):
+            return v.lower() == "true"
+        return (int(v) if v.isdigit() else float(v)) if v.replace(".", "").isdigit() else v
 
     def ci(block) -> str:
         return "n/a" if not block else f"{block['mean']:.3f} [{block['ci'][0]:.3f}, {block['ci'][1]:.3f}]"
@@ -152,7 +154,9 @@ def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for value in values.split(","):
         kw = {param: parse(value)}
-        models = {"rater_median": RaterMedian(), "generic": GenericRater(**kw), "personalized": PersonalizedRater(**kw)}
+        generic_kw = {k: v for k, v in kw.items() if k in GenericRater().get_params()}  # e.g. not rater_directions
+        models = {"rater_median": RaterMedian(), "generic": GenericRater(**generic_kw),
+                  "personalized": PersonalizedRater(**kw)}
         result = evaluate(data, n_folds=folds, seed=seed, n_boot=boot, models=models, dataset=name,
                           taxonomy=load_taxonomy())
         for split, body in result["splits"].items():

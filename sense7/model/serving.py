@@ -158,6 +158,10 @@ class CompiledBundle:
         self._generic_assistants = _AssistantShifts(getattr(generic, "assistant_effects_", None), n_controls)
         self._g_mean = np.array([effects.g_mean_ for effects in personalized.effects_])
         self._trait_W = np.stack([effects.W_ for effects in personalized.effects_], axis=1)  # (traits+1, C, k)
+        # Rater coefficients: intercept, a slope on the text score (slopes=True), then one slope per rater
+        # direction (rater_directions > 0).
+        self._slopes = bool(personalized.slopes)
+        self._n_base = 2 if self._slopes else 1
         self._raters_for: tuple | None = None  # (trait table, its RaterTable): rebuilt when the table changes
 
     def rater_table(self, traits: pd.DataFrame) -> RaterTable:
@@ -204,8 +208,11 @@ class CompiledBundle:
             g = text[personal]
             coef = raters.coef[rows]
             shift = coef[:, :, 0]
-            if coef.shape[2] > 1:  # slopes: how strongly this rater follows the text score
+            if self._slopes:  # slopes: how strongly this rater follows the text score
                 shift = shift + coef[:, :, 1] * (g - self._g_mean)
+            if coef.shape[2] > self._n_base:  # slopes on the rater directions (PersonalizedRater.rater_directions)
+                values = self.personalized.rater_direction_values(_rows_of(columns, personal))
+                shift = shift + np.einsum("icd,id->ic", coef[:, :, self._n_base:], values)
             scores = g + raters.common[rows][:, None] + shift \
                 + self._personal_assistants([assistants[i] for i in personal])
             known = raters.known[rows]
@@ -229,10 +236,13 @@ class CompiledBundle:
             missing = [str(m) for m, row in zip(members, rows) if row < 0]
             raise ValueError(f"not in the rater table (no ratings, no usable traits): {', '.join(missing)}")
         g = self._text.scores(columns)[:, None, :]  # (items, 1, controls)
-        coef = raters.coef[rows][None]  # (1, members, controls, 1 or 2)
+        coef = raters.coef[rows][None]  # (1, members, controls, k)
         shift = coef[..., 0]
-        if coef.shape[3] > 1:
+        if self._slopes:
             shift = shift + coef[..., 1] * (g - self._g_mean)
+        if coef.shape[3] > self._n_base:
+            values = self.personalized.rater_direction_values(columns)  # (items, directions)
+            shift = shift + np.einsum("mcd,id->imc", coef[0, :, :, self._n_base:], values)
         scores = g + raters.common[rows][None, :, None] + shift \
             + self._personal_assistants(columns["assistant_id"])[:, None, :]
         known = raters.known[rows]
