@@ -173,6 +173,62 @@ def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed
                       flush=True)
 
 
+class _OracleRater:
+    """The synthetic truth (sense7.model.oracle.SynthOracle) as an estimator evaluate can cross-validate."""
+
+    def __init__(self, truth=None):
+        self.truth = truth
+
+    def get_params(self, deep=True):
+        return {"truth": self.truth}
+
+    def set_params(self, **params):
+        self.truth = params.get("truth", self.truth)
+        return self
+
+    def fit(self, X, Y):
+        import numpy as np
+
+        self.controls_ = list(Y.columns)
+        self.levels_ = np.arange(1, len(self.truth.thresholds) + 2, dtype=float)
+        return self
+
+    def predict_proba(self, X):
+        from sense7.model.oracle import SynthOracle
+
+        return SynthOracle(self.truth).predict_proba(X, self.controls_)
+
+    def predict(self, X):
+        import pandas as pd
+
+        return pd.DataFrame({c: self.levels_[p.argmax(axis=1)] for c, p in self.predict_proba(X).items()},
+                            index=X.index)
+
+
+def bench_oracle_gain(spec: str, folds: int, boot: int, seed: int) -> None:
+    """`--oracle-gain CxR`: on synthetic data with planted rater x content sensitivities (sense7.data.synth),
+    the within-rater Spearman gain over generic of the personalized model and of the oracle (the truth)."""
+    from sense7.data.synth import generate
+    from sense7.model.estimators import GenericRater, PersonalizedRater
+    from sense7.taxonomy import load_taxonomy
+
+    n_conversations, n_raters = (int(v) for v in spec.split("x"))
+    synth = generate(n_conversations, n_raters, seed, load_taxonomy())
+    print(f"\n## Within-rater gain on synthetic data, generate({n_conversations}, {n_raters}, seed={seed}), "
+          f"known raters\n")
+    print("| model (as 'personalized') | Spearman | within-rater gain over generic [95% CI] | share of raters gaining |")
+    print("| --- | --- | --- | --- |")
+    for label, model in (("personalized", PersonalizedRater()),
+                         ("personalized, rater_directions=2", PersonalizedRater(rater_directions=2)),
+                         ("oracle (the truth)", _OracleRater(synth.truth))):
+        result = evaluate(synth.rating_data(), splits=("known_rater",), n_folds=folds, seed=seed, n_boot=boot,
+                          models={"generic": GenericRater(), "personalized": model}, taxonomy=synth.taxonomy)
+        body = result["splits"]["known_rater"]
+        gain = body["perspectivist"]["personalization_gain"]["spearman"]
+        print(f"| {label} | {_fmt(body['models']['personalized']['overall']['spearman'])} | {gain['mean']:+.3f} "
+              f"[{gain['ci'][0]:+.3f}, {gain['ci'][1]:+.3f}] | {gain['share_gain']:.0%} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wassa", type=Path, default=DEFAULT_WASSA)
@@ -186,7 +242,12 @@ def main() -> None:
                                                             "of one estimator parameter (only that is run)")
     parser.add_argument("--data", choices=("wassa", "convabuse"), default="wassa", help="the data of --variants")
     parser.add_argument("--convabuse", type=Path, default=DEFAULT_WASSA.parent / "convabuse")
+    parser.add_argument("--oracle-gain", default="", help="CxR: within-rater gain of personalized vs the oracle "
+                                                              "on synthetic data (only that is run)")
     args = parser.parse_args()
+    if args.oracle_gain:
+        bench_oracle_gain(args.oracle_gain, args.folds, args.boot, args.seed)
+        return
     if args.variants:
         bench_variants(args.data, args.wassa if args.data == "wassa" else args.convabuse, args.variants,
                        args.folds, args.boot, args.seed)
