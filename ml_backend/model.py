@@ -42,7 +42,7 @@ class ModelUnavailable(RuntimeError):
 
 class ServedItem(NamedTuple):
     kind: str  # personalized, traits or generic
-    levels: list  # most likely level per control of the predictor (its `controls` order)
+    levels: list  # level per control (the predictor's `controls` order) under the study's pre-fill rule
     confidences: list  # probability of that level
 
 
@@ -50,8 +50,11 @@ class Sense7Model:
     """Answers Label Studio's /setup, /predict and /webhook calls for one serving process."""
 
     def __init__(self, hot_model: HotModel, rater_info: RaterInfoCache, taxonomy: Taxonomy,
-                 on_event: Callable[[str, dict], Any] | None = None):
+                 on_event: Callable[[str, dict], Any] | None = None, prefill_rule: str = "mode"):
         self.hot_model = hot_model
+        # Which level of each predicted distribution is pre-filled and recorded (sense7.model.decision).
+        # build_model passes the study's SENSE7_PREFILL_RULE; built directly, the most likely level.
+        self.prefill_rule = prefill_rule
         self.rater_info = rater_info
         self.on_event = on_event or log_event
         self._schemas: dict[str, str] = {}  # project uid -> label config from the last /setup
@@ -133,7 +136,7 @@ class Sense7Model:
         predictor = loaded.predictor
         raters = predictor.rater_table(self.rater_info.trait_table())
         predictions = predictor.predict(self._columns(task_datas), raters)
-        levels, confidences = predictions.best()
+        levels, confidences = predictions.best(self.prefill_rule)
         if len(predictions.kinds) != len(task_datas):
             raise RuntimeError(f"predictor returned {len(predictions.kinds)} predictions for {len(task_datas)} items")
         return list(map(ServedItem, predictions.kinds, levels.tolist(), confidences.tolist()))
@@ -178,8 +181,8 @@ class Sense7Model:
     # ------------------------------------------------------------------ recorded predictions
     def prediction_records(self, tasks: list[dict]) -> list[dict | None]:
         """What the study records before a rater sees each task (sense7.data.study_design), whatever its arm: the
-        served version, the kind of model that answered, the most likely level and the expected rating per
-        control, and the generic model's for the same task. None for a task that cannot be predicted."""
+        served version, the kind of model that answered, the level the study's pre-fill rule picks (what a
+        shown task pre-fills) and the expected rating per control, and the generic model's for the same task. None for a task that cannot be predicted."""
         return self.predict_and_record(tasks)[1]
 
     def predict_and_record(self, tasks: list[dict], label_config: str | None = None) -> tuple[list, list]:
@@ -206,7 +209,7 @@ class Sense7Model:
         served = predictor.predict(columns, predictor.rater_table(self.rater_info.trait_table()))
         generic = predictor.predict_generic(columns)
         controls = list(predictor.controls)
-        (s_level, s_conf), g_level = served.best(), generic.best()[0]
+        (s_level, s_conf), g_level = served.best(self.prefill_rule), generic.best(self.prefill_rule)[0]
         s_exp, g_exp = served.expected(), generic.expected()
         for row, (i, data) in enumerate(zip(good, datas)):
             records[i] = {
@@ -285,4 +288,4 @@ def build_model(settings, on_event: Callable[[str, dict], Any] | None = None,
     hot.reload()
     taxonomy = study_taxonomy(settings)
     return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), taxonomy, refresh_seconds=refresh_seconds),
-                       taxonomy, on_event=on_event)
+                       taxonomy, on_event=on_event, prefill_rule=settings.study.prefill_rule)

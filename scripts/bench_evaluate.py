@@ -4,6 +4,8 @@ harness's own speed on synthetic data.
     .venv/bin/python scripts/bench_evaluate.py                       # WASSA (if present) + synthetic timing
     .venv/bin/python scripts/bench_evaluate.py --wassa DIR --out OUT # JSON and HTML report into OUT
     .venv/bin/python scripts/bench_evaluate.py --planted 300x40     # also all models on synthetic data
+    .venv/bin/python scripts/bench_evaluate.py --data convabuse --variants relational_weight=0,0.3
+                                                                     # one estimator parameter, compared
 
 Prints Markdown tables ready for docs/BENCHMARKS.md. The WASSA files are research-only and never part of
 the repository or the tests; without them the WASSA part is skipped.
@@ -121,6 +123,113 @@ def bench_planted(n_conversations: int, n_raters: int, folds: int, boot: int, se
     print(f"\nevaluate {elapsed:.1f} s")
 
 
+def _load_named(name: str, path: Path):
+    if name == "wassa":
+        from sense7.data.wassa import load_wassa
+        return load_wassa(path)
+    from sense7.data.convabuse import load_convabuse
+    return load_convabuse(path)
+
+
+def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed: int) -> None:
+    """`--variants param=v1,v2`: generic and personalized (and rater_median) with each value of one
+    estimator parameter on WASSA or ConvAbuse: Spearman, the personalization gains with CIs, LeWiDi's ANAD
+    and Wasserstein (sense7.research.lewidi), one Markdown row per split and value."""
+    from sense7.model.baselines import RaterMedian
+    from sense7.model.estimators import GenericRater, PersonalizedRater
+    from sense7.taxonomy import load_taxonomy
+
+    param, values = spec.split("=")
+    data = _load_named(name, path)
+
+    def parse(v: str):
+        if v.lower() in ("true", "false"):
+            return v.lower() == "true"
+        return (int(v) if v.isdigit() else float(v)) if v.replace(".", "").isdigit() else v
+
+    def ci(block) -> str:
+        return "n/a" if not block else f"{block['mean']:.3f} [{block['ci'][0]:.3f}, {block['ci'][1]:.3f}]"
+
+    print(f"\n## {name}: {param} in {values} ({folds} folds, seed {seed}, {boot} resamples)\n")
+    print("| split | value | model | Spearman | MAE | ANAD | WS | p - g Spearman | within-rater gain |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for value in values.split(","):
+        kw = {param: parse(value)}
+        generic_kw = {k: v for k, v in kw.items() if k in GenericRater().get_params()}  # e.g. not rater_directions
+        models = {"rater_median": RaterMedian(), "generic": GenericRater(**generic_kw),
+                  "personalized": PersonalizedRater(**kw)}
+        result = evaluate(data, n_folds=folds, seed=seed, n_boot=boot, models=models, dataset=name,
+                          taxonomy=load_taxonomy())
+        for split, body in result["splits"].items():
+            paired = body["paired"].get("personalized_minus_generic") or {}
+            gain = ((body["perspectivist"].get("personalization_gain") or {}).get("spearman"))
+            for model in models:
+                o, p = body["models"][model]["overall"], body["perspectivist"]["models"][model]
+                extra = ("", "")
+                if model == "personalized":
+                    extra = (f"{paired['spearman']:+.3f} [{paired['ci'][0]:+.3f}, {paired['ci'][1]:+.3f}]"
+                             if paired.get("spearman") is not None else "n/a", ci(gain))
+                print(f"| {split} | {value} | {model} | {_fmt(o['spearman'])} | {_fmt(o['mae'])} | "
+                      f"{ci(p['lewidi_anad'])} | {ci(p['lewidi_wasserstein'])} | {extra[0]} | {extra[1]} |",
+                      flush=True)
+
+
+class _OracleRater:
+    """The synthetic truth (sense7.model.oracle.SynthOracle) as an estimator evaluate can cross-validate."""
+
+    def __init__(self, truth=None):
+        self.truth = truth
+
+    def get_params(self, deep=True):
+        return {"truth": self.truth}
+
+    def set_params(self, **params):
+        self.truth = params.get("truth", self.truth)
+        return self
+
+    def fit(self, X, Y):
+        import numpy as np
+
+        self.controls_ = list(Y.columns)
+        self.levels_ = np.arange(1, len(self.truth.thresholds) + 2, dtype=float)
+        return self
+
+    def predict_proba(self, X):
+        from sense7.model.oracle import SynthOracle
+
+        return SynthOracle(self.truth).predict_proba(X, self.controls_)
+
+    def predict(self, X):
+        import pandas as pd
+
+        return pd.DataFrame({c: self.levels_[p.argmax(axis=1)] for c, p in self.predict_proba(X).items()},
+                            index=X.index)
+
+
+def bench_oracle_gain(spec: str, folds: int, boot: int, seed: int) -> None:
+    """`--oracle-gain CxR`: on synthetic data with planted rater x content sensitivities (sense7.data.synth),
+    the within-rater Spearman gain over generic of the personalized model and of the oracle (the truth)."""
+    from sense7.data.synth import generate
+    from sense7.model.estimators import GenericRater, PersonalizedRater
+    from sense7.taxonomy import load_taxonomy
+
+    n_conversations, n_raters = (int(v) for v in spec.split("x"))
+    synth = generate(n_conversations, n_raters, seed, load_taxonomy())
+    print(f"\n## Within-rater gain on synthetic data, generate({n_conversations}, {n_raters}, seed={seed}), "
+          f"known raters\n")
+    print("| model (as 'personalized') | Spearman | within-rater gain over generic [95% CI] | share of raters gaining |")
+    print("| --- | --- | --- | --- |")
+    for label, model in (("personalized", PersonalizedRater()),
+                         ("personalized, rater_directions=2", PersonalizedRater(rater_directions=2)),
+                         ("oracle (the truth)", _OracleRater(synth.truth))):
+        result = evaluate(synth.rating_data(), splits=("known_rater",), n_folds=folds, seed=seed, n_boot=boot,
+                          models={"generic": GenericRater(), "personalized": model}, taxonomy=synth.taxonomy)
+        body = result["splits"]["known_rater"]
+        gain = body["perspectivist"]["personalization_gain"]["spearman"]
+        print(f"| {label} | {_fmt(body['models']['personalized']['overall']['spearman'])} | {gain['mean']:+.3f} "
+              f"[{gain['ci'][0]:+.3f}, {gain['ci'][1]:+.3f}] | {gain['share_gain']:.0%} |", flush=True)
+
+
 def main() -> None:
     parser = argument_parser(__doc__, out=False, full_help=True)
     parser.add_argument("--wassa", type=Path, default=DEFAULT_WASSA)
@@ -130,7 +239,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--synth", default="1000x100", help="conversations x raters for the harness timing ('' = skip)")
     parser.add_argument("--planted", default="", help="conversations x raters: all models on synthetic data")
+    parser.add_argument("--variants", default="", help="param=v1,v2: generic and personalized with each value "
+                                                            "of one estimator parameter (only that is run)")
+    parser.add_argument("--data", choices=("wassa", "convabuse"), default="wassa", help="the data of --variants")
+    parser.add_argument("--convabuse", type=Path, default=DEFAULT_WASSA.parent / "convabuse")
+    parser.add_argument("--oracle-gain", default="", help="CxR: within-rater gain of personalized vs the oracle "
+                                                              "on synthetic data (only that is run)")
     args = parser.parse_args()
+    if args.oracle_gain:
+        bench_oracle_gain(args.oracle_gain, args.folds, args.boot, args.seed)
+        return
+    if args.variants:
+        bench_variants(args.data, args.wassa if args.data == "wassa" else args.convabuse, args.variants,
+                       args.folds, args.boot, args.seed)
+        return
     if (args.wassa / "trac1_CONVD_train.csv").is_file():
         bench_wassa(args.wassa, args.out, args.folds, args.boot, args.seed)
     else:

@@ -173,6 +173,11 @@ class RaterPage:
 
 
 PREFILL_POLICIES = ("shown", "hidden", "randomized")
+# Which level of the predicted distribution a pre-fill shows (sense7.model.decision): the median minimizes
+# the expected distance to the rater's rating, the mode maximizes exact hits (docs/BENCHMARKS.md, "Decision
+# rule", measures both; the default follows that evidence).
+PREFILL_RULES = ("median", "mode")
+DEFAULT_PREFILL_RULE = "median"
 
 
 @dataclass(frozen=True)
@@ -183,16 +188,22 @@ class StudyDesign:
     can be measured), `shown` (every task pre-filled with the model's guess) or `hidden` (predictions are
     recorded, never shown). shown_share: the randomized share of shown tasks. seed: the draws' seed (default:
     drawn once at the study's first import and kept in the store). repeat_share: the share of each rater's
-    turns imported a second time, at the end of their queue, for test-retest agreement (0 = none)."""
+    turns imported a second time, at the end of their queue, for test-retest agreement (0 = none).
+    prefill_rule: which level of the predicted distribution the ML backend pre-fills and records, `median`
+    or `mode` (PREFILL_RULES)."""
 
     prefill: str = "randomized"           # SENSE7_PREFILL
     shown_share: float = 0.5              # SENSE7_PREFILL_SHOWN_SHARE
     seed: str | None = None               # SENSE7_PREFILL_SEED
     repeat_share: float = 0.05            # SENSE7_REPEAT_SHARE
+    prefill_rule: str = DEFAULT_PREFILL_RULE  # SENSE7_PREFILL_RULE
 
     def __post_init__(self):
         if self.prefill not in PREFILL_POLICIES:
             raise SettingsError(f"SENSE7_PREFILL: expected one of {', '.join(PREFILL_POLICIES)}, got {self.prefill!r}")
+        if self.prefill_rule not in PREFILL_RULES:
+            raise SettingsError(f"SENSE7_PREFILL_RULE: expected one of {', '.join(PREFILL_RULES)}, "
+                             f"got {self.prefill_rule!r}")
         for name, value in (("SENSE7_PREFILL_SHOWN_SHARE", self.shown_share), ("SENSE7_REPEAT_SHARE", self.repeat_share)):
             if not 0.0 <= value <= 1.0:
                 raise SettingsError(f"{name}: expected a share between 0 and 1, got {value}")
@@ -211,7 +222,8 @@ class StudyDesign:
         return cls(prefill=(env.get("SENSE7_PREFILL") or "randomized").strip().lower(),
                    shown_share=share("SENSE7_PREFILL_SHOWN_SHARE", 0.5),
                    seed=env.get("SENSE7_PREFILL_SEED") or None,
-                   repeat_share=share("SENSE7_REPEAT_SHARE", 0.05))
+                   repeat_share=share("SENSE7_REPEAT_SHARE", 0.05),
+                   prefill_rule=(env.get("SENSE7_PREFILL_RULE") or DEFAULT_PREFILL_RULE).strip().lower())
 
 
 # -- rater quality (sense7.research.quality checks it; the retrain job applies `training`) ------------------

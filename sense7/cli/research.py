@@ -15,23 +15,29 @@ CONVERSATIONS_HELP = "conversations.jsonl (native format)"
 RATINGS_HELP = "ratings.csv: conversation_id, turn_index, rater_id, dimension, rating"
 RATERS_HELP = "raters.csv: rater_id, email, profile fields (optional)"
 WASSA_HELP = "a directory with the WASSA 2024 CSV files (instead of the native files)"
+CONVABUSE_HELP = "ConvAbuse's ConvAbuseEMNLPfull.csv or its directory (instead of the native files)"
 ASSIGNMENTS_HELP = ("CSV conversation_id,rater_id: more raters for a conversation line (as `sense7 import "
                     "--assignments`; a rater in ratings.csv without a line of their own shares the conversation's)")
 
 
 def _load(conversations: Path | None, ratings: Path | None, raters: Path | None, wassa: Path | None,
-          taxonomy, need_conversations: bool = True, assignments: Path | None = None):
+          taxonomy, need_conversations: bool = True, assignments: Path | None = None,
+          convabuse: Path | None = None):
     """(RatingData or ratings frame, data set name); exits 2 with file:line: field: reason on bad input."""
     from sense7.data.dataset import load_native
     from sense7.data.formats import read_ratings
 
-    if wassa and (conversations or ratings or raters):
-        raise fail("give either --wassa2024 or the native files (--conversations/--ratings/--raters), not both", 2)
+    if sum(bool(x) for x in (wassa, convabuse, conversations or ratings or raters)) > 1:
+        raise fail("give one of --wassa2024, --convabuse or the native files (--conversations/--ratings/--raters)", 2)
     try:
         if wassa:
             from sense7.data.wassa import load_wassa
 
             return load_wassa(wassa), "wassa2024"
+        if convabuse:
+            from sense7.data.convabuse import load_convabuse
+
+            return load_convabuse(convabuse), "convabuse"
         if ratings is None or (need_conversations and conversations is None):
             missing = "--ratings" if ratings is None else "--conversations"
             raise fail(f"missing {missing} (or give --wassa2024 DIR)", 2)
@@ -77,6 +83,7 @@ def evaluate_command(
     raters: Path = typer.Option(None, help=RATERS_HELP),
     assignments: Path = typer.Option(None, help=ASSIGNMENTS_HELP),
     wassa2024: Path = typer.Option(None, "--wassa2024", help=WASSA_HELP),
+    convabuse: Path = typer.Option(None, "--convabuse", help=CONVABUSE_HELP),
     splits: str = typer.Option("known_rater,cold_start", help="comma-separated: known_rater, cold_start"),
     folds: int = typer.Option(5, min=2, help="cross-validation folds"),
     seed: int = typer.Option(0, help="seed of the fold assignment and the bootstrap"),
@@ -115,7 +122,7 @@ def evaluate_command(
     except ValueError as exc:
         raise fail(f"--models: {exc}", 2)
     tax = resolve_taxonomy(taxonomy)
-    data, name = _load(conversations, ratings, raters, wassa2024, tax, assignments=assignments)
+    data, name = _load(conversations, ratings, raters, wassa2024, tax, assignments=assignments, convabuse=convabuse)
     with progress() as bar:
         job = bar.add_task("Cross-validating", total=len(chosen) * len(estimators) * folds)
         try:

@@ -71,15 +71,25 @@ def _print_perspectivist(split: dict) -> None:
     if not block:
         return
     table = Table(title="per rater and per turn (lower is better)",
-                  caption="dist. = |predicted - rated level| / (levels - 1), mean over raters [95% CI, raters "
-                          "resampled]; W1 = Wasserstein-1 on turns with several raters [95% CI, conversations]")
-    for column in ("model", "dist.", "95% CI", "median", "W1", "95% CI ", "turns"):
-        table.add_column(column, justify="left" if column == "model" else "right")
+                  caption="mean ± half its 95% CI. ANAD, WS = LeWiDi 2025's scores (|d| / levels per turn's "
+                          "raters, mean over turns; Wasserstein in levels on turns with several raters; "
+                          "conversations resampled); sense7's own: dist. = |d| / (levels - 1), mean over raters "
+                          "(raters resampled); W 0-1 = WS / (levels - 1). Distances use the predicted median.")
+    for column in ("model", "ANAD", "WS", "dist.", "W 0-1", "turns"):
+        table.add_column(column, justify="left" if column == "model" else "right", no_wrap=True)
+
+    def cell(block: dict | None) -> str:  # "0.145 ±0.017": the mean and half its 95% CI (exact in --json)
+        block = block or {}
+        if block.get("mean") is None:
+            return "n/a"
+        lo, hi = block.get("ci") or (None, None)
+        return f"{block['mean']:.3f}" + ("" if lo is None else f" ±{(hi - lo) / 2:.3f}")
+
     for model in CATALOG.order(block["models"]):
-        d = block["models"][model]["rater_distance"] or {}
-        w = block["models"][model]["wasserstein"] or {}
-        table.add_row(model, _num(d.get("mean")), _ci(d.get("ci")), _num((d.get("quantiles") or {}).get("p50")),
-                      _num(w.get("mean")), _ci(w.get("ci")), str(w.get("n_turns", 0)))
+        m = block["models"][model]
+        table.add_row(model, cell(m.get("lewidi_anad")), cell(m.get("lewidi_wasserstein")),
+                      cell(m["rater_mean_distance"]), cell(m["wasserstein_01"]),
+                      str((m["wasserstein_01"] or {}).get("n_turns", 0)))
     console.print(table)
     gain = block.get("personalization_gain") or {}
     for key, what in (("distance", "distance (generic - personalized)"),

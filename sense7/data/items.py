@@ -47,9 +47,121 @@ def _joined(messages) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
+# -- relational features: the rated turn against the message it answers and the history ------------------
+# Whether a reply takes up *what the user said* (their words, their details, their question, their feelings)
+# is invisible to bags of n-grams over the reply and the history separately.
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z']+|\d+")
+_STOP = frozenset("""a about after again all also am an and any are as at be because been before being but by
+can could did do does doing don't for from had has have having he her here hers him his how i i'm if in into is
+it it's its just me more most my no not now of off on once only or other our out over own same she should so
+some such than that the their them then there these they this those through to too under until up very was we
+were what when where which while who whom why will with would you your yours yeah yes ok okay oh well really
+get got like know think going go one thing things much many""".split())
+# Feeling words (stems): echoing the user's feeling is the textbook acknowledgement.
+_FEELINGS = ("sad", "unhapp", "depress", "lonel", "alone", "hurt", "pain", "cry", "angr", "mad", "furious",
+             "annoy", "frustrat", "upset", "afraid", "scare", "fear", "terrif", "anxi", "worr", "nervous",
+             "stress", "overwhelm", "tired", "exhaust", "ashamed", "embarrass", "guilt", "disappoint",
+             "happy", "glad", "excit", "proud", "relie", "grateful", "love", "hate", "miss", "grief", "griev",
+             "heartbr", "devastat", "awful", "terribl", "horribl", "sorry", "confus", "hopeless", "helpless")
+RELATIONAL_COLUMNS = ("rel_answer_overlap", "rel_history_overlap", "rel_detail_overlap", "rel_question_asked",
+                      "rel_question_answered", "rel_feeling_echo", "rel_length_ratio", "rel_question_ratio")
+
+
+# One pass over a text: sentence ends and words, in order (named details need to know what starts a sentence).
+_TOKEN_OR_END = re.compile(r"([.!?\n])|([A-Za-z][A-Za-z']+|\d+)")
+# How much of the answered message and the history is read (their ends): serving computes these per task.
+_ANSWERED_CHARS, _HISTORY_CHARS = 1000, 2000
+
+
+def _content_words(tokens) -> set[str]:
+    return {w for w in map(str.lower, tokens) if len(w) > 2 and w not in _STOP}
+
+
+def _tokens_and_details(text: str) -> tuple[list[str], set[str]]:
+    """(the words of `text`, its named details: numbers and capitalized words that do not start a sentence,
+    such as names and places)."""
+    tokens, details, starts = [], set(), True
+    for end, word in _TOKEN_OR_END.findall(text):
+        if end:
+            starts = True
+            continue
+        tokens.append(word)
+        if word.isdigit():
+            details.add(word)
+        elif not starts and word[0].isupper() and word != "I" and word.lower() not in _STOP:
+            details.add(word.lower())
+        starts = False
+    return tokens, details
+
+
+def _feelings(words: set[str]) -> set[str]:
+    """The feeling stems among `words`."""
+    return {next(stem for stem in _FEELINGS if w.startswith(stem)) for w in words if w.startswith(_FEELINGS)}
+
+
+def _share(wanted: set, found: set) -> float:
+    return len(wanted & found) / len(wanted) if wanted else 0.0
+
+
+_ROLE_LINE = re.compile(r"^(user|assistant|system): ", re.MULTILINE)
+
+
+def _messages_of(history_text: str) -> list[dict]:
+    """The messages of an item's history_text (`_joined`'s "role: content" lines) back."""
+    parts = _ROLE_LINE.split(history_text or "")
+    return [{"role": role, "content": content.rstrip("\n")} for role, content in zip(parts[1::2], parts[2::2])]
+
+
+def relational_columns(columns) -> dict[str, np.ndarray]:
+    """{name: (n,) values} of RELATIONAL_COLUMNS for item columns (a frame or the plain columns of
+    `task_columns`): derived from `text`, `history_text` and `turn_position` (<= 0: a whole-conversation
+    item), so training, serving and the jury compute them the same way. Computed on demand by the models
+    that use them (ItemFeatures.relational_weight > 0), not by `item_row`: serving would otherwise pay for
+    them on every task whether the model reads them or not."""
+    texts, histories = list(columns["text"]), list(columns["history_text"])
+    positions = np.asarray(columns["turn_position"], dtype=float)
+    rows = [relational_features(_messages_of("" if h is None or h != h else str(h)),
+                                [{"role": "assistant", "content": "" if t is None or t != t else str(t)}],
+                                whole=bool(p <= 0))
+            for t, h, p in zip(texts, histories, positions)]
+    return {name: np.array([row[name] for row in rows], dtype=float) for name in RELATIONAL_COLUMNS}
+
+
+def relational_features(history: list[dict], turn: list[dict], whole: bool | None = None) -> dict:
+    """RELATIONAL_COLUMNS of a turn: overlaps are shares of the answered message's content words / named
+    details / feeling words that the turn takes up (0 when there is nothing to take up); the answered
+    message is the last message before the turn that is not the rated side's (for a whole-conversation
+    item, every such message); ratios compare the turn's words and questions with the answered message's.
+    Only the ends of long answered messages and histories are read (serving computes this per task)."""
+    rated_role = turn[0]["role"] if turn else "assistant"
+    others = [m["content"] for m in history if m["role"] not in (rated_role, "system")]
+    whole = len(turn) > 1 if whole is None else whole  # a whole-conversation item answers every message
+    answered = ("\n".join(others) if whole else (others[-1] if others else ""))[-_ANSWERED_CHARS:]
+    reply = "\n".join(m["content"] for m in turn)
+    reply_tokens, reply_details = _tokens_and_details(reply)
+    answered_tokens, answered_details = _tokens_and_details(answered)
+    reply_words, answered_words = _content_words(reply_tokens), _content_words(answered_tokens)
+    history_words = _content_words(_WORD.findall(" ".join(m["content"] for m in history)[-_HISTORY_CHARS:]))
+    asked = "?" in answered
+    # A question is answered when the reply says something (not only asks back) about its words.
+    says = asked and bool(reply.strip()) and (not reply.rstrip().endswith("?") or "." in reply or "!" in reply)
+    return {
+        "rel_answer_overlap": _share(answered_words, reply_words),
+        "rel_history_overlap": _share(reply_words, history_words),
+        "rel_detail_overlap": _share(answered_details, reply_details | reply_words),
+        "rel_question_asked": float(asked),
+        "rel_question_answered": float(says and bool(answered_words & reply_words)),
+        "rel_feeling_echo": _share(_feelings(answered_words), _feelings(reply_words)),
+        "rel_length_ratio": math.log((len(reply_tokens) + 1) / (len(answered_tokens) + 1)) / 3.0,
+        "rel_question_ratio": (reply.count("?") - answered.count("?")) / 3.0,
+    }
+
+
 def item_row(conversation_id, turn_index, rater_id, history: list[dict], turn: list[dict],
              turn_position: int, n_turns: int, assistant_id=None) -> dict:
-    """One item's ITEM_COLUMNS: the rated text, the history before it, where it stands and who is rated."""
+    """One item's ITEM_COLUMNS: the rated text, the history before it, where it stands and who is rated
+    (the turn's relational features derive from these: `relational_columns`)."""
     return {
         "conversation_id": str(conversation_id),
         "turn_index": turn_index,

@@ -141,3 +141,46 @@ class RaterMean(_BaselineRater):
             c: raters.map(self.rater_means_[c]).fillna(self.global_mean_[c]).to_numpy(float)
             for c in self.controls_
         }
+
+
+class RaterMedian(_BaselineRater):
+    """Each rater's own median training level per control, with all its mass on that level (the lower
+    middle level on an even count); unknown raters get the median of all training ratings. The baseline
+    perspectivist benchmarks set personalized models against: "each annotator's usual label"."""
+
+    def __init__(self, levels=None):
+        self.levels = levels
+
+    def fit(self, X: pd.DataFrame, Y: pd.DataFrame) -> "RaterMedian":
+        self._fit_scale(Y)
+        if "rater_id" not in X.columns:
+            raise ValueError("RaterMedian needs a rater_id column in X")
+        raters = X["rater_id"].astype(str).to_numpy()
+        self.global_median_, self.rater_medians_ = {}, {}
+        for control in self.controls_:
+            y = Y[control].to_numpy(float)
+            rated = np.isfinite(y)
+            self.global_median_[control] = _lower_median(pd.Series(y[rated])) if rated.any() else float(
+                self.levels_[len(self.levels_) // 2])
+            self.rater_medians_[control] = pd.Series(y[rated]).groupby(raters[rated]).agg(_lower_median)
+        return self
+
+    def _row_means(self, X):
+        raters = X["rater_id"].astype(str)
+        return {c: raters.map(self.rater_medians_[c]).fillna(self.global_median_[c]).to_numpy(float)
+                for c in self.controls_}
+
+    def predict_proba(self, X):
+        proba = {}
+        for control, medians in self._row_means(X).items():
+            p = np.zeros((len(X), len(self.levels_)))
+            index = np.clip(np.searchsorted(self.levels_, medians), 0, len(self.levels_) - 1)
+            p[np.arange(len(X)), index] = 1.0
+            proba[control] = p
+        return proba
+
+
+def _lower_median(values: pd.Series) -> float:
+    """The median of ratings as one of them (the lower of the two middle values on an even count)."""
+    ordered = np.sort(np.asarray(values, float))
+    return float(ordered[(len(ordered) - 1) // 2])

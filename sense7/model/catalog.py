@@ -156,6 +156,11 @@ def _rater_mean():
     return RaterMean()
 
 
+def _rater_median():
+    from sense7.model.baselines import RaterMedian
+    return RaterMedian()
+
+
 def _generic():
     from sense7.model.estimators import GenericRater
     return GenericRater()
@@ -173,6 +178,8 @@ CATALOG = Catalog([
               "the training mean of each control"),
     ModelKind("rater_mean", _rater_mean, "Rater mean", "#6f6f6f", "baseline",
               "the rater's own training mean (shrunk to the global mean)"),
+    ModelKind("rater_median", _rater_median, "Rater median", "#8a8a8a", "baseline",
+              "the rater's own median training level (all mass on it)"),
     ModelKind("generic", _generic, "Generic", "#4a7bd0", "rater",
               "text only: the same prediction for every rater"),
     ModelKind("personalized", _personalized, "Personalized", "#d0734a", "rater",

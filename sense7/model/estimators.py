@@ -20,7 +20,12 @@ from scipy.stats import norm
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import GroupKFold
 
+from sense7.data.items import relational_columns
 from sense7.model.features import ItemFeatures
+
+# Scale of the relational features (sense7.data.items.RELATIONAL_COLUMNS) in both rater models; 0 = off.
+# docs/BENCHMARKS.md ("Relational features") has the measurements this default follows.
+RELATIONAL_WEIGHT = 0.0
 from sense7.model.ordinal import OrdinalLink
 from sense7.model.rater_effects import AssistantEffects, RaterEffects, assistant_keys
 from sense7.model.ridge import multi_ridge
@@ -85,7 +90,9 @@ class _RaterModel(BaseEstimator):
         self.features_ = ItemFeatures(self.text_features, max_features=self.max_features,
                                       history_chars=self.history_chars,
                                       text_weighting=self.text_weighting, context_weight=self.context_weight,
-                                      context_interactions=self.context_interactions)
+                                      context_interactions=self.context_interactions,
+                                      relational_weight=self.relational_weight,
+                                      text_encoder=self.text_encoder)
         F = self.features_.fit_transform(X)
         groups = X["conversation_id"].astype(str).to_numpy()
         rated = np.isfinite(Yv)
@@ -173,7 +180,9 @@ class GenericRater(_RaterModel):
                  history_chars: int = 300, text_weighting: str = "presence",
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, assistant_effects: bool = True,
-                 levels=None):
+                 levels=None, relational_weight: float = RELATIONAL_WEIGHT, text_encoder=None):
+        self.relational_weight = relational_weight
+        self.text_encoder = text_encoder
         self.text_features = text_features
         self.alpha = alpha
         self.max_features = max_features
@@ -226,8 +235,15 @@ class PersonalizedRater(_RaterModel):
     assistant_effects: also a shrunk per-assistant effect (as in GenericRater), fitted alternately with
     the rater effects on training rows only; unknown or unseen assistants get 0.
 
+    rater_directions: r > 0 gives each rater a slope on r more directions (the leading principal directions
+    of the standardized relational columns, sense7.data.items.relational_columns), with the same trait
+    prior and empirical-Bayes shrinkage as the intercept, so raters with the same leniency can differ in
+    what moves them; a new rater gets what the traits predict. 0 (default): measured not to help on WASSA
+    and ConvAbuse (docs/BENCHMARKS.md).
+
     Shared with GenericRater: text_features / text_weighting / max_features / history_chars /
-    context_weight / context_interactions (sense7.model.features.ItemFeatures), alpha (ridge penalty),
+    context_weight / context_interactions / relational_weight / text_encoder
+    (sense7.model.features.ItemFeatures), alpha (ridge penalty),
     cv (folds, grouped by conversation, for the out-of-fold scores the links and rater effects are fitted
     on), target_scale ("normal": regress each level's normal score, see _fit_target_scale), levels
     (default: read from Y).
@@ -238,7 +254,11 @@ class PersonalizedRater(_RaterModel):
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, slopes: bool = True, pool_controls: bool = False,
                  backfit: int = 1, noise_prior: float | None = None, assistant_effects: bool = True,
-                 levels=None):
+                 levels=None, relational_weight: float = RELATIONAL_WEIGHT, text_encoder=None,
+                 rater_directions: int = 0):
+        self.relational_weight = relational_weight
+        self.text_encoder = text_encoder
+        self.rater_directions = rater_directions
         self.text_features = text_features
         self.alpha = alpha
         self.max_features = max_features
@@ -275,10 +295,33 @@ class PersonalizedRater(_RaterModel):
         z = (values - self.trait_mean_) / self.trait_scale_
         return np.column_stack([np.ones(len(values)), np.nan_to_num(z, nan=0.0)])
 
+    def _fit_directions(self, X) -> np.ndarray | None:
+        """The rater_directions leading principal directions of the standardized relational columns
+        (sense7.data.items.relational_columns) on the training items; their values per item."""
+        if not self.rater_directions:
+            self.direction_basis_ = None
+            return None
+        M = np.column_stack(list(relational_columns(X).values()))
+        self.direction_mean_ = M.mean(axis=0)
+        scale = M.std(axis=0)
+        self.direction_scale_ = np.where(scale > 0, scale, 1.0)
+        _, _, vt = np.linalg.svd((M - self.direction_mean_) / self.direction_scale_, full_matrices=False)
+        self.direction_basis_ = vt[:int(self.rater_directions)].T
+        return self.rater_direction_values(X)
+
+    def rater_direction_values(self, X) -> np.ndarray | None:
+        """(n, rater_directions) values of the items of X (a frame or plain item columns) on the fitted
+        directions each rater has a slope on; None without rater directions."""
+        if getattr(self, "direction_basis_", None) is None:
+            return None
+        M = np.column_stack(list(relational_columns(X).values()))
+        return ((M - self.direction_mean_) / self.direction_scale_) @ self.direction_basis_
+
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame):
         Yv = self._check_fit_input(X, Y)
         Tv = self._fit_target_scale(Yv)
         per_rater = self._fit_traits(X)
+        self._directions = self._fit_directions(X)
         self.known_raters_ = per_rater.index.to_numpy(dtype=object)
         Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
@@ -308,6 +351,7 @@ class PersonalizedRater(_RaterModel):
             self.generic_assistant_.append(effect)
             self.generic_links_.append(self._fit_link(scores, Yv[rated, c]))
         self.fit_keys_ = None  # not needed after fit (keeps pickled bundles small)
+        self._directions = None
         for effects in self.effects_:
             effects.compact()
         return self
@@ -324,19 +368,22 @@ class PersonalizedRater(_RaterModel):
         self.effects_, self.links_known_, self.links_cold_, coefs = [], [], [], []
         self.assistant_effects_ = []
         self.assistant_rows_ = np.zeros(Tv.shape)  # in-sample assistant effects, for backfitting
+        directions = getattr(self, "_directions", None)
         for c in range(Yv.shape[1]):
             rated = np.isfinite(Yv[:, c])
             g, y, t, rows = oof[rated, c], Yv[rated, c], Tv[rated, c], rows_all[rated]
+            extra = None if directions is None else directions[rated]
             base = t - g - self.common_known_[rows]
             assist, a_rows, a_link = None, np.zeros(len(g)), 0.0
             # Rater effects and (optionally) assistant effects, alternating: each fitted on the residual the
             # other leaves (a few rounds of backfitting of the two random effects).
             for _ in range(self.ASSISTANT_ROUNDS if self.fit_keys_ is not None else 1):
-                effects = RaterEffects(slopes=self.slopes, noise_prior=self.noise_prior).fit(rows, Z, g, base - a_rows)
+                effects = RaterEffects(slopes=self.slopes, noise_prior=self.noise_prior).fit(
+                    rows, Z, g, base - a_rows, extra)
                 if self.fit_keys_ is None:
                     break
                 keys = self.fit_keys_[rated]
-                resid = base - effects.adjust(g, effects.posterior_[rows])
+                resid = base - effects.adjust(g, effects.posterior_[rows], extra)
                 assist = AssistantEffects().fit(keys, resid)
                 a_rows = assist.effect(keys)
             if assist is not None:
@@ -348,9 +395,9 @@ class PersonalizedRater(_RaterModel):
             # fitted on what a *new* rating gets: leave-one-out rater effects (in-sample ones contain the
             # rating itself and make the known link overconfident) and trait-only effects.
             if links:  # only the final round's links are ever used
-                loo = effects.loo_posterior(rows, g, base - a_rows)
-                known = g + self.common_known_[rows] + effects.adjust(g, loo) + a_link
-                cold = g + common_cold[rows] + effects.adjust(g, effects.prior(Z)[rows]) + a_link
+                loo = effects.loo_posterior(rows, g, base - a_rows, extra)
+                known = g + self.common_known_[rows] + effects.adjust(g, loo, extra) + a_link
+                cold = g + common_cold[rows] + effects.adjust(g, effects.prior(Z)[rows], extra) + a_link
                 self.links_known_.append(self._fit_link(known, y))
                 self.links_cold_.append(self._fit_link(cold, y))
             coefs.append(effects.posterior_)
@@ -402,12 +449,13 @@ class PersonalizedRater(_RaterModel):
         common = self.common_prior(Z)
         common[known] = self.common_known_[rows[known]]
         shift = self._assistant_shift(getattr(self, "assistant_effects_", []), X)
+        extra = self.rater_direction_values(X)
         out = {}
         for j, control in enumerate(self.controls_):
             effects, g = self.effects_[j], g_all[:, j]
             coef = effects.prior(Z)
             coef[known] = self.rater_coef_[rows[known], j]
-            scores = g + common + effects.adjust(g, coef) + shift[:, j]
+            scores = g + common + effects.adjust(g, coef, extra) + shift[:, j]
             if known.all():
                 out[control] = self.links_known_[j].predict_proba(scores)
                 continue

@@ -10,12 +10,35 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.feature_extraction.text import TfidfVectorizer
 
+from sense7.data.items import RELATIONAL_COLUMNS, relational_columns
 from sense7.model.text import BulkNgramVectorizer
 
 TEXT_FEATURE_KINDS = ("tfidf", "tfidf+char", "none")
+
+
+class TextEncoder(BaseEstimator):
+    """The interface of a text encoder (`ItemFeatures(text_encoder=...)`; the rater models' `text_encoder`):
+
+        fit(texts: list[str]) -> self          learn what it needs from the training texts only
+        transform(texts: list[str]) -> (n, k)  a dense array or a scipy sparse matrix, same k for any texts
+        fit_transform(texts)                   both (TransformerMixin gives it)
+
+    sklearn-clonable (constructor parameters as attributes), picklable with the model bundle, and nothing
+    downloaded when it runs: weights ship with a package or a path the study names. The n-gram vectorizer
+    (sense7.model.text.BulkNgramVectorizer) is the built-in implementation; a team plugs in sentence
+    embeddings or an LLM scorer by subclassing this (or by duck typing)."""
+
+    def fit(self, texts, y=None):  # pragma: no cover - the interface
+        return self
+
+    def transform(self, texts):  # pragma: no cover - the interface
+        raise NotImplementedError
+
+    def fit_transform(self, texts, y=None):
+        return self.fit(texts).transform(texts)
 
 
 class ItemFeatures(TransformerMixin, BaseEstimator):
@@ -27,11 +50,21 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     history_chars: how much of the history (its end: what the turn answers) is used.
     context_weight: scale of the context/position columns relative to the text (smaller = more shrinkage).
     context_interactions: add turn words x numeric context answers (off: it overfits on small data).
+    text_encoder: an optional extra encoder of the rated turn (the `TextEncoder` interface below), whose
+    columns join the n-grams: e.g. sentence embeddings, or an LLM's scores of the turn. None (default):
+    n-grams only, which the compiled serving path scores directly; with an encoder, serving goes through
+    the estimator (correct, slower).
+    relational_weight: scale of the relational columns (sense7.data.items.relational_columns: the turn
+    against the message it answers, derived from the item columns); 0 leaves them out (and uncomputed).
+    They join the dense block, so serving (sense7.model.serving) computes them with the same
+    `dense_features`.
     """
 
     def __init__(self, text_features: str = "tfidf", max_features: int = 30000, history_chars: int = 300,
                  min_df: int = 2, text_weighting: str = "presence", context_weight: float = 0.1,
-                 context_interactions: bool = False):
+                 context_interactions: bool = False, relational_weight: float = 0.0, text_encoder=None):
+        self.relational_weight = relational_weight
+        self.text_encoder = text_encoder
         self.text_features = text_features
         self.text_weighting = text_weighting
         self.context_weight = context_weight
@@ -44,10 +77,12 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
         if self.text_features not in TEXT_FEATURE_KINDS:
             raise ValueError(f"text_features must be one of {TEXT_FEATURE_KINDS}, got {self.text_features!r}")
         if self.text_features == "none":
-            return {}
+            return {"encoder": clone(self.text_encoder)} if getattr(self, "text_encoder", None) is not None else {}
         word = dict(min_df=self.min_df, max_features=self.max_features, weighting=self.text_weighting)
         # History in unigrams: it is longer than the turn and tokenizing it dominates prediction time.
         out = {"text": BulkNgramVectorizer(ngram_max=2, **word), "history": BulkNgramVectorizer(ngram_max=1, **word)}
+        if getattr(self, "text_encoder", None) is not None:
+            out["encoder"] = clone(self.text_encoder)
         if self.text_features == "tfidf+char":
             out["text_char"] = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), min_df=self.min_df,
                                                max_features=self.max_features, dtype=np.float32,
@@ -59,6 +94,7 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
 
     def block_texts(self, X, name: str) -> list[str]:
         """The texts one vectorizer block reads ("text": the rated turn; "history": its last characters)."""
+        # "encoder" (the optional text encoder) reads the rated turn, as "text" does.
         if name == "history":
             keep = int(self.history_chars)
             texts = _strings(X["history_text"])
@@ -89,6 +125,13 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             values = _objects(X[name]) if name in X else np.full(n, None, dtype=object)
             for category in categories:
                 columns.append((values == category).astype(float))
+        weight = float(getattr(self, "relational_weight", 0.0) or 0.0)  # models saved before it: none
+        if weight:
+            # The whole dense block is multiplied by context_weight later: divide it out here.
+            factor = weight / self.context_weight if self.context_weight else 0.0
+            relational = relational_columns(X)
+            for name in RELATIONAL_COLUMNS:
+                columns.append(np.nan_to_num(relational[name], nan=0.0) * factor)
         return np.column_stack(columns)
 
     def fit(self, X: pd.DataFrame, y=None):
@@ -111,14 +154,16 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
 
     def _fit_blocks(self, X: pd.DataFrame) -> list:
         self.vectorizers_ = self._vectorizers()
-        self.block_scales_ = {}
+        self.block_scales_, self.block_widths_ = {}, {}
         blocks = []
         for name, vec in self.vectorizers_.items():
             try:
-                block = vec.fit_transform(self.block_texts(X, name.replace("_char", "")))
+                block = sp.csr_matrix(vec.fit_transform(self.block_texts(X, name.replace("_char", ""))),
+                                      dtype=np.float32)
             except ValueError:  # empty vocabulary (e.g. no history anywhere): drop the block
                 self.vectorizers_[name] = None
                 continue
+            self.block_widths_[name] = block.shape[1]
             # Presence features are not length-normalised (a cue counts the same in a long or a short
             # turn: ratings add up cues); scale the block so a typical row has unit norm.
             self.block_scales_[name] = np.float32(1 / np.sqrt(max(block.getnnz(axis=1).mean(), 1.0))
@@ -131,8 +176,8 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
         return self._assemble(X, self._fit_blocks(X))
 
     def transform(self, X: pd.DataFrame):
-        blocks = [vec.transform(self.block_texts(X, name.replace("_char", ""))) * self.block_scales_[name]
-                  for name, vec in self.vectorizers_.items() if vec is not None]
+        blocks = [sp.csr_matrix(vec.transform(self.block_texts(X, name.replace("_char", ""))), dtype=np.float32)
+                  * self.block_scales_[name] for name, vec in self.vectorizers_.items() if vec is not None]
         return self._assemble(X, blocks)
 
     def _assemble(self, X: pd.DataFrame, text_blocks: list):

@@ -64,17 +64,25 @@ class RaterEffects:
         self.n_iter = n_iter
         self.alphas = alphas
 
-    def _design(self, g: np.ndarray) -> np.ndarray:
-        d = np.ones((len(g), 2 if self.slopes else 1))
+    def _design(self, g: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
+        n_extra = getattr(self, "n_extra_", 0)  # models fitted before rater directions existed: none
+        d = np.ones((len(g), (2 if self.slopes else 1) + n_extra))
         if self.slopes:
             d[:, 1] = g - self.g_mean_
+        if n_extra:
+            d[:, -n_extra:] = extra
         return d
 
-    def fit(self, rater_rows: np.ndarray, Z: np.ndarray, g: np.ndarray, e: np.ndarray):
-        """rater_rows: each item's row in Z (R, p: intercept column first); g: text score; e: y - g."""
+    def fit(self, rater_rows: np.ndarray, Z: np.ndarray, g: np.ndarray, e: np.ndarray,
+            extra: np.ndarray | None = None):
+        """rater_rows: each item's row in Z (R, p: intercept column first); g: text score; e: y - g.
+        extra: (n, r) item values of r more directions, each with a rater-specific slope under the same
+        trait prior and shrinkage as the intercept (two raters with the same leniency can differ in
+        what moves them); None: none."""
         R = Z.shape[0]
         self.g_mean_ = float(np.mean(g))
-        D = self._design(g)
+        self.n_extra_ = 0 if extra is None else int(np.shape(extra)[1])
+        D = self._design(g, extra)
         k = D.shape[1]
         A = np.zeros((R, k, k))
         np.add.at(A, rater_rows, D[:, :, None] * D[:, None, :])
@@ -122,12 +130,13 @@ class RaterEffects:
         self._loo_stats = (A, v, Z @ W)
         return self
 
-    def loo_posterior(self, rater_rows: np.ndarray, g: np.ndarray, e: np.ndarray) -> np.ndarray:
+    def loo_posterior(self, rater_rows: np.ndarray, g: np.ndarray, e: np.ndarray,
+                      extra: np.ndarray | None = None) -> np.ndarray:
         """For the training rows: each row's rater coefficients estimated without that row, i.e. what a
         new rating of a known rater gets. Links fitted on these are not overconfident (on in-sample
         posteriors a rater with 2 ratings looks twice as predictable as it is)."""
         A, v, prior_mean = self._loo_stats
-        D = self._design(g)
+        D = self._design(g, extra)
         A_loo = A[rater_rows] - D[:, :, None] * D[:, None, :]
         v_loo = v[rater_rows] - D * e[:, None]
         s2 = self.rater_sigma2_[rater_rows]
@@ -144,9 +153,9 @@ class RaterEffects:
     def prior(self, Z: np.ndarray) -> np.ndarray:
         return Z @ self.W_
 
-    def adjust(self, g: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    def adjust(self, g: np.ndarray, coef: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
         """The rater-specific shift of the text score g for per-item coefficients coef (n, k)."""
-        return (self._design(g) * coef).sum(axis=1)
+        return (self._design(g, extra) * coef).sum(axis=1)
 
 
 def assistant_keys(X) -> np.ndarray:

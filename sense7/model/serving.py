@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from sense7.model.decision import decide
 from sense7.model.ordinal import cumulative_logit_proba
 from sense7.model.text import BulkNgramVectorizer
 
@@ -41,7 +42,8 @@ class _TextScores:
         self.features = features
         coef = np.asarray(model.text_coef_, dtype=np.float64)
         self.intercept = np.asarray(model.text_intercept_, dtype=np.float64)
-        n_dense = features.dense_features({"n_turns": [0.0], "turn_position": [0.0]}).shape[1]
+        n_dense = features.dense_features({"n_turns": [0.0], "turn_position": [0.0], "text": [""],
+                                           "history_text": [""]}).shape[1]
         self.dense_coef = coef[:n_dense] * features.context_weight
         self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale)
         self.fast = not features.context_interactions
@@ -49,7 +51,7 @@ class _TextScores:
         for name, vec in features.vectorizers_.items():
             if vec is None:
                 continue
-            width = len(vec.vocabulary_)
+            width = features.block_widths_[name] if hasattr(features, "block_widths_") else len(vec.vocabulary_)
             if not (isinstance(vec, BulkNgramVectorizer) and vec.weighting == "presence"):
                 self.fast = False
             self.blocks.append((name, vec, coef[offset:offset + width] * float(features.block_scales_[name])))
@@ -123,9 +125,10 @@ class Predictions:
         """Expected rating (items, controls) under the probabilities."""
         return self.probs @ self.levels.astype(float)
 
-    def best(self) -> tuple[np.ndarray, np.ndarray]:
-        """(most likely level, its probability), each (items, controls)."""
-        best = self.probs.argmax(axis=2)
+    def best(self, rule: str = "mode") -> tuple[np.ndarray, np.ndarray]:
+        """(the level the decision rule picks, its probability), each (items, controls). rule: "mode" (the
+        most likely level) or "median" (sense7.model.decision)."""
+        best = decide(self.probs, rule)
         return self.levels[best], np.take_along_axis(self.probs, best[:, :, None], axis=2)[:, :, 0]
 
 
@@ -155,6 +158,10 @@ class CompiledBundle:
         self._generic_assistants = _AssistantShifts(getattr(generic, "assistant_effects_", None), n_controls)
         self._g_mean = np.array([effects.g_mean_ for effects in personalized.effects_])
         self._trait_W = np.stack([effects.W_ for effects in personalized.effects_], axis=1)  # (traits+1, C, k)
+        # Rater coefficients: intercept, a slope on the text score (slopes=True), then one slope per rater
+        # direction (rater_directions > 0).
+        self._slopes = bool(personalized.slopes)
+        self._n_base = 2 if self._slopes else 1
         self._raters_for: tuple | None = None  # (trait table, its RaterTable): rebuilt when the table changes
 
     def rater_table(self, traits: pd.DataFrame) -> RaterTable:
@@ -201,8 +208,11 @@ class CompiledBundle:
             g = text[personal]
             coef = raters.coef[rows]
             shift = coef[:, :, 0]
-            if coef.shape[2] > 1:  # slopes: how strongly this rater follows the text score
+            if self._slopes:  # slopes: how strongly this rater follows the text score
                 shift = shift + coef[:, :, 1] * (g - self._g_mean)
+            if coef.shape[2] > self._n_base:  # slopes on the rater directions (PersonalizedRater.rater_directions)
+                values = self.personalized.rater_direction_values(_rows_of(columns, personal))
+                shift = shift + np.einsum("icd,id->ic", coef[:, :, self._n_base:], values)
             scores = g + raters.common[rows][:, None] + shift \
                 + self._personal_assistants([assistants[i] for i in personal])
             known = raters.known[rows]
@@ -226,10 +236,13 @@ class CompiledBundle:
             missing = [str(m) for m, row in zip(members, rows) if row < 0]
             raise ValueError(f"not in the rater table (no ratings, no usable traits): {', '.join(missing)}")
         g = self._text.scores(columns)[:, None, :]  # (items, 1, controls)
-        coef = raters.coef[rows][None]  # (1, members, controls, 1 or 2)
+        coef = raters.coef[rows][None]  # (1, members, controls, k)
         shift = coef[..., 0]
-        if coef.shape[3] > 1:
+        if self._slopes:
             shift = shift + coef[..., 1] * (g - self._g_mean)
+        if coef.shape[3] > self._n_base:
+            values = self.personalized.rater_direction_values(columns)  # (items, directions)
+            shift = shift + np.einsum("mcd,id->imc", coef[0, :, :, self._n_base:], values)
         scores = g + raters.common[rows][None, :, None] + shift \
             + self._personal_assistants(columns["assistant_id"])[:, None, :]
         known = raters.known[rows]

@@ -30,6 +30,7 @@ from sklearn.base import clone
 from sklearn.model_selection import GroupKFold
 
 from sense7.model.catalog import CATALOG, Catalog
+from sense7.model.decision import decide
 from sense7.research.metrics import (
     METRIC_NAMES,
     RankStructure,
@@ -252,14 +253,16 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
     Returns {"dataset", "n_ratings", "n_items", "n_raters", "n_conversations", "controls", "levels", ...,
     "splits": {split: {
         "models": {name: {"overall": M, "per_control": {control: M}}},   M = {spearman, accuracy, qwk, mae,
-                                                                              spearman_ci: [lo, hi]}
+                                                  mae_mode, accuracy_median, spearman_ci: [lo, hi]}
+            accuracy and QWK: the predicted distribution's mode; mae: its median (the point that minimizes
+            the expected absolute distance); mae_mode and accuracy_median: the other rule, for comparison
         "paired": {"personalized_minus_generic": {"spearman", "ci", "per_control"}},
         "confusion": {name: {control: counts[true level][predicted level]}},
         "by_train_ratings": [{bin, n_items, n_raters, models: {name: {spearman, mae_expected}},
                               gain_spearman}],   # by the rater's number of ratings in the training fold
         "rater_train_ratings": [mean training ratings per rater, sorted],
-        "perspectivist": per-rater normalized distance, Wasserstein-1 on turns with several raters and the
-                         per-rater personalization gain (see sense7.research.perspectivist.perspectivist_metrics),
+        "perspectivist": LeWiDi 2025's ANAD and Wasserstein, sense7's per-rater distance and 0-1 Wasserstein,
+                         the per-rater personalization gain (distances on the median; ANAD also on the mode) (see sense7.research.perspectivist.perspectivist_metrics),
         "fit_predict_seconds": {name: seconds}, "n_folds", "cluster"}}}
     Undefined values (e.g. Spearman of a constant prediction) are None, so the result is strict JSON.
     `scale`: the rating levels (e.g. a taxonomy's 1..7); default the range of the observed ratings.
@@ -289,7 +292,7 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
     turns = RaterTurns(X, Y)
     for split in splits:
         folds = make_folds(X, split, n_folds, seed)
-        levels, scores, counts = {}, {}, None
+        levels, scores, counts, medians = {}, {}, None, {}  # levels: the mode; medians: the median
         seconds, turn_distances = {}, {}
         for name, model in models.items():
             started = time.perf_counter()
@@ -298,6 +301,8 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
             seconds[name] = round(time.perf_counter() - started, 3)
             # Reduced right away: one distance per multi-rater turn instead of every row's probabilities.
             turn_distances[name] = turns.wasserstein(Y, proba, data_levels)
+            medians[name] = pd.DataFrame({c: data_levels[decide(proba[c], "median")].astype(float)
+                                          for c in Y.columns})
         clusters = pd.factorize(X[SPLITS[split]].astype(str))[0]
         fold_ids = np.empty(len(X), int)
         for k, (_, test) in enumerate(folds):
@@ -313,6 +318,12 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
                 ok = np.isfinite(t) & np.isfinite(levels[name][c].to_numpy(float))
                 values = fold_metrics(t[ok], levels[name][c].to_numpy(float)[ok],
                                       scores[name][c].to_numpy(float)[ok], fold_ids[ok], data_levels)
+                # Decision rules (sense7.model.decision): accuracy and QWK on the mode, MAE on the median
+                # (it minimizes the expected absolute distance); each also under the other rule.
+                by_median = fold_metrics(t[ok], medians[name][c].to_numpy(float)[ok],
+                                         scores[name][c].to_numpy(float)[ok], fold_ids[ok], data_levels)
+                values["mae_mode"], values["mae"] = values["mae"], by_median["mae"]
+                values["accuracy_median"] = by_median["accuracy"]
                 per_control[c] = json_metrics(values, percentile_ci(boot[name][c]))
                 split_out["confusion"][name][c] = _confusion(t[ok], levels[name][c].to_numpy(float)[ok], data_levels)
             overall = json_metrics(macro_metrics(per_control), percentile_ci(boot[name]["__overall__"]))
@@ -322,8 +333,9 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
         split_out["by_train_ratings"] = _train_count_bins(Y, scores, counts, raters, fold_ids)
         per_rater = pd.Series(counts).groupby(raters).mean()
         split_out["rater_train_ratings"] = sorted(float(v) for v in per_rater)
-        split_out["perspectivist"] = perspectivist_metrics(Y, raters, levels, scores, turn_distances, turns,
-                                                           fold_ids, len(data_levels), n_boot, seed)
+        split_out["perspectivist"] = perspectivist_metrics(Y, raters, medians, scores, turn_distances, turns,
+                                                           fold_ids, len(data_levels), n_boot, seed,
+                                                           mode_levels=levels)
         result["splits"][split] = split_out
     return result
 

@@ -16,6 +16,8 @@ from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score
 
 METRIC_NAMES = ("spearman", "accuracy", "qwk", "mae")
+# Under the other decision rule (sense7.model.decision), reported next to METRIC_NAMES by `evaluate`.
+OTHER_RULE_METRIC_NAMES = ("mae_mode", "accuracy_median")
 
 
 def finite_or_none(value: float) -> float | None:
@@ -28,7 +30,8 @@ def macro_metrics(per_control: dict[str, dict], undefined=float("nan")) -> dict:
     """Each metric averaged over controls, leaving out controls where it is undefined (None or NaN);
     `undefined` where no control has it."""
     out = {}
-    for name in METRIC_NAMES:
+    present = [n for n in OTHER_RULE_METRIC_NAMES if any(n in m for m in per_control.values())]
+    for name in METRIC_NAMES + tuple(present):
         values = [m[name] for m in per_control.values() if m.get(name) is not None and math.isfinite(m[name])]
         out[name] = float(np.mean(values)) if values else undefined
     return out
@@ -125,5 +128,6 @@ def percentile_ci(samples, level: float = 0.95) -> list[float | None]:
 
 def json_metrics(values: dict, spearman_ci) -> dict:
     out = {name: finite_or_none(values[name]) for name in METRIC_NAMES}
+    out.update({name: finite_or_none(values[name]) for name in OTHER_RULE_METRIC_NAMES if name in values})
     out["spearman_ci"] = list(spearman_ci)
     return out

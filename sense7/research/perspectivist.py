@@ -1,6 +1,10 @@
 """Perspectivist metrics: how well a model predicts *each rater*, and the spread of ratings over raters.
 
-Scored as LeWiDi 2025 scores ordinal ratings:
+Two families, kept apart so that nothing claims to be what it is not:
+- the LeWiDi 2025 task's own scores (`sense7.research.lewidi`): ANAD over turns (|predicted - rated| / K,
+  averaged over each turn's raters, then over turns) and the soft-label Wasserstein distance in levels on
+  turns with several raters; comparable with published figures;
+- sense7's summaries, which answer other questions:
 - per rater, the mean normalized absolute distance |predicted level - rated level| / (K - 1) over the
   rater's ratings and controls (0 = every rating hit, 1 = always at the opposite end of the scale);
   summarized over raters, so a model that serves a few prolific raters well cannot hide the rest;
@@ -19,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sense7.research.lewidi import item_anad
 from sense7.research.metrics import finite_or_none, cluster_draws, percentile_ci
 
 QUANTILES = (10, 25, 50, 75, 90)
@@ -80,14 +85,18 @@ class RaterTurns:
         self.conversation_codes = pd.factorize(keys["conversation_id"])[0]
         self.n_conversations = int(self.conversation_codes.max()) + 1 if len(X) else 0
         self.blocks = {}  # control -> (rows, turn code 0..T-1 per row, conversation code per turn)
+        self.all_blocks = {}  # the same over every rated turn, one rater or more (LeWiDi's ANAD)
         for c in Y.columns:
             rated = np.flatnonzero(np.isfinite(Y[c].to_numpy(float)))
             counts = np.bincount(turn[rated], minlength=turn.max() + 1 if len(turn) else 0)
-            rows = rated[counts[turn[rated]] >= 2]
-            codes = np.unique(turn[rows], return_inverse=True)[1]
-            first = np.zeros(codes.max() + 1 if len(codes) else 0, int)
-            first[codes] = rows  # any row of the turn names its conversation
-            self.blocks[c] = (rows, codes, self.conversation_codes[first])
+            self.blocks[c] = self._block(turn, rated[counts[turn[rated]] >= 2])
+            self.all_blocks[c] = self._block(turn, rated)
+
+    def _block(self, turn: np.ndarray, rows: np.ndarray):
+        codes = np.unique(turn[rows], return_inverse=True)[1]
+        first = np.zeros(codes.max() + 1 if len(codes) else 0, int)
+        first[codes] = rows  # any row of the turn names its conversation
+        return rows, codes, self.conversation_codes[first]
 
     def n_turns(self) -> dict[str, int]:
         return {c: int(len(conv)) for c, (_, _, conv) in self.blocks.items()}
@@ -181,16 +190,18 @@ def _spearman_gain(Y: pd.DataFrame, personalized: pd.DataFrame, generic: pd.Data
         return np.where(weight > 0, total / weight, np.nan)
 
 
-def _wasserstein_summary(distances: dict[str, np.ndarray], turns: RaterTurns, draws: np.ndarray) -> dict | None:
-    """Mean over multi-rater turns per control, and their mean over controls ("mean"), each with a CI
-    resampling conversations (the same resamples for every model and control)."""
+def _turn_summary(values_per_control: dict[str, np.ndarray], blocks: dict, n_conversations: int,
+                  draws: np.ndarray) -> dict | None:
+    """Mean over turns per control, and their mean over controls ("mean"), each with a CI resampling
+    conversations (the same resamples for every model and control). `blocks`: RaterTurns.blocks or
+    .all_blocks, whose turns the values are of."""
     per_control, boot_means = {}, []
-    for c, values in distances.items():
+    for c, values in values_per_control.items():
         if not len(values):
             continue
-        conv = turns.blocks[c][2]
-        sums = np.bincount(conv, weights=values, minlength=turns.n_conversations)
-        counts = np.bincount(conv, minlength=turns.n_conversations).astype(float)
+        conv = blocks[c][2]
+        sums = np.bincount(conv, weights=values, minlength=n_conversations)
+        counts = np.bincount(conv, minlength=n_conversations).astype(float)
         with np.errstate(all="ignore"):
             boot = (draws @ sums) / (draws @ counts)
         boot_means.append(boot)
@@ -202,18 +213,33 @@ def _wasserstein_summary(distances: dict[str, np.ndarray], turns: RaterTurns, dr
             "n_turns": max(b["n_turns"] for b in per_control.values()), "per_control": per_control}
 
 
+def _turn_anad(Y: pd.DataFrame, levels: pd.DataFrame, turns: RaterTurns, n_levels: int) -> dict[str, np.ndarray]:
+    """{control: LeWiDi's per-item ANAD of every rated turn} (sense7.research.lewidi.item_anad)."""
+    out = {}
+    for c, (rows, codes, _) in turns.all_blocks.items():
+        out[c] = item_anad(codes, Y[c].to_numpy(float)[rows], levels[c].to_numpy(float)[rows], n_levels)
+    return out
+
+
 def perspectivist_metrics(Y: pd.DataFrame, raters: np.ndarray, levels: dict[str, pd.DataFrame],
                           scores: dict[str, pd.DataFrame], turn_distances: dict[str, dict[str, np.ndarray]],
-                          turns: RaterTurns, fold_ids: np.ndarray, n_levels: int, n_boot: int, seed: int) -> dict:
-    """One split's perspectivist block of the `evaluate` result:
+                          turns: RaterTurns, fold_ids: np.ndarray, n_levels: int, n_boot: int, seed: int,
+                          mode_levels: dict[str, pd.DataFrame] | None = None) -> dict:
+    """One split's perspectivist block of the `evaluate` result. `levels`: the predicted level each distance
+    is computed on (evaluate passes the median); `mode_levels`: also ANAD on these (evaluate: the mode).
 
     {"n_raters", "turn_key", "multi_rater_turns": {control: n},
-     "models": {name: {"rater_distance": {mean, ci, quantiles: {p10..p90}, n_raters},
-                       "wasserstein": {mean, ci, n_turns, per_control: {control: {mean, ci, n_turns}}} | None}},
+     "models": {name: {
+        "lewidi_anad": T,         the task's ANAD over every rated turn (|d| / K; sense7.research.lewidi)
+        "lewidi_anad_mode": T | None,    the same on `mode_levels`
+        "lewidi_wasserstein": T | None,  the task's soft-label Wasserstein (in levels) on multi-rater turns
+        "rater_mean_distance": {mean, ci, quantiles: {p10..p90}, n_raters},   sense7's: per rater |d| / (K-1)
+        "wasserstein_01": T | None}},    sense7's: the same Wasserstein divided by K - 1
+       T = {mean, ci, n_turns, per_control: {control: {mean, ci, n_turns}}}; means over controls
      "personalization_gain": {"distance": G, "spearman": G} | None}
        G = {mean, ci, quantiles, n_raters, share_gain, values} over raters (None where undefined for all);
        positive = personalization helps (generic distance - personalized distance; Spearman p - g).
-    Rater means resample raters; Wasserstein resamples conversations."""
+    Rater means resample raters; turn means (ANAD, Wasserstein) resample conversations."""
     rater_codes, rater_names = pd.factorize(pd.Series(raters).astype(str))
     n_raters = len(rater_names)
     conv_draws = cluster_draws(turns.n_conversations, n_boot, seed)
@@ -221,9 +247,17 @@ def perspectivist_metrics(Y: pd.DataFrame, raters: np.ndarray, levels: dict[str,
     out = {"n_raters": int(n_raters), "turn_key": list(TURN_KEY), "multi_rater_turns": turns.n_turns(),
            "models": {}}
     for name in levels:
+        normalized = turn_distances[name]
+        # wasserstein_01 is sum |CDF gap| / (K - 1); the task's distance is the same sum, undivided.
+        in_levels = {c: v * max(n_levels - 1, 1) for c, v in normalized.items()}
         out["models"][name] = {
-            "rater_distance": _rater_summary(distances[name], n_boot, seed),
-            "wasserstein": _wasserstein_summary(turn_distances[name], turns, conv_draws),
+            "lewidi_anad": _turn_summary(_turn_anad(Y, levels[name], turns, n_levels), turns.all_blocks,
+                                         turns.n_conversations, conv_draws),
+            "lewidi_anad_mode": None if mode_levels is None else _turn_summary(
+                _turn_anad(Y, mode_levels[name], turns, n_levels), turns.all_blocks, turns.n_conversations, conv_draws),
+            "lewidi_wasserstein": _turn_summary(in_levels, turns.blocks, turns.n_conversations, conv_draws),
+            "rater_mean_distance": _rater_summary(distances[name], n_boot, seed),
+            "wasserstein_01": _turn_summary(normalized, turns.blocks, turns.n_conversations, conv_draws),
         }
     out["personalization_gain"] = None
     if "personalized" in levels and "generic" in levels:

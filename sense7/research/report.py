@@ -134,19 +134,20 @@ def _with_ci(block: dict | None, signed: bool = False) -> str:
 
 
 def _perspectivist_rows(split: dict, catalog: Catalog = CATALOG) -> list[dict]:
-    """One table row per model: per-rater normalized distance (mean with CI, quartiles over raters) and
-    the Wasserstein distance of turns with several raters."""
+    """One table row per model: LeWiDi 2025's ANAD and soft-label Wasserstein, then sense7's per-rater
+    distance over K - 1 (mean with CI, quartiles over raters) and its 0-1 Wasserstein on multi-rater turns."""
     block = split.get("perspectivist") or {}
     rows = []
     for name in catalog.order(block.get("models", {})):
         m = block["models"][name]
-        d = m["rater_distance"] or {}
+        d = m["rater_mean_distance"] or {}
         q = d.get("quantiles", {})
-        rows.append({"label": catalog.label(name), "distance": _with_ci(d),
+        rows.append({"label": catalog.label(name), "anad": _with_ci(m.get("lewidi_anad")),
+                     "lewidi_wasserstein": _with_ci(m.get("lewidi_wasserstein")), "distance": _with_ci(d),
                      "spread": "n/a" if q.get("p10") is None else
                      f"{q['p10']:.3f} / {q['p50']:.3f} / {q['p90']:.3f}",
-                     "wasserstein": _with_ci(m["wasserstein"]),
-                     "turns": (m["wasserstein"] or {}).get("n_turns", 0)})
+                     "wasserstein": _with_ci(m["wasserstein_01"]),
+                     "turns": (m["wasserstein_01"] or {}).get("n_turns", 0)})
     return rows
 
 
@@ -233,14 +234,17 @@ comparable){% endif %}.</p>
 {% if split.gain_png %}<h3>Personalization gain by the rater's number of training ratings</h3>
 <img alt="Gain by training ratings, {{ split_name }}" src="{{ split.gain_png }}">{% endif %}
 {% if split.perspectivist %}<h3>Per rater and per turn (perspectivist metrics)</h3>
-<p class="note">Distance: |predicted level - rated level| / (levels - 1), averaged over each rater's ratings,
-then over raters (95% CI: raters resampled); p10 / median / p90 over raters. Wasserstein: on turns rated by
-several raters, the distance between the predicted distribution of their ratings (mean of their predicted
-probabilities) and the observed one, on the ordinal scale, 0-1 (95% CI: conversations resampled). Lower is
-better for both.</p>
-<table><tr><th>model</th><th>distance per rater</th><th>p10 / median / p90</th><th>Wasserstein</th>
-<th>turns</th></tr>
-{% for row in split.perspectivist %}<tr><td>{{ row.label }}</td><td>{{ row.distance }}</td><td>{{ row.spread }}</td>
+<p class="note">LeWiDi 2025's scores, as the task computes them: ANAD = |predicted level - rated level| / levels,
+averaged over each turn's raters, then over turns; Wasserstein = on turns rated by several raters, the earth
+mover's distance in levels between the predicted distribution of their ratings (mean of their predicted
+probabilities) and the observed one (95% CI: conversations resampled). sense7's own summaries (not
+comparable with published figures): distance per rater = |predicted - rated| / (levels - 1), averaged over
+each rater's ratings, then over raters (95% CI: raters resampled; p10 / median / p90 over raters);
+Wasserstein 0-1 = the same Wasserstein divided by levels - 1. Lower is better for all.</p>
+<table><tr><th>model</th><th>ANAD (LeWiDi)</th><th>Wasserstein (LeWiDi)</th><th>distance per rater</th>
+<th>p10 / median / p90</th><th>Wasserstein 0-1</th><th>turns</th></tr>
+{% for row in split.perspectivist %}<tr><td>{{ row.label }}</td><td>{{ row.anad }}</td>
+<td>{{ row.lewidi_wasserstein }}</td><td>{{ row.distance }}</td><td>{{ row.spread }}</td>
 <td>{{ row.wasserstein }}</td><td>{{ row.turns }}</td></tr>
 {% endfor %}</table>
 {% for line in split.rater_gain_lines %}<p>Personalization gain per rater, {{ line }}</p>

@@ -15,10 +15,18 @@ from sense7.labelstudio.importer import plan_tasks
 from sense7.data.items import items_from_tasks, task_columns
 from sense7.model import GenericRater, PersonalizedRater
 from sense7.model.bundle import load_bundle, save_bundle, train_bundle
+from sense7.model.features import TextEncoder
 from sense7.model.serving import CompiledBundle
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
+
+
+class CueEncoder(TextEncoder):
+    """A stand-in for sentence embeddings: two dense columns per text (length, apology)."""
+
+    def transform(self, texts):
+        return np.array([[len(t.split()) / 20.0, float("sorry" in t.lower())] for t in texts])
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +101,12 @@ def test_compiled_equals_reference_for_every_kind_of_rater(study, served_tasks):
     (PersonalizedRater(slopes=False, pool_controls=True), GenericRater(history_chars=100)),
     (PersonalizedRater(text_features="tfidf+char"), None),  # scored through the reference estimator
     (PersonalizedRater(text_weighting="tfidf", history_chars=0), None),
-], ids=["pooled-no-slopes-separate-generic", "char-ngrams", "tfidf-weighting"])
+    (PersonalizedRater(relational_weight=0.3), GenericRater(relational_weight=0.3)),
+    (PersonalizedRater(text_encoder=CueEncoder()), None),  # a plugged-in encoder: scored by the estimator
+    (PersonalizedRater(rater_directions=2), None),
+    (PersonalizedRater(rater_directions=1, slopes=False), None),
+], ids=["pooled-no-slopes-separate-generic", "char-ngrams", "tfidf-weighting", "relational", "text-encoder",
+        "rater-directions", "rater-directions-no-slopes"])
 def test_compiled_equals_reference_for_non_default_models(study, served_tasks, personalized, generic):
     bundle = train_bundle(study.rating_data(), "v2", TAXONOMY, personalized=personalized, generic=generic)
     _compare(bundle, served_tasks)

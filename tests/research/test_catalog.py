@@ -19,7 +19,7 @@ from sense7.taxonomy import load_taxonomy
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 runner = CliRunner()
-BUILTIN = ("majority", "global_mean", "rater_mean", "generic", "personalized")
+BUILTIN = ("majority", "global_mean", "rater_mean", "rater_median", "generic", "personalized")
 
 
 def raw_rater_mean():
@@ -32,7 +32,7 @@ EXTRA = ModelKind("raw_rater_mean", raw_rater_mean, label="Raw rater mean (no sh
 
 def test_the_builtin_kinds_in_report_order():
     assert CATALOG.names() == BUILTIN
-    assert [k.role for k in CATALOG] == ["baseline"] * 3 + ["rater"] * 2
+    assert [k.role for k in CATALOG] == ["baseline"] * 4 + ["rater"] * 2
     assert list(default_models(["personalized", "majority"])) == ["majority", "personalized"]  # catalog order
     from sense7.research.evaluation import MODEL_ORDER  # the old constant still reads the catalog
 
@@ -41,7 +41,7 @@ def test_the_builtin_kinds_in_report_order():
 
 def test_unknown_names_are_a_clear_error_listing_the_catalog():
     with pytest.raises(UnknownModelError, match="unknown model.s. nope, other; choose from majority, global_mean, "
-                                                "rater_mean, generic, personalized$"):
+                                                "rater_mean, rater_median, generic, personalized$"):
         default_models(["majority", "nope", "other"])
     with pytest.raises(ValueError, match="no model chosen"):  # UnknownModelError is a ValueError
         default_models([])

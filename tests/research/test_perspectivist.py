@@ -129,10 +129,10 @@ def test_a_perfect_model_has_zero_distance_and_zero_wasserstein():
         block = split["perspectivist"]
         assert block["multi_rater_turns"]["overall"] == 6 * 3  # every turn has all 8 raters
         oracle = block["models"]["oracle"]
-        assert oracle["rater_distance"]["mean"] == 0 and oracle["rater_distance"]["ci"] == [0, 0]
-        assert oracle["wasserstein"]["mean"] == pytest.approx(0) and oracle["wasserstein"]["ci"][1] == pytest.approx(0)
+        assert oracle["rater_mean_distance"]["mean"] == 0 and oracle["rater_mean_distance"]["ci"] == [0, 0]
+        assert oracle["wasserstein_01"]["mean"] == pytest.approx(0) and oracle["wasserstein_01"]["ci"][1] == pytest.approx(0)
         majority = block["models"]["majority"]
-        assert majority["rater_distance"]["mean"] > 0.05 and majority["wasserstein"]["mean"] > 0.05
+        assert majority["rater_mean_distance"]["mean"] > 0.05 and majority["wasserstein_01"]["mean"] > 0.05
         assert block["personalization_gain"] is None  # no generic and personalized pair here
     json.dumps(result, allow_nan=False)
 
@@ -142,8 +142,8 @@ def test_no_multi_rater_turn_gives_no_wasserstein():
     result = evaluate_items(X, Y, {"rater_mean": RaterMean()}, splits=("known_rater",), n_folds=3, n_boot=20)
     block = result["splits"]["known_rater"]["perspectivist"]
     assert block["multi_rater_turns"] == {"overall": 0}
-    assert block["models"]["rater_mean"]["wasserstein"] is None
-    assert block["models"]["rater_mean"]["rater_distance"]["n_raters"] == 10
+    assert block["models"]["rater_mean"]["wasserstein_01"] is None
+    assert block["models"]["rater_mean"]["rater_mean_distance"]["n_raters"] == 10
 
 
 def test_parallel_folds_give_the_same_perspectivist_block():
@@ -172,13 +172,13 @@ def test_planted_leniency_makes_personalization_gain_per_rater(synth_result):
     assert block["personalization_gain"]["spearman"]["n_raters"] > 0
     assert min(block["multi_rater_turns"].values()) > 0
     for name in ("generic", "personalized"):
-        w = block["models"][name]["wasserstein"]
+        w = block["models"][name]["wasserstein_01"]
         assert w is not None and 0 <= w["ci"][0] <= w["mean"] <= w["ci"][1] <= 1
         assert set(w["per_control"]) == set(synth_result["controls"])
-        d = block["models"][name]["rater_distance"]
+        d = block["models"][name]["rater_mean_distance"]
         assert d["ci"][0] <= d["mean"] <= d["ci"][1]
-    assert (block["models"]["personalized"]["rater_distance"]["mean"]
-            < block["models"]["generic"]["rater_distance"]["mean"])
+    assert (block["models"]["personalized"]["rater_mean_distance"]["mean"]
+            < block["models"]["generic"]["rater_mean_distance"]["mean"])
 
 
 def test_result_is_strict_json_and_the_report_draws_it(synth_result):

@@ -93,7 +93,7 @@ def test_input_options_are_checked(synth_files, tmp_path):
     result = runner.invoke(app, ["evaluate", "--ratings", str(synth_files / "ratings.csv")])
     assert result.exit_code == 2 and "--conversations" in result.output
     result = runner.invoke(app, ["evaluate", "--wassa2024", str(tmp_path), "--ratings", "x.csv"])
-    assert result.exit_code == 2 and "not both" in result.output
+    assert result.exit_code == 2 and "give one of" in result.output
     result = runner.invoke(app, ["evaluate", "--wassa2024", str(tmp_path), "--splits", "random"])
     assert result.exit_code == 2 and "random" in result.output
     result = runner.invoke(app, ["evaluate", "--wassa2024", str(tmp_path)])

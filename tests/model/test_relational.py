@@ -1,0 +1,103 @@
+"""Relational features (sense7.data.items.relational_features): by hand, the same from every way into a
+model (training items, Label Studio task data, unrated transcripts), and used by the rater models."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sense7.data.conversations import Conversation, Message
+from sense7.data.dataset import RatingData
+from sense7.data.items import (
+    RELATIONAL_COLUMNS,
+    build_items,
+    relational_columns,
+    relational_features,
+    task_columns,
+    transcript_columns,
+)
+from sense7.model.features import ItemFeatures, TextEncoder
+from sense7.taxonomy import load_taxonomy
+
+TAXONOMY = load_taxonomy()
+USER = "I failed my Biology exam on Monday and feel awful. What should I do?"
+
+
+def _msg(role, content):
+    return {"role": role, "content": content}
+
+
+def test_relational_features_by_hand():
+    history = [_msg("assistant", "Hello! How can I help?"), _msg("user", USER)]
+    taking_up = relational_features(history, [_msg("assistant", "I'm sorry you feel awful about the Biology exam. "
+                                                                 "You could retake it.")])
+    # Content words of the question ("should", "what" are stop words): failed, biology, exam, monday, feel,
+    # awful (6); the reply has biology, exam, feel, awful -> 4/6. Named details: biology, monday -> 1/2.
+    # Feeling stems: awful -> 1.
+    assert taking_up["rel_answer_overlap"] == pytest.approx(4 / 6)
+    assert taking_up["rel_detail_overlap"] == pytest.approx(0.5)
+    assert taking_up["rel_feeling_echo"] == 1.0
+    assert taking_up["rel_question_asked"] == 1.0 and taking_up["rel_question_answered"] == 1.0
+    ignoring = relational_features(history, [_msg("assistant", "Do you like cats?")])
+    assert ignoring["rel_answer_overlap"] == 0 and ignoring["rel_detail_overlap"] == 0
+    assert ignoring["rel_feeling_echo"] == 0 and ignoring["rel_question_answered"] == 0
+    assert ignoring["rel_question_ratio"] == 0  # one question each
+    assert ignoring["rel_length_ratio"] < taking_up["rel_length_ratio"]
+    assert set(relational_features([], [_msg("assistant", "Hi")])) == set(RELATIONAL_COLUMNS)
+
+
+def test_every_way_into_a_model_gets_the_same_relational_columns():
+    messages = [Message("user", USER), Message("assistant", "Sorry about the Biology exam; what happened?"),
+                Message("user", "I froze."), Message("assistant", "Freezing is common.")]
+    conv = Conversation("c1", "r1", messages, {})
+    ratings = pd.DataFrame({"conversation_id": ["c1", "c1"], "turn_index": pd.array([1, 3], dtype="Int64"),
+                            "rater_id": ["r1", "r1"], "dimension": [TAXONOMY.controls[0]] * 2, "rating": [4, 3]})
+    X, _ = build_items(RatingData({("c1", "r1"): conv}, ratings, pd.DataFrame(index=pd.Index([], name="rater_id"))),
+                       TAXONOMY)
+    tasks = [{"conversation_id": "c1", "rater_id": "r1", "turn_index": t, "position": f"Response {k} of 2",
+              "history": [{"role": m.role, "content": m.content} for m in messages[:t]],
+              "turn": [{"role": "assistant", "content": messages[t].content}]} for k, t in ((1, 1), (2, 3))]
+    trained = relational_columns(X)
+    served = relational_columns(task_columns(tasks, {}, TAXONOMY))
+    jury = relational_columns(transcript_columns([conv], TAXONOMY))
+    as_messages = [_msg(m.role, m.content) for m in messages]
+    direct = [relational_features(as_messages[:t], [as_messages[t]]) for t in (1, 3)]
+    for name in RELATIONAL_COLUMNS:
+        assert trained[name].tolist() == served[name].tolist() == jury[name].tolist() == [d[name] for d in direct]
+    assert trained["rel_detail_overlap"][0] == 1 / 2 and trained["rel_question_asked"].tolist() == [1.0, 0.0]
+
+
+def test_a_whole_conversation_item_answers_every_message():
+    history = "user: I lost my dog Rex.\nuser: He was twelve."
+    out = relational_columns({"text": ["Rex sounds lovely."], "history_text": [history], "turn_position": [0.0]})
+    assert out["rel_detail_overlap"][0] == 1.0  # "Rex" is in the first of the answered messages
+    one_turn = relational_columns({"text": ["Rex sounds lovely."], "history_text": [history], "turn_position": [2.0]})
+    assert one_turn["rel_detail_overlap"][0] == 0.0  # only the last message ("He was twelve.") is answered
+
+
+def test_item_features_use_them_only_when_weighted():
+    X = pd.DataFrame({"n_turns": [2.0, 2.0], "turn_position": [1.0, 2.0], "text": ["your exam", "hi"],
+                      "history_text": ["user: my exam went badly", "user: my exam went badly"]})
+    off = ItemFeatures(text_features="none").fit(X)
+    on = ItemFeatures(text_features="none", relational_weight=0.3, context_weight=0.1).fit(X)
+    extra = on.dense_features(X).shape[1] - off.dense_features(X).shape[1]
+    assert extra == len(RELATIONAL_COLUMNS)
+    # In the design matrix the dense block is multiplied by context_weight: the column ends up x 0.3.
+    design = on.transform(X).toarray()
+    first = off.dense_features(X).shape[1]
+    # rel_answer_overlap: "exam" of (exam, went, badly) -> 1/3, times 0.3.
+    assert design[:, first].tolist() == pytest.approx([0.1, 0.0])
+
+
+class _Apology(TextEncoder):
+    def transform(self, texts):
+        return np.array([[float("sorry" in t.lower())] for t in texts])
+
+
+def test_a_text_encoder_adds_its_columns_after_the_ngrams():
+    X = pd.DataFrame({"n_turns": [2.0] * 4, "turn_position": [1.0] * 4, "history_text": [""] * 4,
+                      "text": ["so sorry", "ok then", "sorry again", "ok sorry"]})
+    plain = ItemFeatures().fit(X)
+    encoded = ItemFeatures(text_encoder=_Apology()).fit(X)
+    a, b = plain.transform(X).toarray(), encoded.transform(X).toarray()
+    assert b.shape[1] == a.shape[1] + 1 and np.array_equal(b[:, :-1], a)
+    assert (b[:, -1] > 0).tolist() == [True, False, True, True]
