@@ -64,15 +64,20 @@ class _RaterModel(BaseEstimator):
         under the control's training distribution, which evens out a scale crowded at one end (WASSA:
         57% of ratings are 7). The ordinal link maps scores back to levels either way."""
         if self.target_scale == "rating":
+            self.target_values_ = np.tile(np.asarray(self.levels_, dtype=float), (Yv.shape[1], 1))
             return Yv
         if self.target_scale != "normal":
             raise ValueError(f"target_scale must be rating or normal, got {self.target_scale!r}")
         out = np.full(Yv.shape, np.nan)
+        # The target of each level per control (controls, levels): how a later rating maps onto the scale the
+        # rater effects were fitted on (sense7.model.live updates a rater's posterior with it).
+        self.target_values_ = np.zeros((Yv.shape[1], len(self.levels_)))
         for c in range(Yv.shape[1]):
             rated = np.isfinite(Yv[:, c])
             counts = np.array([(Yv[rated, c] == level).sum() for level in self.levels_], dtype=float) + 0.5
             cdf = np.cumsum(counts) / counts.sum()
             mid = norm.ppf(cdf - counts / counts.sum() / 2)  # mid-rank of each level
+            self.target_values_[c] = mid
             out[rated, c] = mid[np.searchsorted(self.levels_, Yv[rated, c])]
         return out
 
@@ -282,6 +287,12 @@ class PersonalizedRater(_RaterModel):
         self.known_raters_ = per_rater.index.to_numpy(dtype=object)
         Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
+        # The task keys (conversation::turn::rater) trained on: a live update must not count them twice.
+        rated_any = np.isfinite(Yv).any(axis=1)
+        self.trained_keys_ = frozenset(
+            f"{c}::{int(t)}::{r}" for c, t, r in zip(X["conversation_id"].astype(str)[rated_any],
+                                                    X["turn_index"][rated_any], X["rater_id"].astype(str)[rated_any])
+            if not pd.isna(t))
         self.fit_keys_ = assistant_keys(X) if self.assistant_effects else None
         if self.fit_keys_ is not None and not any(k is not None for k in self.fit_keys_):
             self.fit_keys_ = None  # no assistant is known: nothing to learn (and no extra EM rounds)

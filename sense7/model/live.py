@@ -1,0 +1,208 @@
+"""Live personalization: one rater's posterior updated by the answers they gave so far, population fixed.
+
+The served `PersonalizedRater` already holds everything needed to update one rater at once: for each
+control the trait prior W, the covariance T of rater intercepts and slopes and the noise variance
+(sense7.model.rater_effects). With those fixed, a rater's coefficients given their ratings are a Gaussian
+posterior in closed form (the EM's E-step), so a rating given a minute ago can move the next pre-fill
+without a retrain:
+
+    precision = T^-1 + sum_i d_i d_i' / sigma2          d_i = [1, g_i - g_mean]  (design of rating i)
+    mean      = precision^-1 (T^-1 mu + sum_i d_i e_i / sigma2)    e_i = target(y_i) - g_i - assistant_i
+
+mu is what the rater's traits predict (a rater without usable traits: the population mean); a rater the
+version was trained on starts from their training sums (`RaterEffects.rater_gram_`, `rater_moment_`), and
+their answers the version already saw (`PersonalizedRater.trained_keys_`) are never counted twice.
+`OnlinePosterior` adds ratings one at a time (information form: each update is a rank-one addition);
+`batch_posterior` computes the same from all ratings at once; tests/model/test_live_posterior.py checks
+both against Gaussian conditioning written out in covariance form, for known, traits-only and unknown raters.
+
+`LivePredictor` turns the posterior into predictions through the compiled bundle (one text pass over the
+rater's rated turns, at most a few hundred, then one `CompiledBundle.predict`). Versions trained before
+these statistics were kept, or with `pool_controls`, have no live form (`LiveUnsupported`): callers keep
+the static prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from sense7.data.conversations import task_key
+from sense7.model.serving import CompiledBundle, Predictions, RaterTable
+
+LIVE_KIND = "live"
+
+
+class LiveUnsupported(RuntimeError):
+    """This model version cannot be updated live (trained before live statistics were kept, or pooled)."""
+
+
+def check_live(model) -> None:
+    """Raise LiveUnsupported unless `model` (a fitted PersonalizedRater) keeps what live updates need."""
+    if getattr(model, "pool_controls", False):
+        raise LiveUnsupported("a leniency pooled over controls is not updated live")
+    missing = [name for name in ("target_values_", "trained_keys_") if not hasattr(model, name)]
+    if missing or not all(hasattr(e, "rater_gram_") for e in model.effects_):
+        raise LiveUnsupported("this version was trained before live statistics were kept")
+
+
+def _start(model, rater_id: str, traits: pd.DataFrame | None):
+    """(prior mean (C, k), gram (C, k, k), moment (C, k), noise variance (C,), kind) of a rater before
+    any rating of this study: a known rater's training sums, else zeros and the trait prior."""
+    effects = model.effects_
+    rows = pd.Index(model.known_raters_.astype(str)).get_indexer([str(rater_id)])
+    row = int(rows[0])
+    k = effects[0].T_.shape[0]
+    if row >= 0:
+        Z = model.known_trait_matrix_[row:row + 1]
+        gram = np.stack([e.rater_gram_[row] for e in effects])
+        moment = np.stack([e.rater_moment_[row] for e in effects])
+        sigma2 = np.array([e.rater_sigma2_[row] for e in effects])
+        kind = "personalized"
+    else:
+        own = None
+        if traits is not None and len(model.trait_columns_):
+            table = traits.set_axis(traits.index.astype(str)).reindex(columns=model.trait_columns_)
+            if str(rater_id) in table.index and table.loc[[str(rater_id)]].notna().to_numpy().any():
+                own = table.loc[[str(rater_id)]]  # as CompiledBundle.rater_table: some trait the model uses
+        has = own is not None
+        # No usable traits: the population mean (the trait matrix of a rater whose traits are all unknown).
+        Z = model.trait_matrix(own) if has else np.eye(1, len(model.trait_columns_) + 1)
+        gram = np.zeros((len(effects), k, k))
+        moment = np.zeros((len(effects), k))
+        sigma2 = np.array([e.sigma2_ for e in effects])
+        kind = "traits" if has else "generic"
+    prior = np.stack([e.prior(Z)[0] for e in effects])
+    return prior, gram, moment, sigma2, kind
+
+
+def _targets(model, ratings: np.ndarray) -> np.ndarray:
+    """Ratings (n, C), NaN where unrated -> the scale the rater effects were fitted on (NaN kept)."""
+    ratings = np.atleast_2d(np.asarray(ratings, dtype=float))
+    levels = np.asarray(model.levels_, dtype=float)
+    index = np.searchsorted(levels, ratings)
+    ok = np.isfinite(ratings) & (index < len(levels))
+    ok[ok] &= levels[index[ok]] == ratings[ok]  # a value off the scale is not a rating
+    out = np.full(ratings.shape, np.nan)
+    cols = np.broadcast_to(np.arange(ratings.shape[1]), ratings.shape)
+    out[ok] = model.target_values_[cols[ok], index[ok]]
+    return out
+
+
+class OnlinePosterior:
+    """One rater's coefficients (controls, 1 or 2) updated one rating at a time, population fixed.
+
+    model: a fitted PersonalizedRater; traits: a trait_<name> table (index rater_id) holding this rater
+    (or None). `update(g, ratings, shift)` adds one rated turn: its text scores g (controls,), the ratings
+    (controls,; NaN where a control was not rated) and the assistant's effect (controls,; default 0)."""
+
+    def __init__(self, model, rater_id: str, traits: pd.DataFrame | None = None):
+        check_live(model)
+        self.model = model
+        self.rater_id = str(rater_id)
+        self.prior_mean, gram, moment, self.sigma2, self.kind = _start(model, rater_id, traits)
+        self._T_inv = np.stack([np.linalg.inv(e.T_) for e in model.effects_])
+        self.precision = gram / self.sigma2[:, None, None] + self._T_inv
+        self.rhs = moment / self.sigma2[:, None] + np.einsum("cij,cj->ci", self._T_inv, self.prior_mean)
+        self.n_ratings = 0  # rated turns added (not counting a known rater's training)
+
+    def update(self, g, ratings, shift=None) -> "OnlinePosterior":
+        g = np.asarray(g, dtype=float).reshape(-1)
+        shift = np.zeros_like(g) if shift is None else np.asarray(shift, dtype=float).reshape(-1)
+        targets = _targets(self.model, np.asarray(ratings, dtype=float).reshape(1, -1))[0]
+        for j, effects in enumerate(self.model.effects_):
+            if not np.isfinite(targets[j]):
+                continue
+            d = effects.design(g[j:j + 1])[0]
+            e = targets[j] - g[j] - shift[j]
+            self.precision[j] += np.outer(d, d) / self.sigma2[j]
+            self.rhs[j] += d * e / self.sigma2[j]
+        self.n_ratings += 1
+        return self
+
+    def coef(self) -> np.ndarray:
+        """(controls, k) the posterior mean of the rater's intercept (and slope) per control."""
+        return np.linalg.solve(self.precision, self.rhs[:, :, None])[:, :, 0]
+
+
+def batch_posterior(model, rater_id: str, traits: pd.DataFrame | None, g: np.ndarray, ratings: np.ndarray,
+                    shift: np.ndarray | None = None) -> np.ndarray:
+    """(controls, k): the same posterior as OnlinePosterior after updating with every row, from all rows at
+    once through `RaterEffects.posterior` (g, ratings, shift: (n, controls))."""
+    check_live(model)
+    g = np.atleast_2d(np.asarray(g, dtype=float))
+    shift = np.zeros_like(g) if shift is None else np.atleast_2d(np.asarray(shift, dtype=float))
+    prior, gram, moment, sigma2, _ = _start(model, rater_id, traits)
+    targets = _targets(model, ratings)
+    out = []
+    for j, effects in enumerate(model.effects_):
+        rated = np.isfinite(targets[:, j])
+        D = effects.design(g[rated, j])
+        e = targets[rated, j] - g[rated, j] - shift[rated, j]
+        mean, _ = effects.posterior(gram[j] + D.T @ D, moment[j] + D.T @ e, prior[j], sigma2[j])
+        out.append(mean)
+    return np.stack(out)
+
+
+@dataclass(frozen=True)
+class LivePrediction:
+    predictions: Predictions  # kinds are "live"
+    own_ratings: int  # how many of the rater's own answers moved it (not counting a version's training)
+    start_kind: str  # what the rater was before: personalized (known), traits or generic
+
+
+class LivePredictor:
+    """Live predictions of one compiled version (`CompiledBundle`) for one rater at a time."""
+
+    def __init__(self, compiled: CompiledBundle):
+        check_live(compiled.personalized)
+        self.compiled = compiled
+        self.model = compiled.personalized
+        self.version = compiled.version
+
+    def new_answers(self, rated_columns: dict) -> np.ndarray:
+        """Which rated items the version has not trained on (their answers would otherwise count twice)."""
+        trained = self.model.trained_keys_
+        return np.array([task_key(str(c), int(t), str(r)) not in trained for c, t, r in
+                         zip(rated_columns["conversation_id"], rated_columns["turn_index"],
+                             rated_columns["rater_id"])], dtype=bool)
+
+    def posterior(self, rater_id: str, traits: pd.DataFrame | None, rated_columns: dict,
+                  ratings: np.ndarray) -> OnlinePosterior:
+        """The rater's posterior after their answers to `rated_columns` (item columns, sense7.data.items)
+        with `ratings` (n, controls in the compiled bundle's order; NaN where unrated)."""
+        state = OnlinePosterior(self.model, rater_id, traits)
+        fresh = self.new_answers(rated_columns) if len(rated_columns["rater_id"]) else np.zeros(0, bool)
+        if fresh.any():
+            rows = np.flatnonzero(fresh)
+            columns = {name: [values[i] for i in rows] for name, values in rated_columns.items()}
+            g = self.compiled.text_scores(columns)
+            shift = self.compiled.assistant_shifts(columns["assistant_id"])
+            values = np.atleast_2d(np.asarray(ratings, dtype=float))[rows]
+            for i in range(len(rows)):
+                state.update(g[i], values[i], shift[i])
+        return state
+
+    def predict(self, columns: dict, rater_id: str, traits: pd.DataFrame | None, rated_columns: dict,
+                ratings: np.ndarray) -> LivePrediction | None:
+        """Predictions of `columns` (items of this rater) with the posterior after their answers; None when
+        no answer is new to the version (then the static prediction is exactly what they get)."""
+        state = self.posterior(rater_id, traits, rated_columns, ratings)
+        if state.n_ratings == 0:
+            return None
+        return LivePrediction(self.predict_with(state, columns), state.n_ratings, state.kind)
+
+    def predict_with(self, state: OnlinePosterior, columns: dict) -> Predictions:
+        """Predictions of `columns` for the rater of `state` with its current posterior. The known raters'
+        link (fitted on leave-one-out posteriors, i.e. on what a rater's own earlier ratings say) is used
+        once the rater has ratings of their own; a rater with none keeps the static prediction's link."""
+        n = len(columns["rater_id"])
+        known = state.kind == "personalized" or state.n_ratings > 0
+        table = RaterTable(index={state.rater_id: 0}, coef=state.coef()[None], common=np.zeros(1),
+                           known=np.array([known]))
+        ids = {**columns, "rater_id": [state.rater_id] * n}
+        predicted = self.compiled.predict(ids, table)
+        kinds = [LIVE_KIND if state.n_ratings else kind for kind in predicted.kinds]
+        return Predictions(kinds, predicted.probs, predicted.levels)
