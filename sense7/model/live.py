@@ -30,9 +30,8 @@ import numpy as np
 import pandas as pd
 
 from sense7.data.conversations import task_key
+from sense7.data.study_design import LIVE_KIND
 from sense7.model.serving import CompiledBundle, Predictions, RaterTable
-
-LIVE_KIND = "live"
 
 
 class LiveUnsupported(RuntimeError):
