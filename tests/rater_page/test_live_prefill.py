@@ -46,7 +46,7 @@ def trained(tmp_path_factory):
     return model_dir, newcomer, profile
 
 
-def _page(tmp_path, trained, static_values, hidden_turn: int):
+def _page(tmp_path, trained, static_values, hidden_turn):
     model_dir, newcomer, profile = trained
     settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_MODEL_DIR": str(model_dir)})
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
@@ -54,7 +54,7 @@ def _page(tmp_path, trained, static_values, hidden_turn: int):
     tasks = [t for conv in newcomer for t in rating_tasks(conv)]
     datas = [t["data"] for t in tasks]
     records = StudyRecords(store)
-    planned = [{"data": {**d, "prefill": HIDDEN if i == hidden_turn else SHOWN}} for i, d in enumerate(datas)]
+    planned = [{"data": {**d, "prefill": HIDDEN if i in _turns(hidden_turn) else SHOWN}} for i, d in enumerate(datas)]
     records.record_arms(planned, StudyDesign(prefill="randomized", shown_share=0.5), seed="s")
     items = [{"task_id": 1, "kind": "profile", "position": -1, "conversation_id": None, "turn_index": None,
               "data": {}, "prediction": None, "answer": {"traits": profile}}]
@@ -63,7 +63,7 @@ def _page(tmp_path, trained, static_values, hidden_turn: int):
                       "turn_index": d["turn_index"],
                       "data": {"history": d["history"], "turn": d["turn"], "repeat": False, "instructed": None},
                       # what the queue copy holds: the static prediction (none for the hidden arm)
-                      "prediction": None if i == hidden_turn else
+                      "prediction": None if i in _turns(hidden_turn) else
                       {"version": "v1", "values": dict(static_values), "expectation": None},
                       "answer": None})
     RaterQueue(store).replace(NEW, items)
@@ -72,6 +72,10 @@ def _page(tmp_path, trained, static_values, hidden_turn: int):
     token, other_token = LinkBook(store).issue(NEW), LinkBook(store).issue("other")
     app = create_app(settings, taxonomy=TAXONOMY, store=store)
     return app, store, datas, token, other_token
+
+
+def _turns(hidden) -> set:
+    return set(hidden) if isinstance(hidden, (set, list, tuple)) else {hidden}
 
 
 def _checked(html: str) -> dict:
@@ -147,3 +151,49 @@ def test_without_a_live_version_the_queue_prefill_stays(tmp_path, trained):
     _answer(client, 100, 5)
     assert _checked(client.get("/task/101").get_data(as_text=True)) == static
     assert StudyRecords(store).predictions_frame().empty
+
+
+def test_the_study_analysis_draws_the_gain_curve(tmp_path, trained):
+    """`analyze --study`'s live_gain: hidden-arm ratings scored with the live record they were rated after
+    (by its own-ratings count) against the static record of the served version, and the report shows it."""
+    from datetime import datetime, timedelta, timezone
+
+    from sense7.research.study_analysis import analyze_study
+    from sense7.research.study_report import render_study_report
+
+    static = {c: 2 for c in TAXONOMY.controls}
+    app, store, datas, token, _ = _page(tmp_path, trained, static, hidden_turn={0, 4})
+    records = StudyRecords(store)
+    earlier = datetime.now(timezone.utc) - timedelta(hours=1)
+    records.record_predictions([{  # what the import recorded: the served version's static prediction
+        "task_key": d["task_key"], "version": "v1", "rater_id": NEW, "conversation_id": d["conversation_id"],
+        "turn_index": d["turn_index"], "arm": HIDDEN if i in (0, 4) else SHOWN, "kind": "traits",
+        "levels": static, "expected": {c: 2.0 for c in static}, "generic_levels": {c: 3 for c in static},
+        "generic_expected": {c: 3.0 for c in static}, "recorded_at": earlier} for i, d in enumerate(datas)])
+    client = app.test_client()
+    assert client.get(f"/r/{token}").status_code == 303
+    for task_id in (100, 101, 102, 103, 104):
+        _answer(client, task_id, 5)
+    # The sync's copy of the answers (Label Studio's annotations, created after each page was sent).
+    for i in range(5):
+        d = datas[i]
+        created = datetime.now(timezone.utc).isoformat()
+        store.upsert_annotation(500 + i, 100 + i, d["conversation_id"], d["turn_index"], NEW, created,
+                                {c: 5 for c in TAXONOMY.controls}, TAXONOMY.expectation_values[-1], created_at=created)
+    result = analyze_study(store, TAXONOMY, n_boot=50)
+    gain = {b["own_ratings"]: b for b in result["live_gain"]["bins"]}
+    assert set(gain) == {"0", "3-5"}  # hidden turns: the first (no answers yet) and the fifth (4 before it)
+    live_row = records.recorded(datas[4]["task_key"], "v1+live")
+    assert live_row["own_ratings"] == 4
+    n = len(TAXONOMY.controls)
+    assert gain["0"]["n"] == n and gain["0"]["mae"]["live"]["value"] == gain["0"]["mae"]["static"]["value"] == 3.0
+    assert gain["3-5"]["mae"]["static"]["value"] == 3.0 and gain["3-5"]["mae"]["generic"]["value"] == 2.0
+    expected_live = sum(abs(v - 5) for v in live_row["levels"].values()) / n
+    assert gain["3-5"]["mae"]["live"]["value"] == pytest.approx(expected_live)
+    assert expected_live < 3.0  # four answers of 5s: the live pre-fill was closer than the static one
+    assert set(result["live"]["versions"]) == {"v1"}  # the served version's own evaluation stays apart
+    from sense7.cli.research_tables import print_study
+
+    print_study(result)  # the table of `sense7 analyze --study`
+    html = render_study_report(result)
+    assert "the gain curve" in html and "data:image/png;base64," in html
