@@ -16,8 +16,9 @@ their answers the version already saw (`PersonalizedRater.trained_keys_`) are ne
 `batch_posterior` computes the same from all ratings at once; tests/model/test_live_posterior.py checks
 both against Gaussian conditioning written out in covariance form, for known, traits-only and unknown raters.
 
-`LivePredictor` turns the posterior into predictions through the compiled bundle (one text pass over the
-rater's rated turns, at most a few hundred, then one `CompiledBundle.predict`). Versions trained before
+`LivePredictor` turns the posterior into predictions with the compiled bundle's text scores (one text pass
+over the rater's rated turns, at most a few hundred, and one over the turns to predict) and the version's
+links (see `predict_with`). Versions trained before
 these statistics were kept, or with `pool_controls`, have no live form (`LiveUnsupported`): callers keep
 the static prediction.
 """
@@ -31,7 +32,8 @@ import pandas as pd
 
 from sense7.data.conversations import task_key
 from sense7.data.study_design import LIVE_KIND
-from sense7.model.serving import CompiledBundle, Predictions, RaterTable
+from sense7.model.ordinal import cumulative_logit_proba
+from sense7.model.serving import CompiledBundle, Predictions
 
 
 class LiveUnsupported(RuntimeError):
@@ -121,6 +123,17 @@ class OnlinePosterior:
         self.n_ratings += 1
         return self
 
+    def information_share(self) -> np.ndarray:
+        """(controls,) how far the rater's own ratings have informed their leniency: 1 - posterior variance
+        / prior variance of the intercept (0: none; 1 for a known rater, who is served as known)."""
+        if self.kind == "personalized":
+            return np.ones(len(self.precision))
+        if self.n_ratings == 0:
+            return np.zeros(len(self.precision))  # exactly the trait prior's link, not 1e-16 off it
+        prior = np.array([e.T_[0, 0] for e in self.model.effects_])
+        posterior = np.array([np.linalg.inv(p)[0, 0] for p in self.precision])
+        return np.clip(1 - posterior / prior, 0.0, 1.0)
+
     def coef(self) -> np.ndarray:
         """(controls, k) the posterior mean of the rater's intercept (and slope) per control."""
         return np.linalg.solve(self.precision, self.rhs[:, :, None])[:, :, 0]
@@ -145,6 +158,12 @@ def batch_posterior(model, rater_id: str, traits: pd.DataFrame | None, g: np.nda
     return np.stack(out)
 
 
+def _link_arrays(links) -> tuple[np.ndarray, np.ndarray]:
+    """(thresholds (controls, levels - 1), scale (controls,)) of one ordinal link per control."""
+    unpacked = [link.thresholds_and_scale() for link in links]
+    return np.array([t for t, _ in unpacked]), np.array([s for _, s in unpacked], dtype=float)
+
+
 @dataclass(frozen=True)
 class LivePrediction:
     predictions: Predictions  # kinds are "live"
@@ -160,6 +179,9 @@ class LivePredictor:
         self.compiled = compiled
         self.model = compiled.personalized
         self.version = compiled.version
+        self._g_mean = np.array([e.g_mean_ for e in self.model.effects_])
+        self._known = _link_arrays(self.model.links_known_)
+        self._cold = _link_arrays(self.model.links_cold_)
 
     def new_answers(self, rated_columns: dict) -> np.ndarray:
         """Which rated items the version has not trained on (their answers would otherwise count twice)."""
@@ -194,14 +216,21 @@ class LivePredictor:
         return LivePrediction(self.predict_with(state, columns), state.n_ratings, state.kind)
 
     def predict_with(self, state: OnlinePosterior, columns: dict) -> Predictions:
-        """Predictions of `columns` for the rater of `state` with its current posterior. The known raters'
-        link (fitted on leave-one-out posteriors, i.e. on what a rater's own earlier ratings say) is used
-        once the rater has ratings of their own; a rater with none keeps the static prediction's link."""
-        n = len(columns["rater_id"])
-        known = state.kind == "personalized" or state.n_ratings > 0
-        table = RaterTable(index={state.rater_id: 0}, coef=state.coef()[None], common=np.zeros(1),
-                           known=np.array([known]))
-        ids = {**columns, "rater_id": [state.rater_id] * n}
-        predicted = self.compiled.predict(ids, table)
-        kinds = [LIVE_KIND if state.n_ratings else kind for kind in predicted.kinds]
-        return Predictions(kinds, predicted.probs, predicted.levels)
+        """Predictions of `columns` for the rater of `state` with its current posterior.
+
+        Which ordinal link: the version has two per control, one for known raters (fitted on leave-one-out
+        posteriors, sharper) and one for raters with traits only (flatter). A rater gains the known link's
+        sharpness as far as their own ratings have informed their leniency: the links' thresholds and scale
+        are blended with weight 1 - posterior variance / prior variance of the intercept (0 with no rating,
+        so a rater without answers gets exactly the static prediction; near 1 after many). Known raters use
+        the known link, as served. With weight 1 this is `CompiledBundle.predict` with the rater known."""
+        g = self.compiled.text_scores(columns)
+        coef = state.coef()
+        shift = coef[:, 0][None] + (coef[:, 1][None] * (g - self._g_mean) if coef.shape[1] > 1 else 0.0)
+        scores = g + shift + self.compiled.assistant_shifts(columns["assistant_id"])
+        weight = state.information_share()[:, None]
+        thresholds = (1 - weight) * self._cold[0] + weight * self._known[0]
+        scale = (1 - weight[:, 0]) * self._cold[1] + weight[:, 0] * self._known[1]
+        probs = cumulative_logit_proba(thresholds, scale, scores)
+        kind = LIVE_KIND if state.n_ratings else state.kind
+        return Predictions([kind] * len(probs), probs, self.compiled.levels)

@@ -136,3 +136,37 @@ def test_versions_without_live_statistics_are_refused(setup):
     del model.target_values_
     with pytest.raises(LiveUnsupported):
         check_live(model)
+
+
+def test_live_predictions_meet_the_served_ones_at_both_ends(setup):
+    """No rating yet: exactly the served (static) prediction; a known rater: exactly what CompiledBundle.predict
+    gives for the updated coefficients through the known raters' link."""
+    from sense7.model.serving import RaterTable
+
+    _, _, compiled, traits, raters = setup
+    live = LivePredictor(compiled)
+    static_table = compiled.rater_table(traits)
+    for who in ("traits", "unknown"):
+        rater = raters[who][0]
+        columns, _ = _held_items(setup, who)
+        state = OnlinePosterior(compiled.personalized, rater, traits)
+        assert (state.information_share() == 0).all()
+        expected = compiled.predict(columns, static_table) if who == "traits" else None
+        got = live.predict_with(state, columns)
+        if who == "traits":
+            np.testing.assert_allclose(got.probs, expected.probs, rtol=0, atol=1e-12)
+            assert got.kinds == expected.kinds
+    rater = raters["known"][0]
+    columns, ratings = _held_items(setup, "known")
+    state = live.posterior(rater, traits, columns, ratings)
+    assert state.n_ratings == len(ratings)
+    table = RaterTable(index={rater: 0}, coef=state.coef()[None], common=np.zeros(1), known=np.array([True]))
+    np.testing.assert_allclose(live.predict_with(state, columns).probs, compiled.predict(columns, table).probs,
+                               rtol=0, atol=1e-12)
+    # A new rater's ratings inform them part of the way: the share grows with every rating, below 1.
+    rater = raters["traits"][0]
+    cols, values = _held_items(setup, "traits")
+    shares = [live.posterior(rater, traits, {k: v[:n] for k, v in cols.items()}, values[:n]).information_share()
+              for n in (1, 5, 40)]
+    assert (shares[0] <= shares[1]).all() and (shares[1] <= shares[2]).all() and (shares[2] < 1).all()
+    assert shares[2].max() > 0.5
