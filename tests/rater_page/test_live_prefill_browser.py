@@ -25,7 +25,8 @@ def test_three_answers_of_five_move_the_next_prefill_up(job_stack):
     stack = job_stack
     rt = stack.runtime()
     tax = rt.taxonomy
-    import_randomized_study(stack, 1, "lv", per_rater=2, turns=4, repeat_share=0.0)
+    raters, _ = import_randomized_study(stack, 1, "lv", per_rater=2, turns=4, repeat_share=0.0)
+    traits = raters[0]["traits"]  # answered again on the page: the served prediction's traits
     rater = "lv1"
     port = free_port()
     start_page(stack, port)
@@ -48,7 +49,7 @@ def test_three_answers_of_five_move_the_next_prefill_up(job_stack):
         try:
             page.goto(link)
             for fld in tax.profile_fields:
-                page.locator(f"fieldset[data-control={fld.key}] input[type=radio]").first.check()
+                page.locator(f"fieldset[data-control={fld.key}] input[value='{traits[fld.key]}']").check()
             with page.expect_navigation():
                 page.get_by_role("button", name="Save and continue").click()
             base = link.split("/r/")[0]
