@@ -197,3 +197,26 @@ def test_the_study_analysis_draws_the_gain_curve(tmp_path, trained):
     print_study(result)  # the table of `sense7 analyze --study`
     html = render_study_report(result)
     assert "the gain curve" in html and "data:image/png;base64," in html
+
+
+def test_an_older_store_gains_the_own_ratings_column(tmp_path):
+    """A store made before live pre-fills (recorded_predictions without own_ratings) gets the column when
+    opened, keeps its rows, and takes live records."""
+    import sqlalchemy as sa
+
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    Store(url)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE recorded_predictions DROP COLUMN own_ratings"))
+        conn.execute(sa.text("INSERT INTO recorded_predictions (task_key, version, rater_id, conversation_id, "
+                             "turn_index, arm, kind, levels, expected, generic_levels, generic_expected, recorded_at) "
+                             "VALUES ('c::1::r', 'v1', 'r', 'c', 1, 'shown', 'traits', '{}', '{}', '{}', '{}', "
+                             "'2026-01-01 00:00:00')"))
+    assert "own_ratings" not in {c["name"] for c in sa.inspect(engine).get_columns("recorded_predictions")}
+    records = StudyRecords(Store(url))
+    assert records.recorded("c::1::r", "v1")["own_ratings"] is None
+    records.record_predictions([{"task_key": "c::1::r", "version": "v1+live", "rater_id": "r", "conversation_id": "c",
+                                 "turn_index": 1, "arm": "shown", "kind": "live", "own_ratings": 4, "levels": {},
+                                 "expected": {}, "generic_levels": {}, "generic_expected": {}}])
+    assert records.recorded("c::1::r", "v1+live")["own_ratings"] == 4
