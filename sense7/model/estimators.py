@@ -11,6 +11,7 @@ and controls come from Y, so a 1-7 scale works as well as the taxonomy's 1-5.
 
 from __future__ import annotations
 
+import hashlib
 from functools import partial
 from typing import NamedTuple
 
@@ -33,6 +34,12 @@ class ControlPrediction(NamedTuple):
     expected: float  # expected rating under probs
     level: int  # most likely level
     confidence: float  # probability of `level`, in [0, 1]
+
+
+def item_key_hashes(conversation_ids, turn_indices, rater_ids) -> np.ndarray:
+    """64-bit hashes (uint64) of the task keys conversation::turn::rater of items (blake2b, 8 bytes)."""
+    return np.array([int.from_bytes(hashlib.blake2b(f"{c}::{int(t)}::{r}".encode(), digest_size=8).digest(), "big")
+                     for c, t, r in zip(conversation_ids, turn_indices, rater_ids)], dtype=np.uint64)
 
 
 def _levels_of(Y: pd.DataFrame) -> np.ndarray:
@@ -287,12 +294,11 @@ class PersonalizedRater(_RaterModel):
         self.known_raters_ = per_rater.index.to_numpy(dtype=object)
         Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
-        # The task keys (conversation::turn::rater) trained on: a live update must not count them twice.
-        rated_any = np.isfinite(Yv).any(axis=1)
-        self.trained_keys_ = frozenset(
-            f"{c}::{int(t)}::{r}" for c, t, r in zip(X["conversation_id"].astype(str)[rated_any],
-                                                    X["turn_index"][rated_any], X["rater_id"].astype(str)[rated_any])
-            if not pd.isna(t))
+        # The task keys (conversation::turn::rater) trained on, as sorted 64-bit hashes (8 bytes an item in
+        # a saved bundle): a live update must not count them twice (sense7.model.live).
+        rated_any = np.isfinite(Yv).any(axis=1) & X["turn_index"].notna().to_numpy()
+        self.trained_keys_ = np.unique(item_key_hashes(X["conversation_id"][rated_any], X["turn_index"][rated_any],
+                                                       X["rater_id"][rated_any]))
         self.fit_keys_ = assistant_keys(X) if self.assistant_effects else None
         if self.fit_keys_ is not None and not any(k is not None for k in self.fit_keys_):
             self.fit_keys_ = None  # no assistant is known: nothing to learn (and no extra EM rounds)

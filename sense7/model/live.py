@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sense7.data.conversations import task_key
 from sense7.data.study_design import LIVE_KIND
+from sense7.model.estimators import item_key_hashes
 from sense7.model.ordinal import cumulative_logit_proba
 from sense7.model.serving import CompiledBundle, Predictions
 
@@ -185,10 +185,10 @@ class LivePredictor:
 
     def new_answers(self, rated_columns: dict) -> np.ndarray:
         """Which rated items the version has not trained on (their answers would otherwise count twice)."""
-        trained = self.model.trained_keys_
-        return np.array([task_key(str(c), int(t), str(r)) not in trained for c, t, r in
-                         zip(rated_columns["conversation_id"], rated_columns["turn_index"],
-                             rated_columns["rater_id"])], dtype=bool)
+        trained = self.model.trained_keys_  # sorted hashes of the trained task keys
+        keys = item_key_hashes(rated_columns["conversation_id"], rated_columns["turn_index"], rated_columns["rater_id"])
+        at = np.minimum(np.searchsorted(trained, keys), max(len(trained) - 1, 0))
+        return ~(trained[at] == keys) if len(trained) else np.ones(len(keys), dtype=bool)
 
     def posterior(self, rater_id: str, traits: pd.DataFrame | None, rated_columns: dict,
                   ratings: np.ndarray) -> OnlinePosterior:
