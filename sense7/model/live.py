@@ -123,6 +123,24 @@ class OnlinePosterior:
         self.n_ratings += 1
         return self
 
+    def update_many(self, g, ratings, shift=None) -> "OnlinePosterior":
+        """The same as `update` once per row of g, ratings, shift (n, controls), in one vectorised step."""
+        g = np.atleast_2d(np.asarray(g, dtype=float))
+        shift = np.zeros_like(g) if shift is None else np.atleast_2d(np.asarray(shift, dtype=float))
+        targets = _targets(self.model, ratings)
+        rated = np.isfinite(targets)
+        e = np.where(rated, targets - g - shift, 0.0) / self.sigma2  # (n, C), 0 where unrated
+        weight = rated / self.sigma2
+        k = self.precision.shape[1]
+        g_mean = np.array([effects.g_mean_ for effects in self.model.effects_])
+        D = np.ones(g.shape + (k,))
+        if k > 1:
+            D[:, :, 1] = g - g_mean
+        self.precision += np.einsum("nc,nci,ncj->cij", weight, D, D)
+        self.rhs += np.einsum("nc,nci->ci", e, D)
+        self.n_ratings += len(g)
+        return self
+
     def information_share(self) -> np.ndarray:
         """(controls,) how far the rater's own ratings have informed their leniency: 1 - posterior variance
         / prior variance of the intercept (0: none; 1 for a known rater, who is served as known)."""
@@ -201,9 +219,7 @@ class LivePredictor:
             columns = {name: [values[i] for i in rows] for name, values in rated_columns.items()}
             g = self.compiled.text_scores(columns)
             shift = self.compiled.assistant_shifts(columns["assistant_id"])
-            values = np.atleast_2d(np.asarray(ratings, dtype=float))[rows]
-            for i in range(len(rows)):
-                state.update(g[i], values[i], shift[i])
+            state.update_many(g, np.atleast_2d(np.asarray(ratings, dtype=float))[rows], shift)
         return state
 
     def predict(self, columns: dict, rater_id: str, traits: pd.DataFrame | None, rated_columns: dict,

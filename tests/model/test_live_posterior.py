@@ -82,6 +82,9 @@ def test_online_equals_batch_equals_conditioning(setup, who):
         online.update(g[i], ratings[i], shift[i])
     batch = batch_posterior(model, rater, traits, g, ratings, shift)
     np.testing.assert_allclose(online.coef(), batch, rtol=0, atol=1e-10)
+    at_once = OnlinePosterior(model, rater, traits).update_many(g, ratings, shift)
+    assert at_once.n_ratings == online.n_ratings == len(ratings)
+    np.testing.assert_allclose(at_once.coef(), batch, rtol=0, atol=1e-10)
 
     # Independently: the prior the rater starts from, then conditioning on every new rating at once.
     levels = np.asarray(model.levels_, float)
