@@ -60,7 +60,7 @@ def task_datas(rater_id: str, items: list[QueueItem]) -> dict[int, dict]:
 
 class LivePrefills:
     """The rater page's live pre-fills for one process: the registry's current version, re-checked at most
-    every `check_interval` seconds (a promotion is picked up without a restart)."""
+    every `check_interval` seconds (a promotion is picked up without a restart; see `predictor`)."""
 
     def __init__(self, model_dir, store: Store, taxonomy, check_interval: float = 5.0):
         self.registry = ModelRegistry(model_dir)
@@ -71,22 +71,35 @@ class LivePrefills:
         self._lock = threading.Lock()
         self._stamp = None
         self._predictor: LivePredictor | None = None
+        self._loading = None  # the pointer stamp being loaded in the background, if any
         self._checked = -np.inf
 
     def predictor(self) -> LivePredictor | None:
-        """The current version's live predictor (None: no version, or one without live statistics)."""
+        """The current version's live predictor (None: no version, or one without live statistics).
+
+        The first version a process meets is loaded by the request that needs it; a later promotion is
+        loaded in the background while the previous version keeps answering (a page never waits for it)."""
         now = time.monotonic()
         if now - self._checked < self.check_interval:
             return self._predictor
         with self._lock:
             if now - self._checked < self.check_interval:
                 return self._predictor
-            stamp = self.registry.pointer_stamp()
-            if stamp != self._stamp:
-                self._predictor = self._load()
-                self._stamp = stamp
             self._checked = now
+            stamp = self.registry.pointer_stamp()
+            if stamp == self._stamp or stamp == self._loading:
+                return self._predictor
+            if self._predictor is None:
+                self._predictor, self._stamp = self._load(), stamp
+            else:
+                self._loading = stamp
+                threading.Thread(target=self._swap, args=(stamp,), name="live-prefill-load", daemon=True).start()
         return self._predictor
+
+    def _swap(self, stamp) -> None:
+        predictor = self._load()
+        with self._lock:
+            self._predictor, self._stamp, self._loading = predictor, stamp, None
 
     def _load(self) -> LivePredictor | None:
         version = self.registry.current()

@@ -7,6 +7,7 @@ test client), a SQLite store and a model registry with a trained version."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 
 import pytest
@@ -220,3 +221,38 @@ def test_an_older_store_gains_the_own_ratings_column(tmp_path):
                                  "turn_index": 1, "arm": "shown", "kind": "live", "own_ratings": 4, "levels": {},
                                  "expected": {}, "generic_levels": {}, "generic_expected": {}}])
     assert records.recorded("c::1::r", "v1+live")["own_ratings"] == 4
+
+
+def test_a_promotion_is_picked_up_while_the_old_version_keeps_answering(tmp_path, trained):
+    """LivePrefills follows the registry's pointer: a new version is loaded in the background, the previous
+    one answers meanwhile, then live records carry the new version."""
+    import shutil
+    import time
+
+    from sense7.model.bundle import load_bundle
+    from sense7.rater_page.live import LivePrefills
+
+    model_dir, newcomer, profile = trained
+    own_models = tmp_path / "models"
+    shutil.copytree(model_dir, own_models)
+    registry = ModelRegistry(own_models)
+    static = {c: 2 for c in TAXONOMY.controls}
+    _, store, datas, _, _ = _page(tmp_path, (own_models, newcomer, profile), static, hidden_turn=-1)
+    live = LivePrefills(own_models, store, TAXONOMY, check_interval=0.0)
+    assert live.predictor().version == "v1"
+    bundle = load_bundle(own_models / "v1")
+    bundle.version = "v2"
+    registry.promote(registry.add(bundle, "v2").name)
+    deadline = time.monotonic() + 60
+    seen = []
+    while time.monotonic() < deadline:
+        predictor = live.predictor()
+        seen.append(predictor.version)
+        if predictor.version == "v2":
+            break
+        time.sleep(0.05)
+    assert seen[-1] == "v2" and set(seen) <= {"v1", "v2"}  # never None in between
+    items = RaterQueue(store).items(NEW)
+    answered = [dataclasses.replace(i, answer={"values": {c: 5 for c in TAXONOMY.controls}})
+                if i.task_id in (100, 101) else i for i in items]
+    assert live.prefill(NEW, answered, answered[3])["version"] == "v2+live"
