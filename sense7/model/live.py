@@ -200,25 +200,51 @@ class LivePredictor:
         self._g_mean = np.array([e.g_mean_ for e in self.model.effects_])
         self._known = _link_arrays(self.model.links_known_)
         self._cold = _link_arrays(self.model.links_cold_)
+        self._score_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # item key hash -> (g, shift)
+
+    SCORE_CACHE = 200_000  # rated turns whose text scores are kept (about 130 bytes each with 8 controls)
 
     def new_answers(self, rated_columns: dict) -> np.ndarray:
         """Which rated items the version has not trained on (their answers would otherwise count twice)."""
+        return self._new(self._keys(rated_columns))
+
+    @staticmethod
+    def _keys(columns: dict) -> np.ndarray:
+        return item_key_hashes(columns["conversation_id"], columns["turn_index"], columns["rater_id"])
+
+    def _new(self, keys: np.ndarray) -> np.ndarray:
         trained = self.model.trained_keys_  # sorted hashes of the trained task keys
-        keys = item_key_hashes(rated_columns["conversation_id"], rated_columns["turn_index"], rated_columns["rater_id"])
         at = np.minimum(np.searchsorted(trained, keys), max(len(trained) - 1, 0))
         return ~(trained[at] == keys) if len(trained) else np.ones(len(keys), dtype=bool)
+
+    def _scores(self, columns: dict, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(text scores, assistant shifts), each (n, controls), of rated turns. A rated turn's scores never
+        change within a version, so each is computed once per process: a page then scores only the turns
+        answered since the rater's last page, not all of their answers again."""
+        cache = self._score_cache
+        missing = [i for i, key in enumerate(keys.tolist()) if key not in cache]
+        if missing:
+            part = {name: [values[i] for i in missing] for name, values in columns.items()}
+            g, shift = self.compiled.text_scores(part), self.compiled.assistant_shifts(part["assistant_id"])
+            if len(cache) + len(missing) > self.SCORE_CACHE:
+                cache.clear()
+            for row, i in enumerate(missing):
+                cache[int(keys[i])] = (g[row], shift[row])
+        pairs = [cache[key] for key in keys.tolist()]
+        return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
     def posterior(self, rater_id: str, traits: pd.DataFrame | None, rated_columns: dict,
                   ratings: np.ndarray) -> OnlinePosterior:
         """The rater's posterior after their answers to `rated_columns` (item columns, sense7.data.items)
         with `ratings` (n, controls in the compiled bundle's order; NaN where unrated)."""
         state = OnlinePosterior(self.model, rater_id, traits)
-        fresh = self.new_answers(rated_columns) if len(rated_columns["rater_id"]) else np.zeros(0, bool)
-        if fresh.any():
-            rows = np.flatnonzero(fresh)
+        if not len(rated_columns["rater_id"]):
+            return state
+        keys = self._keys(rated_columns)
+        rows = np.flatnonzero(self._new(keys))
+        if len(rows):
             columns = {name: [values[i] for i in rows] for name, values in rated_columns.items()}
-            g = self.compiled.text_scores(columns)
-            shift = self.compiled.assistant_shifts(columns["assistant_id"])
+            g, shift = self._scores(columns, keys[rows])
             state.update_many(g, np.atleast_2d(np.asarray(ratings, dtype=float))[rows], shift)
         return state
 

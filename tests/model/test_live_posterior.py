@@ -163,6 +163,16 @@ def test_live_predictions_meet_the_served_ones_at_both_ends(setup):
     columns, ratings = _held_items(setup, "known")
     state = live.posterior(rater, traits, columns, ratings)
     assert state.n_ratings == len(ratings)
+    # The predictor's path (text scores cached per rated turn) is the batch posterior; a second call (all
+    # scores cached) and one on a subset (some cached) too.
+    g, shift = compiled.text_scores(columns), compiled.assistant_shifts(columns["assistant_id"])
+    expected = batch_posterior(compiled.personalized, rater, traits, g, ratings, shift)
+    np.testing.assert_allclose(state.coef(), expected, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(live.posterior(rater, traits, columns, ratings).coef(), expected, rtol=0, atol=1e-10)
+    half = {k: v[::2] for k, v in columns.items()}
+    np.testing.assert_allclose(live.posterior(rater, traits, half, ratings[::2]).coef(),
+                               batch_posterior(compiled.personalized, rater, traits, g[::2], ratings[::2], shift[::2]),
+                               rtol=0, atol=1e-10)
     table = RaterTable(index={rater: 0}, coef=state.coef()[None], common=np.zeros(1), known=np.array([True]))
     np.testing.assert_allclose(live.predict_with(state, columns).probs, compiled.predict(columns, table).probs,
                                rtol=0, atol=1e-12)
