@@ -208,6 +208,18 @@ def print_study(result: dict) -> None:
         console.print(table)
     else:
         console.print("Live evaluation: no hidden-arm rating with a recorded prediction yet.")
+    gain = result.get("live_gain")
+    if gain and gain.get("bins"):
+        table = Table(title="Live pre-fills: MAE on hidden-arm ratings by the rater's own earlier ratings",
+                      caption="live = served version + the rater's answers so far; static = served version; "
+                              "[95% CI, raters resampled]")
+        for column in ("own earlier ratings", "ratings", "raters", "live", "static", "generic", "live - static"):
+            table.add_column(column, justify="left" if column == "own earlier ratings" else "right")
+        for b in gain["bins"]:
+            table.add_row(b["own_ratings"], str(b["n"]), str(b["n_raters"]),
+                          *(_num(b["mae"][m]["value"]) for m in ("live", "static", "generic")),
+                          f"{_num(b['live_minus_static']['value'])} {_ci(b['live_minus_static']['ci'])}")
+        console.print(table)
     flagged = result["quality"]["flagged"]
     raters = result["quality"]["raters"]
     console.print("Rater quality: " + ("; ".join(f"{r}: {', '.join(f['flag'] for f in raters[r]['flags'])}"

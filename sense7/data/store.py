@@ -189,12 +189,14 @@ recorded_predictions = Table(
     Column("conversation_id", String(200), nullable=False),
     Column("turn_index", Integer, nullable=False),
     Column("arm", String(16), nullable=False),
-    Column("kind", String(16), nullable=False),          # personalized | traits | generic
+    Column("kind", String(16), nullable=False),          # personalized | traits | generic | live
     Column("levels", JSON, nullable=False),              # {control: most likely level} (what is shown)
     Column("expected", JSON, nullable=False),            # {control: expected rating}
     Column("generic_levels", JSON, nullable=False),      # the generic model's, for the same task
     Column("generic_expected", JSON, nullable=False),
     Column("recorded_at", DateTime(timezone=True), nullable=False),
+    # kind live (the rater page, version "<served>+live"): how many of the rater's own answers moved it.
+    Column("own_ratings", Integer, nullable=True),
 )
 
 # Study-wide values drawn once and kept (the pre-fill seed when SENSE7_PREFILL_SEED is not given).
@@ -243,15 +245,16 @@ class Store:
     # Columns added after a store's first release: (table, column, SQL type) added to older databases.
     _ADDED_COLUMNS = (("annotations", "author_id", "INTEGER"), ("annotations", "quarantine", "VARCHAR(300)"),
                       ("annotations", "lead_time", "FLOAT"), ("annotations", "created_at", "VARCHAR(64)"),
-                      ("annotations", "repeat_of", "VARCHAR(300)"))
+                      ("annotations", "repeat_of", "VARCHAR(300)"), ("recorded_predictions", "own_ratings", "INTEGER"))
 
     def _add_missing_columns(self) -> None:
         from sqlalchemy import inspect, text
 
-        present = {c["name"] for c in inspect(self.engine).get_columns("annotations")}
+        inspector = inspect(self.engine)
+        present = {(t, c["name"]) for t in {t for t, _, _ in self._ADDED_COLUMNS} for c in inspector.get_columns(t)}
         with self.engine.begin() as conn:
             for table, column, sql_type in self._ADDED_COLUMNS:
-                if column not in present:
+                if (table, column) not in present:
                     conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
 
     def _create_tables(self, attempts: int = 5) -> None:

@@ -29,6 +29,13 @@ from sense7.settings import StudyDesign
 
 SHOWN, HIDDEN = "shown", "hidden"
 REPEAT_SUFFIX = "::repeat"
+LIVE_KIND = "live"
+LIVE_SUFFIX = "+live"  # a live prediction's recorded version: "<served version>+live"
+
+
+def live_version(version: str) -> str:
+    """The recorded version of live predictions of a served version (kept apart from its static ones)."""
+    return f"{version}{LIVE_SUFFIX}"
 
 
 def uniform(seed: str, purpose: str, key: str) -> float:
@@ -117,6 +124,20 @@ class StudyRecords:
             for start in range(0, len(stamped), 500):
                 self.store.upsert_rows(conn, recorded_predictions, stamped[start:start + 500],
                                        ["task_key", "version"], keep_existing=True)
+
+    def recorded(self, task_key: str, version: str) -> dict | None:
+        """The prediction kept for (task key, version), or None."""
+        with self.store.engine.connect() as conn:
+            row = conn.execute(select(recorded_predictions).where(recorded_predictions.c.task_key == task_key,
+                                                                  recorded_predictions.c.version == version)
+                               ).mappings().first()
+        return dict(row) if row else None
+
+    def arm(self, task_key: str) -> str:
+        """The arm the task drew (tasks without one were imported before the policy existed: shown)."""
+        with self.store.engine.connect() as conn:
+            value = conn.scalar(select(task_arms.c.arm).where(task_arms.c.task_key == task_key))
+        return value or SHOWN
 
     def recorded_keys(self, version: str) -> set[str]:
         with self.store.engine.connect() as conn:

@@ -11,6 +11,7 @@ and controls come from Y, so a 1-7 scale works as well as the taxonomy's 1-5.
 
 from __future__ import annotations
 
+import hashlib
 from functools import partial
 from typing import NamedTuple
 
@@ -38,6 +39,12 @@ class ControlPrediction(NamedTuple):
     expected: float  # expected rating under probs
     level: int  # most likely level
     confidence: float  # probability of `level`, in [0, 1]
+
+
+def item_key_hashes(conversation_ids, turn_indices, rater_ids) -> np.ndarray:
+    """64-bit hashes (uint64) of the task keys conversation::turn::rater of items (blake2b, 8 bytes)."""
+    return np.array([int.from_bytes(hashlib.blake2b(f"{c}::{int(t)}::{r}".encode(), digest_size=8).digest(), "big")
+                     for c, t, r in zip(conversation_ids, turn_indices, rater_ids)], dtype=np.uint64)
 
 
 def _levels_of(Y: pd.DataFrame) -> np.ndarray:
@@ -69,15 +76,20 @@ class _RaterModel(BaseEstimator):
         under the control's training distribution, which evens out a scale crowded at one end (WASSA:
         57% of ratings are 7). The ordinal link maps scores back to levels either way."""
         if self.target_scale == "rating":
+            self.target_values_ = np.tile(np.asarray(self.levels_, dtype=float), (Yv.shape[1], 1))
             return Yv
         if self.target_scale != "normal":
             raise ValueError(f"target_scale must be rating or normal, got {self.target_scale!r}")
         out = np.full(Yv.shape, np.nan)
+        # The target of each level per control (controls, levels): how a later rating maps onto the scale the
+        # rater effects were fitted on (sense7.model.live updates a rater's posterior with it).
+        self.target_values_ = np.zeros((Yv.shape[1], len(self.levels_)))
         for c in range(Yv.shape[1]):
             rated = np.isfinite(Yv[:, c])
             counts = np.array([(Yv[rated, c] == level).sum() for level in self.levels_], dtype=float) + 0.5
             cdf = np.cumsum(counts) / counts.sum()
             mid = norm.ppf(cdf - counts / counts.sum() / 2)  # mid-rank of each level
+            self.target_values_[c] = mid
             out[rated, c] = mid[np.searchsorted(self.levels_, Yv[rated, c])]
         return out
 
@@ -325,6 +337,11 @@ class PersonalizedRater(_RaterModel):
         self.known_raters_ = per_rater.index.to_numpy(dtype=object)
         Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
+        # The task keys (conversation::turn::rater) trained on, as sorted 64-bit hashes (8 bytes an item in
+        # a saved bundle): a live update must not count them twice (sense7.model.live).
+        rated_any = np.isfinite(Yv).any(axis=1) & X["turn_index"].notna().to_numpy()
+        self.trained_keys_ = np.unique(item_key_hashes(X["conversation_id"][rated_any], X["turn_index"][rated_any],
+                                                       X["rater_id"][rated_any]))
         self.fit_keys_ = assistant_keys(X) if self.assistant_effects else None
         if self.fit_keys_ is not None and not any(k is not None for k in self.fit_keys_):
             self.fit_keys_ = None  # no assistant is known: nothing to learn (and no extra EM rounds)

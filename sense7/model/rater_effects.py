@@ -126,6 +126,9 @@ class RaterEffects:
                 rater_sigma2 = np.maximum((resid + self.noise_prior * sigma2) / (counts + self.noise_prior), 1e-4)
         self.W_, self.T_, self.sigma2_, self.posterior_ = W, T, sigma2, m
         self.rater_sigma2_ = rater_sigma2
+        # Each rater's sufficient statistics (sum of D'D and of D'e over their ratings): with the population
+        # parameters above they give the rater's posterior again, plus any later ratings (sense7.model.live).
+        self.rater_gram_, self.rater_moment_ = A, v
         # Sufficient statistics for leave-one-out posteriors (loo_posterior); dropped by `compact`.
         self._loo_stats = (A, v, Z @ W)
         return self
@@ -152,6 +155,22 @@ class RaterEffects:
 
     def prior(self, Z: np.ndarray) -> np.ndarray:
         return Z @ self.W_
+
+    def design(self, g: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
+        """(n, k) each rating's row of the random-effect design: 1 (and g - g_mean with slopes, and the
+        rater directions' columns `extra` when the model has them)."""
+        return self._design(np.asarray(g, dtype=float), extra)
+
+    def posterior(self, gram: np.ndarray, moment: np.ndarray, prior_mean: np.ndarray,
+                  sigma2: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, precision) of one rater's coefficients with the population parameters fixed (the EM's
+        E-step): gram = sum of D'D and moment = sum of D'e over the rater's ratings (zeros: none), prior_mean
+        = what their traits predict (`prior`), sigma2 = their noise variance (default: the pooled one)."""
+        s2 = self.sigma2_ if sigma2 is None else float(sigma2)
+        T_inv = np.linalg.inv(self.T_)
+        precision = np.asarray(gram, dtype=float) / s2 + T_inv
+        rhs = np.asarray(moment, dtype=float) / s2 + T_inv @ np.asarray(prior_mean, dtype=float)
+        return np.linalg.solve(precision, rhs), precision
 
     def adjust(self, g: np.ndarray, coef: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
         """The rater-specific shift of the text score g for per-item coefficients coef (n, k)."""

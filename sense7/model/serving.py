@@ -186,6 +186,14 @@ class CompiledBundle:
         self._raters_for = (traits, table)
         return table
 
+    def text_scores(self, columns: dict) -> np.ndarray:
+        """(items, controls) the personalized model's text scores (before any rater or assistant effect)."""
+        return self._text.scores(columns)
+
+    def assistant_shifts(self, assistant_ids) -> np.ndarray:
+        """(items, controls) the personalized model's shrunk effect of each item's assistant (0: unknown)."""
+        return self._personal_assistants(list(assistant_ids))
+
     def predict_generic(self, columns: dict) -> Predictions:
         """The generic model's probabilities for every item, whoever its rater (recorded next to the served
         prediction, so live evaluation can compare the two on the same ratings)."""

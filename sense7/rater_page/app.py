@@ -33,6 +33,7 @@ from limits.strategies import MovingWindowRateLimiter
 from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
 from sense7.data.store import Store
 from sense7.labelstudio.protocol import profile_result, rating_result
+from sense7.rater_page.live import LivePrefills
 from sense7.settings import Settings, local_secret
 from sense7.taxonomy import Taxonomy, study_taxonomy
 
@@ -135,6 +136,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     store = store or Store(settings.store_url)
     links, queue, outbox = LinkBook(store), RaterQueue(store), Outbox(store)
     instructed_answers = InstructedAnswers(store)
+    live_prefills = LivePrefills(settings.model_dir, store, tax)  # this rater's answers so far, at once
     page = settings.rater_page
     guesses = LinkGuesses(limiter_storage, page.link_attempts)
 
@@ -292,6 +294,8 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         # The study's pre-fill (sense7.data.study_design): only shown-arm turns have a prediction in the queue.
         if answer is None and item.prediction and item.prediction.get("values"):
             prefill = item.prediction
+        if answer is None:
+            prefill = _live_prefill(rater, items, item) or prefill
         check = tax.instructed_item((item.data or {}).get("instructed"))
         check_answer = form_number(request.form.get(check.key), 1, tax.levels) \
             if check and request.method == "POST" else None
@@ -301,6 +305,14 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
                                rendered_at=rendered_at, progress=progress_of(items, item),
                                previous=ratings[position - 1].task_id if position else None,
                                following=ratings[position + 1].task_id if position + 1 < len(ratings) else None)
+
+    def _live_prefill(rater: str, items: list[QueueItem], item: QueueItem) -> dict | None:
+        """The live pre-fill (recorded before this page is sent), or None: the queue's pre-fill stays."""
+        try:
+            return live_prefills.prefill(rater, items, item)
+        except Exception as exc:  # the page must render: the queue's pre-fill is always a valid answer
+            log.warning("live pre-fill failed (%s); showing the queue's", type(exc).__name__)
+            return None
 
     def _store(rater: str, item: QueueItem, answer: dict, result: list[dict]) -> None:
         """Durably keep the submission as the next revision unless it equals the latest one (a double click,

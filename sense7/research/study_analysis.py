@@ -19,10 +19,11 @@ from sqlalchemy import select
 from sense7.data.conversations import task_key
 from sense7.data.raterpage import InstructedAnswers
 from sense7.data.store import Store, annotations, ratings
-from sense7.data.study_design import REPEAT_SUFFIX, SHOWN, StudyRecords
+from sense7.data.study_design import LIVE_KIND, REPEAT_SUFFIX, SHOWN, StudyRecords
 from sense7.research.agreement import krippendorff_alpha
 from sense7.research.anchoring import anchoring
 from sense7.research.live import live_evaluation
+from sense7.research.live_gain import gain_curve
 from sense7.research.quality import QualityPolicy, rater_quality, training_weights
 
 
@@ -132,10 +133,46 @@ def live_by_version(store: Store, taxonomy, n_boot: int = 200, seed: int = 0) ->
     """version -> its live evaluation block (sense7.research.live) on the study's hidden-arm ratings."""
     controls, levels = list(taxonomy.controls), list(range(1, taxonomy.levels + 1))
     tasks = rated_tasks(store)
-    joined = with_predictions(tasks, StudyRecords(store).predictions_frame())
+    joined = with_predictions(tasks, static_predictions(StudyRecords(store).predictions_frame()))
     long = _long(joined, controls) if len(joined) else pd.DataFrame()
     live = _live(tasks, joined, long, controls, levels, n_boot, seed)
     return (live or {}).get("versions") or {}
+
+
+def static_predictions(predictions: pd.DataFrame) -> pd.DataFrame:
+    """The served versions' own records (live pre-fills, kind live, left out): what the live evaluation
+    per version scores; the live ones are scored against them by `live_gain`."""
+    return predictions[predictions["kind"] != LIVE_KIND] if len(predictions) else predictions
+
+
+def live_gain(tasks: pd.DataFrame, predictions: pd.DataFrame, controls: list[str], n_boot: int = 1000,
+              seed: int = 0) -> dict | None:
+    """The gain curve of live pre-fills (sense7.research.live_gain) on the hidden arm's ratings: each rating
+    scored with the live prediction recorded last before it (kind live; none: the rater had no answers new
+    to the version, so live = static, 0 own ratings), the static one (the served version's) and the
+    generic one. None when the study recorded no live prediction."""
+    if predictions.empty or not (predictions["kind"] == LIVE_KIND).any():
+        return None
+    is_live = predictions["kind"] == LIVE_KIND
+    hidden = tasks[tasks["arm"] != SHOWN] if len(tasks) else tasks
+    static = with_predictions(hidden, static_predictions(predictions))
+    if static.empty:
+        return None
+    live = with_predictions(hidden, predictions[is_live]).set_index("annotation_id")
+    rows = []
+    for r in static.itertuples(index=False):
+        seen = live.loc[r.annotation_id] if r.annotation_id in live.index else None
+        live_levels = seen["levels"] if seen is not None else r.levels
+        own = int(seen["own_ratings"]) if seen is not None and pd.notna(seen["own_ratings"]) else 0
+        for c in controls:
+            if c in r.values and c in (r.levels or {}) and c in (live_levels or {}):
+                y = int(r.values[c])
+                rows.append({"rater_id": r.rater_id, "own_ratings": own, "abs_error_live": abs(live_levels[c] - y),
+                             "abs_error_static": abs(r.levels[c] - y), "abs_error_generic": abs(r.generic_levels[c] - y)})
+    if not rows:
+        return None
+    return {**gain_curve(pd.DataFrame(rows), n_boot=n_boot, seed=seed), "n_ratings": len(rows),
+            "arm": "hidden", "metric": "mae of the most likely level"}
 
 
 def analyze_study(store: Store, taxonomy, policy: QualityPolicy | None = None, n_boot: int = 1000,
@@ -146,12 +183,18 @@ def analyze_study(store: Store, taxonomy, policy: QualityPolicy | None = None, n
     levels = list(range(1, taxonomy.levels + 1))
     tasks = rated_tasks(store)
     records = StudyRecords(store)
-    joined = with_predictions(tasks, records.predictions_frame())
+    predictions = records.predictions_frame()
+    # Anchoring pairs each rating with what its rater saw (a live pre-fill when one was recorded); the live
+    # evaluation per version scores the served versions' own predictions; live_gain compares the two.
+    joined = with_predictions(tasks, predictions)
     long = _long(joined, controls) if len(joined) else pd.DataFrame()
+    static = with_predictions(tasks, static_predictions(predictions))
+    static_long = _long(static, controls) if len(static) else pd.DataFrame()
     result: dict = {"n_rated_tasks": int(len(tasks)), "n_raters": int(tasks["rater_id"].nunique()) if len(tasks) else 0,
                     "arms": records.arm_counts(), "n_with_prediction": int(len(joined))}
     result["anchoring"] = anchoring(long, n_boot=n_boot, seed=seed) if len(long) else None
-    result["live"] = _live(tasks, joined, long, controls, levels, n_boot, seed)
+    result["live"] = _live(tasks, static, static_long, controls, levels, n_boot, seed)
+    result["live_gain"] = live_gain(tasks, predictions, controls, n_boot, seed)
     quality = _quality(store, tasks, policy)
     result["quality"] = {"policy": asdict(policy), "raters": quality,
                          "flagged": sorted(r for r, q in quality.items() if q["flags"])}

@@ -1,5 +1,6 @@
 """The HTML report of a running study (`sense7 analyze --study --report`): anchoring by the pre-fill, the live
-accuracy of the models raters met, rater quality flags with their evidence, agreement."""
+accuracy of the models raters met, the gain curve of live pre-fills, rater quality flags with their evidence,
+agreement."""
 
 from __future__ import annotations
 
@@ -50,6 +51,26 @@ def _anchoring_plot(anchoring: dict) -> str | None:
     return png_data_uri(fig)
 
 
+def _gain_plot(gain: dict) -> str | None:
+    """MAE of the live, static and generic predictions by the rater's own earlier ratings, with intervals."""
+    bins = gain.get("bins") or []
+    if not bins:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    x = np.arange(len(bins))
+    for k, (model, colour) in enumerate((("live", "#1b9e77"), ("static", "#d95f02"), ("generic", "#7570b3"))):
+        values = np.array([np.nan if b["mae"][model]["value"] is None else b["mae"][model]["value"] for b in bins])
+        ci = np.array([[np.nan if v is None else v for v in b["mae"][model]["ci"]] for b in bins], dtype=float)
+        ax.errorbar(x + (k - 1) * 0.12, values, yerr=np.abs(np.vstack([values - ci[:, 0], ci[:, 1] - values])),
+                    fmt="o-", capsize=3, color=colour, label=model)
+    ax.set_xticks(x, [b["own_ratings"] for b in bins])
+    ax.set_xlabel("the rater's own earlier ratings")
+    ax.set_ylabel("MAE (hidden arm)")
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return png_data_uri(fig)
+
+
 TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>sense7 study report</title>
 <style>
@@ -88,6 +109,20 @@ ratings. 95% intervals resample raters.</p>
 <td>{{ row.spearman }}</td><td>{{ row.qwk }}</td><td>{{ row.mae }}</td></tr>
 {% endfor %}</table>
 {% else %}<p>No hidden-arm rating with a recorded prediction yet.</p>{% endif %}
+
+<h2>Live pre-fills: the gain curve (hidden arm)</h2>
+{% if gain %}
+<p class="note">Each hidden-arm rating scored with the live prediction (the served version with the rater's
+posterior updated by their answers so far), the static one (the served version alone: for a new rater the
+traits prior) and the generic model, by how many of the rater's own earlier answers the live one used.
+MAE of the most likely level; 95% intervals resample raters.</p>
+{% if gain_png %}<img src="{{ gain_png }}" alt="MAE by own earlier ratings">{% endif %}
+<table><tr><th>own earlier ratings</th><th>ratings</th><th>raters</th><th>MAE live</th><th>MAE static</th><th>MAE generic</th>
+<th>live - static</th></tr>
+{% for row in gain %}<tr><td>{{ row.bin }}</td><td>{{ row.n }}</td><td>{{ row.raters }}</td><td>{{ row.live }}</td>
+<td>{{ row.static }}</td><td>{{ row.generic }}</td><td>{{ row.diff }}</td></tr>
+{% endfor %}</table>
+{% else %}<p>No live prediction recorded yet (the rater page records one once a rater has answered).</p>{% endif %}
 
 <h2>Rater quality</h2>
 <p class="note">Checks that compare a rater only with themselves (never with a majority, which would punish the
@@ -135,6 +170,10 @@ def render_study_report(result: dict) -> str:
             live_rows.append({"version": version, "n": block["n_ratings"], "raters": block["n_raters"], "model": model,
                               "spearman": _metric(overall, "spearman"), "qwk": _metric(overall, "qwk"),
                               "mae": _metric(overall, "mae")})
+    gain_rows = [{"bin": b["own_ratings"], "n": b["n"], "raters": b["n_raters"], "live": _value(b["mae"]["live"]),
+                  "static": _value(b["mae"]["static"]), "generic": _value(b["mae"]["generic"]),
+                  "diff": _value(b["live_minus_static"])} for b in (result.get("live_gain") or {}).get("bins", [])]
+    gain_png = _gain_plot(result["live_gain"]) if gain_rows else None
     quality_rows = []
     for rater, q in sorted(result["quality"]["raters"].items()):
         retest = q.get("retest")
@@ -153,6 +192,7 @@ def render_study_report(result: dict) -> str:
         agreement_rows.append({"control": control, "n": block["n_units"], "raters": block["n_raters"],
                                "alpha": f"{block['alpha']:.3f}" + ("" if lo is None else f" [{lo:.3f}, {hi:.3f}]")})
     return TEMPLATE.render(r=result, anchoring=anchoring_rows, seconds=seconds, anchoring_png=png, live=live_rows,
+                           gain=gain_rows, gain_png=gain_png,
                            quality=quality_rows, policy=result["quality"]["policy"], agreement=agreement_rows)
 
 

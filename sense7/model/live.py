@@ -1,0 +1,278 @@
+"""Live personalization: one rater's posterior updated by the answers they gave so far, population fixed.
+
+The served `PersonalizedRater` already holds everything needed to update one rater at once: for each
+control the trait prior W, the covariance T of rater intercepts and slopes and the noise variance
+(sense7.model.rater_effects). With those fixed, a rater's coefficients given their ratings are a Gaussian
+posterior in closed form (the EM's E-step), so a rating given a minute ago can move the next pre-fill
+without a retrain:
+
+    precision = T^-1 + sum_i d_i d_i' / sigma2          d_i = [1, g_i - g_mean]  (design of rating i)
+    mean      = precision^-1 (T^-1 mu + sum_i d_i e_i / sigma2)    e_i = target(y_i) - g_i - assistant_i
+
+mu is what the rater's traits predict (a rater without usable traits: the population mean); a rater the
+version was trained on starts from their training sums (`RaterEffects.rater_gram_`, `rater_moment_`), and
+their answers the version already saw (`PersonalizedRater.trained_keys_`) are never counted twice.
+`OnlinePosterior` adds ratings one at a time (information form: each update is a rank-one addition);
+`batch_posterior` computes the same from all ratings at once; tests/model/test_live_posterior.py checks
+both against Gaussian conditioning written out in covariance form, for known, traits-only and unknown raters.
+
+`LivePredictor` turns the posterior into predictions with the compiled bundle's text scores (one text pass
+over the rater's rated turns, at most a few hundred, and one over the turns to predict) and the version's
+links (see `predict_with`). Versions trained before
+these statistics were kept, or with `pool_controls`, have no live form (`LiveUnsupported`): callers keep
+the static prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from sense7.data.study_design import LIVE_KIND
+from sense7.model.estimators import item_key_hashes
+from sense7.model.ordinal import cumulative_logit_proba
+from sense7.model.serving import CompiledBundle, Predictions
+
+
+class LiveUnsupported(RuntimeError):
+    """This model version cannot be updated live (trained before live statistics were kept, or pooled)."""
+
+
+def check_live(model) -> None:
+    """Raise LiveUnsupported unless `model` (a fitted PersonalizedRater) keeps what live updates need."""
+    if getattr(model, "pool_controls", False):
+        raise LiveUnsupported("a leniency pooled over controls is not updated live")
+    missing = [name for name in ("target_values_", "trained_keys_") if not hasattr(model, name)]
+    if missing or not all(hasattr(e, "rater_gram_") for e in model.effects_):
+        raise LiveUnsupported("this version was trained before live statistics were kept")
+
+
+def _start(model, rater_id: str, traits: pd.DataFrame | None):
+    """(prior mean (C, k), gram (C, k, k), moment (C, k), noise variance (C,), kind) of a rater before
+    any rating of this study: a known rater's training sums, else zeros and the trait prior."""
+    effects = model.effects_
+    rows = pd.Index(model.known_raters_.astype(str)).get_indexer([str(rater_id)])
+    row = int(rows[0])
+    k = effects[0].T_.shape[0]
+    if row >= 0:
+        Z = model.known_trait_matrix_[row:row + 1]
+        gram = np.stack([e.rater_gram_[row] for e in effects])
+        moment = np.stack([e.rater_moment_[row] for e in effects])
+        sigma2 = np.array([e.rater_sigma2_[row] for e in effects])
+        kind = "personalized"
+    else:
+        own = None
+        if traits is not None and len(model.trait_columns_):
+            table = traits.set_axis(traits.index.astype(str)).reindex(columns=model.trait_columns_)
+            if str(rater_id) in table.index and table.loc[[str(rater_id)]].notna().to_numpy().any():
+                own = table.loc[[str(rater_id)]]  # as CompiledBundle.rater_table: some trait the model uses
+        has = own is not None
+        # No usable traits: the population mean (the trait matrix of a rater whose traits are all unknown).
+        Z = model.trait_matrix(own) if has else np.eye(1, len(model.trait_columns_) + 1)
+        gram = np.zeros((len(effects), k, k))
+        moment = np.zeros((len(effects), k))
+        sigma2 = np.array([e.sigma2_ for e in effects])
+        kind = "traits" if has else "generic"
+    prior = np.stack([e.prior(Z)[0] for e in effects])
+    return prior, gram, moment, sigma2, kind
+
+
+def _targets(model, ratings: np.ndarray) -> np.ndarray:
+    """Ratings (n, C), NaN where unrated -> the scale the rater effects were fitted on (NaN kept)."""
+    ratings = np.atleast_2d(np.asarray(ratings, dtype=float))
+    levels = np.asarray(model.levels_, dtype=float)
+    index = np.searchsorted(levels, ratings)
+    ok = np.isfinite(ratings) & (index < len(levels))
+    ok[ok] &= levels[index[ok]] == ratings[ok]  # a value off the scale is not a rating
+    out = np.full(ratings.shape, np.nan)
+    cols = np.broadcast_to(np.arange(ratings.shape[1]), ratings.shape)
+    out[ok] = model.target_values_[cols[ok], index[ok]]
+    return out
+
+
+class OnlinePosterior:
+    """One rater's coefficients (controls, 1 or 2) updated one rating at a time, population fixed.
+
+    model: a fitted PersonalizedRater; traits: a trait_<name> table (index rater_id) holding this rater
+    (or None). `update(g, ratings, shift)` adds one rated turn: its text scores g (controls,), the ratings
+    (controls,; NaN where a control was not rated) and the assistant's effect (controls,; default 0)."""
+
+    def __init__(self, model, rater_id: str, traits: pd.DataFrame | None = None):
+        check_live(model)
+        self.model = model
+        self.rater_id = str(rater_id)
+        self.prior_mean, gram, moment, self.sigma2, self.kind = _start(model, rater_id, traits)
+        self._T_inv = np.stack([np.linalg.inv(e.T_) for e in model.effects_])
+        self.precision = gram / self.sigma2[:, None, None] + self._T_inv
+        self.rhs = moment / self.sigma2[:, None] + np.einsum("cij,cj->ci", self._T_inv, self.prior_mean)
+        self.n_ratings = 0  # rated turns added (not counting a known rater's training)
+
+    def update(self, g, ratings, shift=None) -> "OnlinePosterior":
+        g = np.asarray(g, dtype=float).reshape(-1)
+        shift = np.zeros_like(g) if shift is None else np.asarray(shift, dtype=float).reshape(-1)
+        targets = _targets(self.model, np.asarray(ratings, dtype=float).reshape(1, -1))[0]
+        for j, effects in enumerate(self.model.effects_):
+            if not np.isfinite(targets[j]):
+                continue
+            d = effects.design(g[j:j + 1])[0]
+            e = targets[j] - g[j] - shift[j]
+            self.precision[j] += np.outer(d, d) / self.sigma2[j]
+            self.rhs[j] += d * e / self.sigma2[j]
+        self.n_ratings += 1
+        return self
+
+    def update_many(self, g, ratings, shift=None) -> "OnlinePosterior":
+        """The same as `update` once per row of g, ratings, shift (n, controls), in one vectorised step."""
+        g = np.atleast_2d(np.asarray(g, dtype=float))
+        shift = np.zeros_like(g) if shift is None else np.atleast_2d(np.asarray(shift, dtype=float))
+        targets = _targets(self.model, ratings)
+        rated = np.isfinite(targets)
+        e = np.where(rated, targets - g - shift, 0.0) / self.sigma2  # (n, C), 0 where unrated
+        weight = rated / self.sigma2
+        k = self.precision.shape[1]
+        g_mean = np.array([effects.g_mean_ for effects in self.model.effects_])
+        D = np.ones(g.shape + (k,))
+        if k > 1:
+            D[:, :, 1] = g - g_mean
+        self.precision += np.einsum("nc,nci,ncj->cij", weight, D, D)
+        self.rhs += np.einsum("nc,nci->ci", e, D)
+        self.n_ratings += len(g)
+        return self
+
+    def information_share(self) -> np.ndarray:
+        """(controls,) how far the rater's own ratings have informed their leniency: 1 - posterior variance
+        / prior variance of the intercept (0: none; 1 for a known rater, who is served as known)."""
+        if self.kind == "personalized":
+            return np.ones(len(self.precision))
+        if self.n_ratings == 0:
+            return np.zeros(len(self.precision))  # exactly the trait prior's link, not 1e-16 off it
+        prior = np.array([e.T_[0, 0] for e in self.model.effects_])
+        posterior = np.array([np.linalg.inv(p)[0, 0] for p in self.precision])
+        return np.clip(1 - posterior / prior, 0.0, 1.0)
+
+    def coef(self) -> np.ndarray:
+        """(controls, k) the posterior mean of the rater's intercept (and slope) per control."""
+        return np.linalg.solve(self.precision, self.rhs[:, :, None])[:, :, 0]
+
+
+def batch_posterior(model, rater_id: str, traits: pd.DataFrame | None, g: np.ndarray, ratings: np.ndarray,
+                    shift: np.ndarray | None = None) -> np.ndarray:
+    """(controls, k): the same posterior as OnlinePosterior after updating with every row, from all rows at
+    once through `RaterEffects.posterior` (g, ratings, shift: (n, controls))."""
+    check_live(model)
+    g = np.atleast_2d(np.asarray(g, dtype=float))
+    shift = np.zeros_like(g) if shift is None else np.atleast_2d(np.asarray(shift, dtype=float))
+    prior, gram, moment, sigma2, _ = _start(model, rater_id, traits)
+    targets = _targets(model, ratings)
+    out = []
+    for j, effects in enumerate(model.effects_):
+        rated = np.isfinite(targets[:, j])
+        D = effects.design(g[rated, j])
+        e = targets[rated, j] - g[rated, j] - shift[rated, j]
+        mean, _ = effects.posterior(gram[j] + D.T @ D, moment[j] + D.T @ e, prior[j], sigma2[j])
+        out.append(mean)
+    return np.stack(out)
+
+
+def _link_arrays(links) -> tuple[np.ndarray, np.ndarray]:
+    """(thresholds (controls, levels - 1), scale (controls,)) of one ordinal link per control."""
+    unpacked = [link.thresholds_and_scale() for link in links]
+    return np.array([t for t, _ in unpacked]), np.array([s for _, s in unpacked], dtype=float)
+
+
+@dataclass(frozen=True)
+class LivePrediction:
+    predictions: Predictions  # kinds are "live"
+    own_ratings: int  # how many of the rater's own answers moved it (not counting a version's training)
+    start_kind: str  # what the rater was before: personalized (known), traits or generic
+
+
+class LivePredictor:
+    """Live predictions of one compiled version (`CompiledBundle`) for one rater at a time."""
+
+    def __init__(self, compiled: CompiledBundle):
+        check_live(compiled.personalized)
+        self.compiled = compiled
+        self.model = compiled.personalized
+        self.version = compiled.version
+        self._g_mean = np.array([e.g_mean_ for e in self.model.effects_])
+        self._known = _link_arrays(self.model.links_known_)
+        self._cold = _link_arrays(self.model.links_cold_)
+        self._score_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # item key hash -> (g, shift)
+
+    SCORE_CACHE = 200_000  # rated turns whose text scores are kept (about 130 bytes each with 8 controls)
+
+    def new_answers(self, rated_columns: dict) -> np.ndarray:
+        """Which rated items the version has not trained on (their answers would otherwise count twice)."""
+        return self._new(self._keys(rated_columns))
+
+    @staticmethod
+    def _keys(columns: dict) -> np.ndarray:
+        return item_key_hashes(columns["conversation_id"], columns["turn_index"], columns["rater_id"])
+
+    def _new(self, keys: np.ndarray) -> np.ndarray:
+        trained = self.model.trained_keys_  # sorted hashes of the trained task keys
+        at = np.minimum(np.searchsorted(trained, keys), max(len(trained) - 1, 0))
+        return ~(trained[at] == keys) if len(trained) else np.ones(len(keys), dtype=bool)
+
+    def _scores(self, columns: dict, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(text scores, assistant shifts), each (n, controls), of rated turns. A rated turn's scores never
+        change within a version, so each is computed once per process: a page then scores only the turns
+        answered since the rater's last page, not all of their answers again."""
+        cache = self._score_cache
+        missing = [i for i, key in enumerate(keys.tolist()) if key not in cache]
+        if missing:
+            part = {name: [values[i] for i in missing] for name, values in columns.items()}
+            g, shift = self.compiled.text_scores(part), self.compiled.assistant_shifts(part["assistant_id"])
+            if len(cache) + len(missing) > self.SCORE_CACHE:
+                cache.clear()
+            for row, i in enumerate(missing):
+                cache[int(keys[i])] = (g[row], shift[row])
+        pairs = [cache[key] for key in keys.tolist()]
+        return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+    def posterior(self, rater_id: str, traits: pd.DataFrame | None, rated_columns: dict,
+                  ratings: np.ndarray) -> OnlinePosterior:
+        """The rater's posterior after their answers to `rated_columns` (item columns, sense7.data.items)
+        with `ratings` (n, controls in the compiled bundle's order; NaN where unrated)."""
+        state = OnlinePosterior(self.model, rater_id, traits)
+        if not len(rated_columns["rater_id"]):
+            return state
+        keys = self._keys(rated_columns)
+        rows = np.flatnonzero(self._new(keys))
+        if len(rows):
+            columns = {name: [values[i] for i in rows] for name, values in rated_columns.items()}
+            g, shift = self._scores(columns, keys[rows])
+            state.update_many(g, np.atleast_2d(np.asarray(ratings, dtype=float))[rows], shift)
+        return state
+
+    def predict(self, columns: dict, rater_id: str, traits: pd.DataFrame | None, rated_columns: dict,
+                ratings: np.ndarray) -> LivePrediction | None:
+        """Predictions of `columns` (items of this rater) with the posterior after their answers; None when
+        no answer is new to the version (then the static prediction is exactly what they get)."""
+        state = self.posterior(rater_id, traits, rated_columns, ratings)
+        if state.n_ratings == 0:
+            return None
+        return LivePrediction(self.predict_with(state, columns), state.n_ratings, state.kind)
+
+    def predict_with(self, state: OnlinePosterior, columns: dict) -> Predictions:
+        """Predictions of `columns` for the rater of `state` with its current posterior.
+
+        Which ordinal link: the version has two per control, one for known raters (fitted on leave-one-out
+        posteriors, sharper) and one for raters with traits only (flatter). A rater gains the known link's
+        sharpness as far as their own ratings have informed their leniency: the links' thresholds and scale
+        are blended with weight 1 - posterior variance / prior variance of the intercept (0 with no rating,
+        so a rater without answers gets exactly the static prediction; near 1 after many). Known raters use
+        the known link, as served. With weight 1 this is `CompiledBundle.predict` with the rater known."""
+        g = self.compiled.text_scores(columns)
+        coef = state.coef()
+        shift = coef[:, 0][None] + (coef[:, 1][None] * (g - self._g_mean) if coef.shape[1] > 1 else 0.0)
+        scores = g + shift + self.compiled.assistant_shifts(columns["assistant_id"])
+        weight = state.information_share()[:, None]
+        thresholds = (1 - weight) * self._cold[0] + weight * self._known[0]
+        scale = (1 - weight[:, 0]) * self._cold[1] + weight[:, 0] * self._known[1]
+        probs = cumulative_logit_proba(thresholds, scale, scores)
+        kind = LIVE_KIND if state.n_ratings else state.kind
+        return Predictions([kind] * len(probs), probs, self.compiled.levels)

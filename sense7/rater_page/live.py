@@ -1,0 +1,170 @@
+"""Live pre-fills: each turn's prediction from the served version with this rater's posterior updated by
+every answer they gave on this page so far (sense7.model.live), recorded before the page is sent.
+
+Why: a rater's answers otherwise reach their pre-fills only through delivery, sync, a retrain and the next
+queue copy; a participant of a 20-minute session would see the traits prior to the end. Here the page's
+own submissions (in the store the moment they are saved) update the rater's posterior with the version's
+population parameters fixed: no retrain, no Label Studio round trip; one text pass over the rater's rated
+turns and one compiled predict.
+
+Every live prediction is recorded (sense7.data.study_design: version "<served>+live", kind `live`, how many
+of the rater's own answers it used) before the page that shows it is sent, hidden-arm turns included
+(recorded, never shown). The first record of a task is the one shown again on a reload, so what is
+recorded is what the rater saw. A rater without answers new to the served version, a repeat turn, a
+version without live statistics or no version at all: the page shows the queue's pre-fill as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from sense7.data.conversations import task_key
+from sense7.data.items import task_columns, trait_table
+from sense7.data.raterpage import QueueItem
+from sense7.data.store import Store
+from sense7.data.study_design import HIDDEN, LIVE_KIND, StudyRecords, live_version
+from sense7.model.live import LivePredictor, LiveUnsupported
+from sense7.model.registry import ModelRegistry
+
+log = logging.getLogger(__name__)
+
+
+def _is_repeat(item: QueueItem) -> bool:
+    return bool((item.data or {}).get("repeat"))
+
+
+def task_datas(rater_id: str, items: list[QueueItem]) -> dict[int, dict]:
+    """task id -> the Label Studio task data of each original rating turn of the queue (what the model
+    reads: ids, texts and "Response n of m" within the conversation)."""
+    turns = defaultdict(list)
+    for item in items:
+        if item.kind == "rating" and not _is_repeat(item):
+            turns[item.conversation_id].append(item)
+    out = {}
+    for conversation, group in turns.items():
+        group = sorted(group, key=lambda i: int(i.turn_index))
+        for number, item in enumerate(group, start=1):
+            out[item.task_id] = {"task_key": task_key(conversation, int(item.turn_index), rater_id),
+                                 "conversation_id": conversation, "turn_index": int(item.turn_index),
+                                 "rater_id": rater_id, "position": f"Response {number} of {len(group)}",
+                                 "history": (item.data or {}).get("history") or [],
+                                 "turn": (item.data or {}).get("turn") or []}
+    return out
+
+
+class LivePrefills:
+    """The rater page's live pre-fills for one process: the registry's current version, re-checked at most
+    every `check_interval` seconds (a promotion is picked up without a restart; see `predictor`)."""
+
+    def __init__(self, model_dir, store: Store, taxonomy, check_interval: float = 5.0):
+        self.registry = ModelRegistry(model_dir)
+        self.store = store
+        self.records = StudyRecords(store)
+        self.taxonomy = taxonomy
+        self.check_interval = check_interval
+        self._lock = threading.Lock()
+        self._stamp = None
+        self._predictor: LivePredictor | None = None
+        self._loading = None  # the pointer stamp being loaded in the background, if any
+        self._checked = -np.inf
+
+    def predictor(self) -> LivePredictor | None:
+        """The current version's live predictor (None: no version, or one without live statistics).
+
+        The first version a process meets is loaded by the request that needs it; a later promotion is
+        loaded in the background while the previous version keeps answering (a page never waits for it)."""
+        now = time.monotonic()
+        if now - self._checked < self.check_interval:
+            return self._predictor
+        with self._lock:
+            if now - self._checked < self.check_interval:
+                return self._predictor
+            self._checked = now
+            stamp = self.registry.pointer_stamp()
+            if stamp == self._stamp or stamp == self._loading:
+                return self._predictor
+            if self._predictor is None:
+                self._predictor, self._stamp = self._load(), stamp
+            else:
+                self._loading = stamp
+                threading.Thread(target=self._swap, args=(stamp,), name="live-prefill-load", daemon=True).start()
+        return self._predictor
+
+    def _swap(self, stamp) -> None:
+        predictor = self._load()
+        with self._lock:
+            self._predictor, self._stamp, self._loading = predictor, stamp, None
+
+    def _load(self) -> LivePredictor | None:
+        version = self.registry.current()
+        if version is None:
+            return None
+        try:
+            return LivePredictor(self.registry.load(version).compile())
+        except LiveUnsupported as exc:
+            log.info("version %s has no live pre-fills (%s)", version, exc)
+        except Exception as exc:  # a broken version must not break the page: the queue's pre-fill stays
+            log.warning("version %s could not be loaded for live pre-fills (%s)", version, type(exc).__name__)
+        return None
+
+    def traits(self, rater_id: str, items: list[QueueItem]) -> pd.DataFrame:
+        """The rater's trait_<name> row: the questionnaire answered on this page, else the store's."""
+        raw = self.store.raters_frame([rater_id])
+        answered = next((i.answer for i in items if i.kind == "profile" and i.answer), None)
+        if answered and answered.get("traits"):
+            raw = pd.DataFrame([answered["traits"]], index=pd.Index([rater_id], name="rater_id"))
+        return trait_table(raw, self.taxonomy)
+
+    def prefill(self, rater_id: str, items: list[QueueItem], item: QueueItem) -> dict | None:
+        """The live pre-fill of an unanswered rating turn ({"version", "values", "own_ratings"}), recorded
+        first; None when the page should show what it showed before (hidden arm: recorded, None)."""
+        if item.kind != "rating" or _is_repeat(item) or item.conversation_id is None:
+            return None
+        predictor = self.predictor()
+        if predictor is None:
+            return None
+        key = task_key(item.conversation_id, int(item.turn_index), rater_id)
+        version = live_version(predictor.version)
+        record = self.records.recorded(key, version)
+        if record is None:
+            record = self._record(predictor, rater_id, items, item, key, version)
+        if record is None or record["arm"] == HIDDEN:
+            return None
+        return {"version": record["version"], "values": dict(record["levels"]),
+                "own_ratings": record["own_ratings"], "kind": LIVE_KIND}
+
+    def _record(self, predictor: LivePredictor, rater_id: str, items: list[QueueItem], item: QueueItem,
+                key: str, version: str) -> dict | None:
+        datas = task_datas(rater_id, items)
+        rated = [i for i in items if i.task_id in datas and i.task_id != item.task_id
+                 and (i.answer or {}).get("values")]
+        if not rated or item.task_id not in datas:
+            return None
+        controls = predictor.compiled.controls
+        wanted = [datas[i.task_id] for i in rated] + [datas[item.task_id]]
+        contexts = self.store.contexts_for((d["conversation_id"], rater_id) for d in wanted)
+        columns = task_columns(wanted, contexts, self.taxonomy)
+        rated_columns = {name: values[:-1] for name, values in columns.items()}
+        target = {name: values[-1:] for name, values in columns.items()}
+        ratings = np.array([[i.answer["values"].get(c, np.nan) for c in controls] for i in rated], dtype=float)
+        live = predictor.predict(target, rater_id, self.traits(rater_id, items), rated_columns, ratings)
+        if live is None:
+            return None
+        levels, _ = live.predictions.best()
+        generic = predictor.compiled.predict_generic(target)
+        self.records.record_predictions([{
+            "task_key": key, "version": version, "rater_id": rater_id,
+            "conversation_id": str(item.conversation_id), "turn_index": int(item.turn_index),
+            "arm": self.records.arm(key), "kind": LIVE_KIND, "own_ratings": int(live.own_ratings),
+            "levels": {c: int(v) for c, v in zip(controls, levels[0])},
+            "expected": {c: round(float(v), 4) for c, v in zip(controls, live.predictions.expected()[0])},
+            "generic_levels": {c: int(v) for c, v in zip(controls, generic.best()[0][0])},
+            "generic_expected": {c: round(float(v), 4) for c, v in zip(controls, generic.expected()[0])},
+        }])
+        return self.records.recorded(key, version)  # the first record wins (another worker may have made it)
