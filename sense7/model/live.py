@@ -44,6 +44,8 @@ def check_live(model) -> None:
     """Raise LiveUnsupported unless `model` (a fitted PersonalizedRater) keeps what live updates need."""
     if getattr(model, "pool_controls", False):
         raise LiveUnsupported("a leniency pooled over controls is not updated live")
+    if getattr(model, "rater_directions", 0):
+        raise LiveUnsupported("rater directions (extra random-effect columns) are not updated live yet")
     missing = [name for name in ("target_values_", "trained_keys_") if not hasattr(model, name)]
     if missing or not all(hasattr(e, "rater_gram_") for e in model.effects_):
         raise LiveUnsupported("this version was trained before live statistics were kept")
