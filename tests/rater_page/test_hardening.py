@@ -18,12 +18,11 @@ from sqlalchemy import select
 
 from sense7.data.raterpage import InstructedAnswers, LinkBook, RaterQueue
 from sense7.data.store import Store, submissions
-from sense7.processes import free_port
+from sense7.processes import ManagedProcess, free_port
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
 from sense7.taxonomy import InstructedItem, load_taxonomy
-from tests.jobs.conftest import VENV_BIN, Proc, redis_server  # noqa: F401  (fixture)
-from tests.jobs.helpers import wait_for
+from tests.jobs.conftest import VENV_BIN, redis_server  # noqa: F401  (fixture)
 from tests.rater_page.conftest import csrf_of, hidden
 
 REPO = Path(__file__).resolve().parents[2]
@@ -210,21 +209,18 @@ def served_page(tmp_path, redis_server):
            "SENSE7_STORE_URL": store_url, "SENSE7_REDIS_URL": redis_server.url,
            "SENSE7_RATER_PAGE_PORT": str(port), "SENSE7_RATER_PAGE_WORKERS": "2",
            "SENSE7_RATER_PAGE_THREADS": "4", "SENSE7_LS_URL": f"http://127.0.0.1:{free_port()}"}
-    proc = Proc("rater-page", [str(VENV_BIN / "gunicorn"), "--config",
-                               str(REPO / "sense7" / "rater_page" / "gunicorn_conf.py"),
-                               "sense7.rater_page.wsgi:app_from_env()"], env, tmp_path / "rater-page.log").start()
     url = f"http://127.0.0.1:{port}"
 
     def up():
-        if not proc.alive():
-            raise AssertionError(f"rater page exited:\n{proc.log()}")
         try:
             return requests.get(f"{url}/healthz", timeout=1).status_code == 200
         except requests.RequestException:
             return False
 
+    proc = ManagedProcess("rater-page", tmp_path, up, startup_timeout=60)
+    proc.start([str(VENV_BIN / "gunicorn"), "--config", str(REPO / "sense7" / "rater_page" / "gunicorn_conf.py"),
+                "sense7.rater_page.wsgi:app_from_env()"], env, cwd=REPO)
     try:
-        wait_for(up, timeout=60, what="the rater page")
         yield url, store, tokens
     finally:
         proc.stop()
