@@ -94,7 +94,7 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         result = simulate(args.conversations, args.raters, args.new, args.random, seed=seed, after=args.after,
-                          n_boot=args.boot)
+                          n_boot=args.boot, taxonomy=load_taxonomy())
         results.append(result)
         signal, noise = result["after"]["signal"], result["after"]["random"]
         print(f"seed {seed}: after {args.after} answers, {signal['n_raters']} raters with signal: MAE live "

@@ -104,7 +104,7 @@ def planted_study(n_conversations: int, n_raters: int, seed: int, taxonomy, leni
 
 
 def simulate(n_conversations: int = 400, n_raters: int = 60, n_new: int = 24, n_random: int = 6,
-             seed: int = 0, after: int = 5, taxonomy=None, n_boot: int = 500, leniency_sd: float = 0.8,
+             seed: int = 0, after: int = 5, *, taxonomy, n_boot: int = 500, leniency_sd: float = 0.8,
              slope_sd: float = 0.5) -> dict:
     """Train a version on the first n_raters - n_new raters of a planted study; every new rater (the last
     n_random of them answer at random) answers their turns in order, each next turn predicted live from
@@ -114,9 +114,7 @@ def simulate(n_conversations: int = 400, n_raters: int = 60, n_new: int = 24, n_
     from sense7.data.items import trait_table, transcript_columns
     from sense7.model.bundle import train_bundle
     from sense7.model.live import LivePredictor, OnlinePosterior
-    from sense7.taxonomy import load_taxonomy
-
-    tax = taxonomy or load_taxonomy()
+    tax = taxonomy
     ids = [f"r{i:03d}" for i in range(1, n_raters + 1)]
     new = ids[n_raters - n_new:]
     noisy = set(new[len(new) - n_random:]) if n_random else set()

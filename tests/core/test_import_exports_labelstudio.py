@@ -22,8 +22,12 @@ PRIVATE = ["jane.doe@mailbox.example", "Jane", "Doe", "415", "0132", "DE89370400
 
 @pytest.fixture
 def cli_env(label_studio, monkeypatch, tmp_path):
+    """The CLI on the session's Label Studio, with its own store and its own projects (other tests count
+    every task of the default projects)."""
     env = label_studio.settings_env()
     env["SENSE7_STORE_URL"] = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    env["SENSE7_RATING_PROJECT_TITLE"] = "sense7 exports test: ratings"
+    env["SENSE7_PROFILE_PROJECT_TITLE"] = "sense7 exports test: profiles"
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return env
@@ -48,7 +52,7 @@ def test_export_reaches_label_studio_and_the_store_scrubbed(label_studio, cli_en
     assert "Redaction: 1 of 1 conversation(s) had personal details replaced" in output
     assert not any(value in output for value in PRIVATE)
 
-    project = ls_client.find_project(label_studio.client, label_studio.settings.rating_project_title)
+    project = ls_client.find_project(label_studio.client, cli_env["SENSE7_RATING_PROJECT_TITLE"])
     tasks = [t.data for t in ls_client.iter_tasks(label_studio.client, project) if t.data["rater_id"] == "p-exp-1"]
     assert {t["turn_index"] for t in tasks} >= {1, 3}
     blob = json.dumps(tasks)

@@ -80,10 +80,10 @@ def test_the_outbox_hands_out_the_newest_undelivered_revision_per_task_oldest_fi
     from sense7.data.raterpage import Outbox
 
     outbox = Outbox(Store(f"sqlite:///{tmp_path / 'outbox.sqlite'}"))
-    outbox.add("r1", "rating", 11, 1, [], {"v": 1}, 3.0)
-    outbox.add("r1", "rating", 12, 1, [], {"v": 1}, 3.0)
-    outbox.add("r1", "rating", 11, 2, [], {"v": 2}, 3.0)  # a change of task 11 before it was delivered
-    outbox.add("r2", "rating", 11, 1, [], {"v": 1}, 3.0)  # another rater's answer to the same task id
+    outbox.add_next("r1", "rating", 11, [], {"v": 1}, 3.0)
+    outbox.add_next("r1", "rating", 12, [], {"v": 1}, 3.0)
+    outbox.add_next("r1", "rating", 11, [], {"v": 2}, 3.0)  # a change of task 11 before it was delivered
+    outbox.add_next("r2", "rating", 11, [], {"v": 1}, 3.0)  # another rater's answer to the same task id
     got = [(r["rater_id"], r["task_id"], r["revision"]) for r in outbox.undelivered()]
     assert got == [("r1", 12, 1), ("r1", 11, 2), ("r2", 11, 1)]
     assert [(r["task_id"], r["revision"]) for r in outbox.undelivered(limit=1)] == [(12, 1)]

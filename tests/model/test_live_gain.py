@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 
 from sense7.research.live_gain import bin_of, gain_curve, simulate
+from sense7.taxonomy import load_taxonomy
 
 
 @pytest.fixture(scope="module")
 def simulated():
-    return simulate(seed=0, n_boot=300)
+    return simulate(seed=0, n_boot=300, taxonomy=load_taxonomy())
 
 
 def test_five_answers_cut_the_error_of_the_traits_prior_by_30_percent(simulated):
