@@ -132,7 +132,7 @@ def main() -> None:
         rt.store.upsert_conversations(extra)
         unlabeled = [t for conv in extra for t in rating_tasks(conv)][:args.unlabeled]
         import_tasks(client, rating, unlabeled)
-        from sense7.tasks.preannotate import Preannotator
+        from sense7.ml_backend.preannotate import Preannotator
 
         pre = Preannotator(client, rt.serving_model, rating, rt.jobs.preannotate_chunk)
         done = pre.run()

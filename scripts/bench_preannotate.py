@@ -41,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from sense7.ml_backend.model import build_model
-    from sense7.tasks.preannotate import Preannotator
+    from sense7.ml_backend.preannotate import Preannotator
 
     from sense7.data import synth
     from sense7.data.dataset import RatingData

@@ -221,7 +221,7 @@ def _study_data(cfg: Settings, store, tax, conversations, raters, n_conversation
 
 def _first_model(store, registry, tax) -> str:
     """The served version: the pilot's model, trained unless one is already served."""
-    from sense7.tasks.training import Retrainer
+    from sense7.research.retraining import Retrainer
 
     if registry.current() is None:
         Retrainer(store, registry, tax).run("demo: pilot ratings")

@@ -172,7 +172,7 @@ def preannotate(
         return
     from sense7.data.study_design import StudyRecords
     from sense7.ml_backend.model import ModelUnavailable
-    from sense7.tasks.preannotate import Preannotator
+    from sense7.ml_backend.preannotate import Preannotator
 
     rt = _runtime()
     with label_studio_errors(cfg), _SdkErrors():

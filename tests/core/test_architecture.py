@@ -29,9 +29,9 @@ LAYERS = {
     "sense7.cli": 5,
 }
 # Siblings on one layer stay apart, but for these: pre-annotation jobs predict with the backend's model
-# module (the same code that answers /predict), never with its Flask app.
+# module (the same code that answers /predict) through its pre-annotator, never with its Flask app.
 # The rater page asks for deliveries (tasks.delivery) and counts failed link openings in the jobs' Redis.
-ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"),
+ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"), ("sense7.tasks", "sense7.ml_backend.preannotate"),
                     ("sense7.rater_page", "sense7.tasks.delivery"), ("sense7.rater_page", "sense7.tasks.redis_local")}
 
 

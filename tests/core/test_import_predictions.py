@@ -37,7 +37,7 @@ def _settings(label_studio, tmp_path) -> Settings:
 def test_import_with_a_served_model_creates_tasks_with_their_predictions(label_studio, rating_project, study,
                                                                         bundle, tmp_path, monkeypatch):
     from sense7.ml_backend.model import build_model
-    from sense7.tasks.preannotate import Preannotator
+    from sense7.ml_backend.preannotate import Preannotator
 
     from sense7.model.registry import ModelRegistry
 

@@ -64,7 +64,7 @@ def test_each_rater_gets_hidden_repeats_of_their_own_turns(study):
 def test_randomized_import_records_both_arms_and_label_studio_holds_only_shown_predictions(
         label_studio, rating_project, study, bundles, tmp_path):
     from sense7.ml_backend.model import build_model
-    from sense7.tasks.preannotate import Preannotator
+    from sense7.ml_backend.preannotate import Preannotator
 
     from sense7.model.registry import ModelRegistry
 

@@ -55,8 +55,8 @@ def preannotated_project(label_studio, tmp_path):
     """A rating project with a small synthetic batch, the raters' traits, a trained and promoted model
     (the retrain job's own code) and pre-annotations pushed by the preannotate job's own code."""
     from sense7.ml_backend.model import build_model
-    from sense7.tasks.preannotate import Preannotator
-    from sense7.tasks.training import Retrainer
+    from sense7.ml_backend.preannotate import Preannotator
+    from sense7.research.retraining import Retrainer
 
     from sense7.model.registry import ModelRegistry
 
