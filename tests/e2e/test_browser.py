@@ -29,11 +29,9 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 
-pytestmark = [
-    pytest.mark.browser, pytest.mark.labelstudio,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason="Debian's chromium is not installed (./run test and .ci/run install it)"),
-]
+NEEDS_CHROMIUM = pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                    reason="Debian's chromium is not installed (./run test and .ci/run install it)")
+pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, NEEDS_CHROMIUM]
 
 RATER_EMAIL = "browser-rater@sense7.test"
 RATER_PASSWORD = "browser-Rater-9431"

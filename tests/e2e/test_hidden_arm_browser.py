@@ -10,12 +10,10 @@ from sense7.data.raterpage import LinkBook
 from sense7.data.study_design import HIDDEN, SHOWN
 from sense7.labelstudio.protocol import connect_backend
 from sense7.processes import free_port
-from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS
+from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
 from tests.rater_page.conftest import import_randomized_study, start_page
 
-pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow,
-              pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(),
-                                 reason="Debian's chromium is not installed (./run test installs it)")]
+pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow, NEEDS_CHROMIUM]
 
 
 def test_hidden_arm_tasks_show_no_prediction_on_the_page_or_in_label_studio(job_stack):

@@ -10,13 +10,11 @@ from sqlalchemy import select
 
 from sense7.data.store import annotations as annotations_table
 from sense7.data.store import ratings as ratings_table
-from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS
+from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
 from tests.jobs.helpers import wait_for
 from tests.rater_page.conftest import build
 
-pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow,
-              pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(),
-                                 reason="Debian's chromium is not installed (./run test installs it)")]
+pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow, NEEDS_CHROMIUM]
 
 
 def rate_with_keyboard(page, tax, first_level: int) -> dict[str, int]:

@@ -10,12 +10,10 @@ import pytest
 from sense7.data.raterpage import LinkBook, RaterQueue
 from sense7.data.study_design import SHOWN, StudyRecords, live_version
 from sense7.processes import free_port
-from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS
+from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
 from tests.rater_page.conftest import import_randomized_study, start_page
 
-pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow,
-              pytest.mark.skipif(not __import__("pathlib").Path(CHROMIUM).exists(),
-                                 reason="Debian's chromium is not installed (./run test installs it)")]
+pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow, NEEDS_CHROMIUM]
 
 
 def test_three_answers_of_five_move_the_next_prefill_up(job_stack):
