@@ -139,9 +139,18 @@ class ManagedProcess:
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return False
+        # A process we started leads its own group (signalling the group reaches its children too); one
+        # started by hand from a script shares its parent's group, so only the process itself is signalled.
+        try:
+            own_group = os.getpgid(pid) == pid
+        except ProcessLookupError:
+            own_group = False
         for sig, wait in steps:
             try:
-                os.killpg(pid, sig)
+                if own_group:
+                    os.killpg(pid, sig)
+                else:
+                    os.kill(pid, sig)
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + wait

@@ -54,6 +54,12 @@ def worker_process(home: Path, name: str = WORKER_NAME, app=None, startup_timeou
     return ManagedProcess(name, home, healthy, startup_timeout=startup_timeout)
 
 
+def beat_process(home: Path) -> ManagedProcess:
+    """A Celery beat started by hand (`sense7 beat`): known by its pid file, so that `sense7 down` stops it
+    and a second one for the same home is refused."""
+    return ManagedProcess("celery-beat", home, lambda: True)
+
+
 def stack_environment(cfg: Settings, redis_url: str) -> dict[str, str]:
     """The environment every process of the stack shares: this one's, pointed at the stack's home, store,
     broker, model folder and backend, with webhooks handed to the sync job."""
@@ -174,5 +180,6 @@ class Stack:
 
         self._started.clear()
         return {"rater page": self.rater_page.stop(), "Celery worker": self.worker.stop(),
+                "Celery beat": beat_process(self.cfg.home).stop(),
                 "ML backend": self.backend.stop(), "Redis": stop_local_redis(self.cfg),
                 "Label Studio": self.label_studio.stop()}

@@ -62,6 +62,28 @@ class _SdkErrors:
         return False
 
 
+def _worker(cfg):
+    from sense7.stack import worker_process
+
+    return worker_process(cfg.home)
+
+
+def _beat(cfg):
+    from sense7.stack import beat_process
+
+    return beat_process(cfg.home)
+
+
+def _claim(process, what: str) -> None:
+    """Refuse a second worker (or beat) for this home, then write this process's pid file: the exec below
+    keeps the pid, so `sense7 down` stops a worker started by hand like one the demo started."""
+    pid = process.pid()
+    if pid is not None and pid != os.getpid():
+        raise fail(f"a Celery {what} for this home is already running (pid {pid}); `sense7 down` stops it")
+    process.pid_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    process.pid_file.write_text(str(os.getpid()))
+
+
 def _enqueue(name: str, **kwargs) -> None:
     from sense7.tasks.celery_app import get_app
 
@@ -78,6 +100,7 @@ def worker(
     """Run the Celery worker (and beat) that syncs labels, retrains and pushes pre-annotations."""
     _check_config()
     cfg = settings()
+    _claim(_worker(cfg), "worker")
     url = _redis(cfg)
     run_dir = cfg.home / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -95,6 +118,7 @@ def beat(loglevel: str = typer.Option("info", help="Celery log level.")) -> None
     """Run the scheduler alone (periodic reconciliation and retrain), for setups with several workers
     started with --no-beat: one beat per deployment, or every scheduled job runs once per scheduler."""
     cfg = settings()
+    _claim(_beat(cfg), "beat")
     url = _redis(cfg)
     run_dir = cfg.home / "run"
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -35,8 +35,8 @@ def test_a_stack_leaves_running_services_alone_and_down_stops_them(tmp_path):
             assert second.start_redis() == url  # the home's running broker, found, not started
             assert second.started() == []
         assert running_local_url(cfg) == url  # still running: the second stack did not start it
-        assert Stack(cfg).down() == {"rater page": False, "Celery worker": False, "ML backend": False,
-                                     "Redis": True, "Label Studio": False}
+        assert Stack(cfg).down() == {"rater page": False, "Celery worker": False, "Celery beat": False,
+                                     "ML backend": False, "Redis": True, "Label Studio": False}
         assert running_local_url(cfg) is None
     finally:
         first.stop()
@@ -47,3 +47,44 @@ def test_the_stacks_processes_need_its_broker(tmp_path):
     with pytest.raises(RuntimeError, match=r"start_redis\(\) first"):
         stack.start_worker()
     assert stack.worker.pid() is None and stack.started() == []
+
+
+def test_down_stops_a_worker_started_by_hand_and_a_second_worker_is_refused(tmp_path, redis_server):
+    """Issue 23 item 3: `sense7 worker` started from a script (sharing its parent's process group, no pid
+    file of the demo's) is stopped by `sense7 down`; a second `sense7 worker` for the home is refused."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from sense7.stack import worker_process
+
+    home = tmp_path / "home"
+    env = {**os.environ, "SENSE7_HOME": str(home), "SENSE7_REDIS_URL": redis_server.url}
+    sense7 = str(Path(sys.executable).parent / "sense7")
+    log = open(tmp_path / "worker.log", "wb")
+    hand = subprocess.Popen([sense7, "worker", "--no-beat", "--concurrency", "1"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # same process group as us
+    try:
+        proc = worker_process(home)
+        deadline = time.monotonic() + 60
+        while proc.pid() != hand.pid and hand.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.pid() == hand.pid, (tmp_path / "worker.log").read_text()
+        second = subprocess.run([sense7, "worker", "--no-beat"], env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode != 0
+        assert f"already running (pid {hand.pid})" in second.stdout + second.stderr
+        assert hand.poll() is None  # the refusal left the first one alone
+        down = subprocess.run([sense7, "down"], env=env, capture_output=True, text=True, timeout=120)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert "Celery worker: stopped" in down.stdout
+        hand.wait(timeout=30)
+        assert proc.pid() is None
+    finally:
+        if hand.poll() is None:
+            hand.kill()
+            hand.wait(timeout=10)
+        log.close()
+
