@@ -340,7 +340,10 @@ def write_release(release: Release, out: str | Path, verify=None) -> Path:
         schema = _schema(release)
         (staging / "schema.json").write_text(json.dumps(schema, indent=1) + "\n", encoding="utf-8")
         (staging / "README.md").write_text(_readme(release, schema), encoding="utf-8")
-        os.chmod(staging, 0o755 & ~_umask())
+        # The study's data until the team publishes it: the owner's only, like every data file sense7 writes.
+        for path in staging.rglob("*"):
+            os.chmod(path, 0o700 if path.is_dir() else 0o600)
+        os.chmod(staging, 0o700)
         if verify is not None:
             verify(staging)
         if out.exists():
@@ -350,12 +353,6 @@ def write_release(release: Release, out: str | Path, verify=None) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 # -- checking ------------------------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ def test_demo_like_study_release_passes_its_check_and_holds_nothing_identifying(
     result = invoke("release", "--out", out)
     assert result.exit_code == 0, result.output
     assert "the check passes" in result.output
+    assert {oct(path.stat().st_mode & 0o777) for path in [out, *out.rglob("*")]} <= {"0o600", "0o700"}
     checked = invoke("release", "--check", out)
     assert checked.exit_code == 0 and "passes (k=5" in " ".join(checked.output.split()), checked.output
     stricter = invoke("release", "--check", out, "--k", "6")
