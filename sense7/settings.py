@@ -65,12 +65,30 @@ class JobSettings:
     preannotate_chunk: int = 5000         # predictions per import request (500: 126 tasks/s at 8,700 tasks, 5000: 620)
     preannotate_after_promote: int = 1    # 1 = push predictions of a new version
     retrain_lock_ttl: float = 120.0       # (s): a dead worker's lock expires after this
-    visibility_timeout: int = 3600        # (s): the unacked job of a vanished worker is delivered again
-                                          # after this (must exceed the longest job)
+    visibility_timeout: int = 0           # (s): the unacked job of a vanished worker is delivered again
+                                          # after this; 0 (default): sized to the longest job
+                                          # (redelivery_timeout)
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> "JobSettings":
         return cls(**_numbers_from_env(cls, os.environ if env is None else env, "SENSE7_"))
+
+    @property
+    def sync_time_limit(self) -> int:
+        """Hard limit (s) of the sync, delivery and pre-annotation jobs: the pool process is killed then."""
+        return self.sync_soft_limit + 60
+
+    @property
+    def retrain_time_limit(self) -> int:
+        """Hard limit (s) of a retrain."""
+        return self.retrain_soft_limit + 120
+
+    @property
+    def redelivery_timeout(self) -> int:
+        """(s) after which the broker hands a vanished worker's unacknowledged job to another worker: the
+        longest job's hard limit plus a minute (a running job is never handed out twice), unless
+        SENSE7_VISIBILITY_TIMEOUT says otherwise. Delivery and sync do not wait for it (tasks/recovery.py)."""
+        return self.visibility_timeout or max(self.sync_time_limit, self.retrain_time_limit) + 60
 
 
 @dataclass(frozen=True)

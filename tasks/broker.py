@@ -4,15 +4,26 @@ once", and locks.
 "Queue once": a burst of webhooks or rater-page submissions asks for the same drain job many times; a
 Redis flag (SET NX with a TTL, renewed by the running job, deleted when it ends) lets the first request
 queue it and the rest return at once. A job whose worker dies leaves the flag to expire.
+
+Locks are leases (`take_lease`): a few seconds' TTL renewed by a thread of the holding process, so a lock
+dies with its holder (`kill -9` included) within one lease, and the next job takes it over in seconds
+instead of waiting out a TTL sized to the longest job.
 """
 
 from __future__ import annotations
+
+import logging
+import threading
 
 import redis
 
 from sense7.tasks.celery_app import configure, get_app
 
+log = logging.getLogger(__name__)
+
 _clients: dict[str, redis.Redis] = {}
+
+LEASE_TTL = 10.0  # (s) a lock outlives a dead holder by at most this; renewed every third of it
 
 
 def redis_client(url: str) -> redis.Redis:
@@ -70,3 +81,51 @@ def release(lock) -> None:
         lock.release()
     except Exception:
         pass
+
+
+class Lease:
+    """A held Redis lock whose short TTL a daemon thread of this process renews every ttl/3 s (and the TTL of
+    the `keep_alive` keys with it, such as a "queued or running" flag): while the process lives the lock
+    stays; when it dies, however abruptly, the renewals stop and the lock expires within `ttl` s."""
+
+    def __init__(self, conn: redis.Redis, lock, ttl: float, keep_alive: dict[str, int] | None = None):
+        self.conn, self.lock, self.ttl, self.keep_alive = conn, lock, ttl, dict(keep_alive or {})
+        self.lost = False  # set when a renewal found the lock gone (expired while Redis was unreachable)
+        self._stop = threading.Event()
+        self._keeper = threading.Thread(target=self._renew, name=f"lease {lock.name}", daemon=True)
+        self._keeper.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            try:
+                self.lock.reacquire()
+                for key, key_ttl in self.keep_alive.items():
+                    self.conn.expire(key, key_ttl)
+            except redis.exceptions.LockNotOwnedError:
+                self.lost = True
+                log.warning("lost the lock %s (not renewed in time)", self.lock.name)
+                return
+            except Exception:  # Redis unreachable for a moment: try again at the next renewal
+                log.warning("could not renew the lock %s", self.lock.name)
+
+    def release(self) -> None:
+        self._stop.set()
+        self._keeper.join(timeout=5)
+        release(self.lock)
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def take_lease(conn: redis.Redis, name: str, ttl: float = LEASE_TTL, wait: float = 0.0,
+               keep_alive: dict[str, int] | None = None) -> Lease | None:
+    """The lock `name` as a Lease, or None when someone else holds it after `wait` s. A `wait` just over
+    `ttl` takes over the lock of a holder that died (its lease runs out) but not of one that lives.
+    `keep_alive`: key -> TTL (s) set again at each renewal, for as long as the lease is held."""
+    lock = conn.lock(name, timeout=ttl, blocking=wait > 0, blocking_timeout=wait or None)
+    if not lock.acquire():
+        return None
+    return Lease(conn, lock, ttl, keep_alive)

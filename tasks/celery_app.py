@@ -47,13 +47,13 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
     # a job to the app, so the job modules carry no numbers of their own).
     retry = {"retry_backoff": jobs.retry_backoff, "retry_backoff_max": jobs.retry_backoff_max,
              "max_retries": jobs.max_retries}
-    sync_limits = {"soft_time_limit": jobs.sync_soft_limit, "time_limit": jobs.sync_soft_limit + 60}
+    sync_limits = {"soft_time_limit": jobs.sync_soft_limit, "time_limit": jobs.sync_time_limit}
     annotations = {name: {**retry, **sync_limits}
                    for name in (names.SYNC_PENDING, names.SYNC_ANNOTATION, names.DELETE_ANNOTATIONS,
                                 names.RECONCILE, names.PREANNOTATE, names.DELIVER,
                                  names.REFRESH_QUEUES)}
     annotations[names.RETRAIN] = {"soft_time_limit": jobs.retrain_soft_limit,
-                                  "time_limit": jobs.retrain_soft_limit + 120}
+                                  "time_limit": jobs.retrain_time_limit}
     return {
         "broker_url": url,
         "result_backend": url,
@@ -66,14 +66,15 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
         "accept_content": ["json"],
         "result_expires": 7 * 86400,
         "broker_connection_retry_on_startup": True,
-        # A job taken by a worker that vanished is delivered again after this (Redis transport).
+        # A job taken by a worker that vanished is delivered again after this (Redis transport): the longest
+        # job's hard limit and a minute by default, so a job still running is never handed out twice.
         # kombu sweeps for a vanished worker's unacked jobs every interval x throttle seconds (10 x 10 by
         # default): scan every time, at most every 10 s and never less often than the visibility timeout,
         # so redelivery follows the timeout instead of trailing it by up to 100 s.
-        "broker_transport_options": {"visibility_timeout": jobs.visibility_timeout,
-                                     "unacked_restore_interval": min(10, jobs.visibility_timeout),
+        "broker_transport_options": {"visibility_timeout": jobs.redelivery_timeout,
+                                     "unacked_restore_interval": min(10, jobs.redelivery_timeout),
                                      "unacked_restore_throttle": 1},
-        "result_backend_transport_options": {"visibility_timeout": jobs.visibility_timeout},
+        "result_backend_transport_options": {"visibility_timeout": jobs.redelivery_timeout},
         "beat_schedule": schedule,
         "task_annotations": annotations,
         "task_queues": [Queue(q) for q in sorted(set(QUEUES.values()))] + [Queue("celery")],

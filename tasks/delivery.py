@@ -22,14 +22,16 @@ from celery import shared_task
 from sense7.tasks import names
 from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import RETRY, Runtime, as_retryable, current_runtime, describe_error, transient
-from sense7.tasks.broker import queue_once, redis_client, release, try_lock
+from sense7.tasks.broker import LEASE_TTL, queue_once, redis_client, take_lease
 
 log = logging.getLogger(__name__)
 
-SCHEDULED_KEY = "sense7:deliver:scheduled"  # a delivery job is queued or running
-SCHEDULED_TTL = 120
+SCHEDULED_KEY = "sense7:deliver:scheduled"  # a delivery job is queued or running (renewed while it runs;
+SCHEDULED_TTL = 30                          # after a crash the restarted worker clears it: tasks/recovery.py)
 LOCK_KEY = "sense7:deliver:lock"  # held by the one delivery job that runs (beat's and a requested one may
-LOCK_TTL = 120                    # both be queued: two at once would both write the same submissions)
+                                  # both be queued: two at once would both write the same submissions)
+LOCK_TTL = LEASE_TTL              # a lease renewed while its holder lives (tasks/broker.py): a killed
+                                  # worker's lock is gone within it, and the next job waits that long for it
 
 
 def request_delivery(app=None) -> bool:
@@ -37,7 +39,7 @@ def request_delivery(app=None) -> bool:
     return queue_once(app or get_app(), SCHEDULED_KEY, SCHEDULED_TTL, names.DELIVER)
 
 
-def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4, on_round=None) -> dict:
+def deliver_outbox(rt: Runtime, parallel: int = 4, on_round=None) -> dict:
     """Write every undelivered submission to Label Studio, `parallel` at a time (each a different
     (rater, task), so they never touch the same annotation). A transient error (Label Studio down) is
     raised after the batch, so the job is retried; a refusal (a task deleted by staff, say) is recorded on
@@ -66,8 +68,6 @@ def deliver_outbox(rt: Runtime, conn=None, parallel: int = 4, on_round=None) -> 
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         while True:
-            if conn is not None:
-                conn.expire(SCHEDULED_KEY, SCHEDULED_TTL)
             if on_round:
                 on_round()
             batch = outbox.undelivered(limit=200)
@@ -116,14 +116,15 @@ def refresh_queues_task() -> dict:
 def deliver_task() -> dict:
     rt = current_runtime()
     conn = redis_client(get_app().conf.broker_url)
-    lock = try_lock(conn, LOCK_KEY, LOCK_TTL)
-    if lock is None:
+    # Waiting one lease (and a little) takes over the lock of a worker killed mid-delivery, not a live one's.
+    lease = take_lease(conn, LOCK_KEY, LOCK_TTL, wait=LOCK_TTL + 1, keep_alive={SCHEDULED_KEY: SCHEDULED_TTL})
+    if lease is None:
         return {"delivered": 0, "failed": 0, "skipped": "another delivery job is running"}
     try:
-        result = deliver_outbox(rt, conn, on_round=lambda: lock.extend(LOCK_TTL, replace_ttl=True))
+        result = deliver_outbox(rt)
     finally:
         conn.delete(SCHEDULED_KEY)  # a retry (or beat) picks up what is left
-        release(lock)
+        lease.release()
     # A submission stored after the last round saw the flag still set and queued nothing: deliver it too.
     from sense7.data.raterpage import Outbox
 

@@ -13,4 +13,5 @@ PREANNOTATE = "sense7.preannotate"
 DELIVER = "sense7.deliver_submissions"  # rater-page submissions -> Label Studio annotations
 REFRESH_QUEUES = "sense7.refresh_rater_queues"  # raters' queues copied from Label Studio for the rater page
 
-JOB_MODULES = ("sense7.tasks.sync", "sense7.tasks.training", "sense7.tasks.preannotate", "sense7.tasks.delivery")
+JOB_MODULES = ("sense7.tasks.sync", "sense7.tasks.training", "sense7.tasks.preannotate", "sense7.tasks.delivery",
+               "sense7.tasks.recovery")  # recovery: no job, the worker's start-up hook

@@ -10,7 +10,7 @@ import logging
 
 from celery import shared_task
 from sense7.tasks import names
-from sense7.tasks.broker import broker_app, enqueue, queue_once, redis_client
+from sense7.tasks.broker import LEASE_TTL, broker_app, enqueue, queue_once, redis_client, take_lease
 from sense7.tasks.cadence import note_new_ratings
 from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import RETRY, Runtime, as_retryable, current_runtime
@@ -28,10 +28,19 @@ log = logging.getLogger(__name__)
 # Label Studio request. A burst of 1,000 events is then a handful of requests, not 2,000, and replayed or
 # forged events add nothing but a re-read of what Label Studio holds.
 
+#
+# A round claims members: it moves them from the set into its "claimed" twin (one MULTI), reads them into the
+# store, and only then removes them from the twin. Only the drain holding the lease lock claims, so whatever
+# a drain finds in a twin when it takes the lock was left by a drain whose worker died mid-round: it goes
+# back into the set first (recovered in seconds, instead of waiting for the next reconciliation).
+
 PENDING_KEY = "sense7:sync:pending"      # set of "project:task:annotation" named by webhooks
 DELETED_KEY = "sense7:sync:deleted"      # set of annotation ids a deletion webhook named
-SCHEDULED_KEY = "sense7:sync:scheduled"  # a drain job is queued or running (expires if its worker dies)
-SCHEDULED_TTL = 120                      # (s) renewed while draining
+CLAIMED = {PENDING_KEY: "sense7:sync:pending:claimed",   # members a drain is reading into the store
+           DELETED_KEY: "sense7:sync:deleted:claimed"}
+SCHEDULED_KEY = "sense7:sync:scheduled"  # a drain job is queued or running (expires if its worker dies;
+SCHEDULED_TTL = 30                       # renewed while draining; a restarted worker clears it)
+LOCK_KEY = "sense7:sync:lock"            # held by the one drain that claims (a lease: tasks/broker.py)
 DRAIN_BATCH = 1000                       # set members taken per round
 
 
@@ -60,7 +69,8 @@ def _count_new(rt: Runtime, result: SyncResult) -> None:
 def backlog(conn=None) -> dict[str, int]:
     """What the sync has not read yet: annotations named by webhooks, deletions to verify."""
     conn = conn or redis_client(get_app().conf.broker_url)
-    return {"pending": int(conn.scard(PENDING_KEY)), "deleted": int(conn.scard(DELETED_KEY))}
+    return {"pending": len(conn.sunion(PENDING_KEY, CLAIMED[PENDING_KEY])),
+            "deleted": len(conn.sunion(DELETED_KEY, CLAIMED[DELETED_KEY]))}
 
 
 def _schedule_drain(app) -> bool:
@@ -68,20 +78,42 @@ def _schedule_drain(app) -> bool:
     return queue_once(app, SCHEDULED_KEY, SCHEDULED_TTL, names.SYNC_PENDING)
 
 
-def _take(conn, key: str) -> list[str]:
-    members = [m.decode() for m in conn.srandmember(key, DRAIN_BATCH)]
+def claim(conn, key: str, limit: int = DRAIN_BATCH) -> list[str]:
+    """Up to `limit` members of `key`, moved into its claimed twin in one transaction: a worker killed
+    from here on leaves them in the twin, never nowhere."""
+    members = conn.srandmember(key, limit)
     if members:
-        conn.srem(key, *members)
-    return members
+        conn.pipeline(transaction=True).sadd(CLAIMED[key], *members).srem(key, *members).execute()
+    return [m.decode() for m in members]
+
+
+def unclaim(conn, key: str, members: list[str]) -> None:
+    """Members read into the store: out of the claimed twin."""
+    if members:
+        conn.srem(CLAIMED[key], *members)
+
+
+def give_back(conn, key: str, members: list[str] | None = None) -> int:
+    """Claimed members (all of them when None: a dead drain's) back into `key`, for the next round."""
+    claimed = CLAIMED[key]
+    if members is None:
+        members = conn.smembers(claimed)
+    if not members:
+        return 0
+    conn.pipeline(transaction=True).sadd(key, *members).srem(claimed, *members).execute()
+    return len(members)
 
 
 def drain_pending(rt: Runtime, conn) -> SyncResult:
-    """Read everything the webhooks named, round after round, until the sets are empty."""
+    """Read everything the webhooks named, round after round, until the sets are empty. The caller holds
+    LOCK_KEY (the only drain that claims)."""
     syncer = LabelSync.from_runtime(rt)
     total = SyncResult()
+    for key in CLAIMED:
+        if recovered := give_back(conn, key):
+            log.warning("recovered %d sync entries a stopped drain had claimed", recovered)
     while True:
-        conn.expire(SCHEDULED_KEY, SCHEDULED_TTL)
-        pending, deleted = _take(conn, PENDING_KEY), _take(conn, DELETED_KEY)
+        pending, deleted = claim(conn, PENDING_KEY), claim(conn, DELETED_KEY)
         if not pending and not deleted:
             return total
         try:
@@ -89,11 +121,11 @@ def drain_pending(rt: Runtime, conn) -> SyncResult:
             syncer.sync_named(named, [int(a) for a in deleted], total)
         except BaseException:
             # Put them back for the retry (the reconciliation would catch them up anyway).
-            if pending:
-                conn.sadd(PENDING_KEY, *pending)
-            if deleted:
-                conn.sadd(DELETED_KEY, *deleted)
+            give_back(conn, PENDING_KEY, pending)
+            give_back(conn, DELETED_KEY, deleted)
             raise
+        unclaim(conn, PENDING_KEY, pending)
+        unclaim(conn, DELETED_KEY, deleted)
 
 
 @shared_task(name=names.SYNC_PENDING, **RETRY)
@@ -101,8 +133,15 @@ def sync_pending_task() -> dict:
     rt = current_runtime()
     app = get_app()
     conn = redis_client(app.conf.broker_url)
-    # On failure the flag stays (and expires): the retry of this job drains what was put back.
-    result = _run(lambda: drain_pending(rt, conn))
+    # Waiting one lease (and a little) takes over the lock of a worker killed mid-drain, not a live one's.
+    lease = take_lease(conn, LOCK_KEY, LEASE_TTL, wait=LEASE_TTL + 1, keep_alive={SCHEDULED_KEY: SCHEDULED_TTL})
+    if lease is None:  # the drain that holds it loops until the sets are empty
+        return {**SyncResult().as_dict(), "skipped": "another drain is running"}
+    try:
+        # On failure the flag stays (and expires): the retry of this job drains what was put back.
+        result = _run(lambda: drain_pending(rt, conn))
+    finally:
+        lease.release()
     conn.delete(SCHEDULED_KEY)
     # An event that arrived after the last round but saw the flag still set: drain it too.
     if conn.scard(PENDING_KEY) or conn.scard(DELETED_KEY):

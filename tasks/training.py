@@ -7,7 +7,6 @@ worker's lock expires within a minute or two.
 from __future__ import annotations
 
 import logging
-import threading
 from contextlib import contextmanager
 
 from celery import shared_task
@@ -26,29 +25,14 @@ LOCK_NAME = "sense7:retrain-lock"
 
 @contextmanager
 def retrain_lock(redis_url: str, ttl: float = 120.0):
-    """Hold the Redis lock for the duration, renewing its TTL every ttl/3 s; raise RetrainBusy if taken."""
-    from sense7.tasks.broker import redis_client, release, try_lock
+    """Hold the Redis lock for the duration, a lease renewed every ttl/3 s; raise RetrainBusy if taken."""
+    from sense7.tasks.broker import redis_client, take_lease
 
-    lock = try_lock(redis_client(redis_url), LOCK_NAME, ttl)
-    if lock is None:
+    lease = take_lease(redis_client(redis_url), LOCK_NAME, ttl)
+    if lease is None:
         raise RetrainBusy("another retrain is running")
-    stop = threading.Event()
-
-    def renew():
-        while not stop.wait(ttl / 3):
-            try:
-                lock.reacquire()
-            except Exception:  # lost the lock or Redis is gone: nothing useful to do here
-                log.warning("could not renew the retrain lock")
-
-    keeper = threading.Thread(target=renew, daemon=True)
-    keeper.start()
-    try:
+    with lease:
         yield
-    finally:
-        stop.set()
-        keeper.join(timeout=5)
-        release(lock)
 
 
 def run_retrain(runtime, redis_url: str, reason: str) -> dict:
