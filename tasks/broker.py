@@ -105,8 +105,8 @@ class Lease:
                 self.lost = True
                 log.warning("lost the lock %s (not renewed in time)", self.lock.name)
                 return
-            except Exception:  # Redis unreachable for a moment: try again at the next renewal
-                log.warning("could not renew the lock %s", self.lock.name)
+            except Exception as exc:  # Redis unreachable for a moment: try again at the next renewal
+                log.warning("could not renew the lock %s: %s", self.lock.name, exc)
 
     def release(self) -> None:
         self._stop.set()
@@ -125,7 +125,9 @@ def take_lease(conn: redis.Redis, name: str, ttl: float = LEASE_TTL, wait: float
     """The lock `name` as a Lease, or None when someone else holds it after `wait` s. A `wait` just over
     `ttl` takes over the lock of a holder that died (its lease runs out) but not of one that lives.
     `keep_alive`: key -> TTL (s) set again at each renewal, for as long as the lease is held."""
-    lock = conn.lock(name, timeout=ttl, blocking=wait > 0, blocking_timeout=wait or None)
+    # thread_local=False: the token must be visible to the renewing thread (redis-py keeps it per thread
+    # by default, and a renewal from another thread then fails as "an unlocked lock").
+    lock = conn.lock(name, timeout=ttl, blocking=wait > 0, blocking_timeout=wait or None, thread_local=False)
     if not lock.acquire():
         return None
     return Lease(conn, lock, ttl, keep_alive)
