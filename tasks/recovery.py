@@ -4,10 +4,11 @@ A worker killed with `kill -9` runs none of its clean-up: its "queued or running
 expire (so the submissions and webhooks that arrive meanwhile queue no job), its locks stay until their
 lease runs out (seconds: tasks/broker.py), sync entries it had claimed stay in the claimed sets, and its
 unacknowledged messages come back only after the broker's visibility timeout (sized to the longest job:
-JobSettings.redelivery_timeout). So a starting worker clears the two flags and queues one delivery and one
-sync drain at once: the delivery waits out the dead holder's lease and writes every undelivered submission
-(idempotently: a retry reads the task before writing), the drain gives the claimed entries back and reads
-them into the store. Both are harmless when nothing was left: they find empty sets and an empty outbox.
+JobSettings.redelivery_timeout). So a starting worker that finds such traces clears the flags and queues
+one delivery and one sync drain at once: the delivery waits out the dead holder's lease and writes every
+undelivered submission (idempotently: a retry reads the task before writing), the drain gives the claimed
+entries back and reads them into the store. A clean start finds no traces and queues nothing (beat's
+catch-up delivery and reconciliation cover what Redis does not show).
 """
 
 from __future__ import annotations
@@ -16,21 +17,28 @@ import logging
 
 from celery.signals import worker_ready
 
-from sense7.tasks import delivery, sync
+from sense7.tasks import delivery, names, sync
 from sense7.tasks.broker import queue_once, redis_client
 
 log = logging.getLogger(__name__)
 
+# job -> (its "queued or running" flag and TTL, the keys whose presence says it has work left)
+RESUMABLE = {
+    names.DELIVER: (delivery.SCHEDULED_KEY, delivery.SCHEDULED_TTL, (delivery.SCHEDULED_KEY, delivery.LOCK_KEY)),
+    names.SYNC_PENDING: (sync.SCHEDULED_KEY, sync.SCHEDULED_TTL,
+                         (sync.SCHEDULED_KEY, sync.LOCK_KEY, sync.PENDING_KEY, sync.DELETED_KEY,
+                          *sync.CLAIMED.values())),
+}
+
 
 def resume_interrupted_work(app) -> list[str]:
-    """Clear the drain flags a dead worker may have left and queue one delivery and one sync drain.
-    Returns the jobs queued."""
-    from sense7.tasks import names
-
+    """For the delivery and the sync drain: when Redis holds a trace of one (its flag, its lock, entries
+    named or claimed), clear the flag a dead worker may have left and queue the job. Returns the jobs queued."""
     conn = redis_client(app.conf.broker_url)
     queued = []
-    for flag, ttl, job in ((delivery.SCHEDULED_KEY, delivery.SCHEDULED_TTL, names.DELIVER),
-                           (sync.SCHEDULED_KEY, sync.SCHEDULED_TTL, names.SYNC_PENDING)):
+    for job, (flag, ttl, traces) in RESUMABLE.items():
+        if not conn.exists(*traces):
+            continue
         conn.delete(flag)  # a live worker's flag too, at worst: its job then runs once more and finds nothing
         if queue_once(app, flag, ttl, job):
             queued.append(job)
@@ -41,6 +49,8 @@ def resume_interrupted_work(app) -> list[str]:
 def _on_worker_ready(sender=None, **kwargs) -> None:
     try:
         queued = resume_interrupted_work(sender.app)
-        log.info("worker ready: queued %s to resume interrupted deliveries and syncs", ", ".join(queued))
     except Exception as exc:  # Redis down at start: beat's catch-up delivery and reconciliation remain
-        log.warning("could not queue the resume jobs at start-up: %s", exc)
+        log.warning("could not look for interrupted work at start-up: %s", exc)
+        return
+    if queued:
+        log.info("worker ready: queued %s to resume interrupted work", ", ".join(queued))
