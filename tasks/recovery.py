@@ -4,11 +4,10 @@ A worker killed with `kill -9` runs none of its clean-up: its "queued or running
 expire (so the submissions and webhooks that arrive meanwhile queue no job), its locks stay until their
 lease runs out (seconds: tasks/broker.py), sync entries it had claimed stay in the claimed sets, and its
 unacknowledged messages come back only after the broker's visibility timeout (sized to the longest job:
-JobSettings.redelivery_timeout). So a starting worker that finds such traces clears the flags and queues
-one delivery and one sync drain at once: the delivery waits out the dead holder's lease and writes every
-undelivered submission (idempotently: a retry reads the task before writing), the drain gives the claimed
-entries back and reads them into the store. A clean start finds no traces and queues nothing (beat's
-catch-up delivery and reconciliation cover what Redis does not show).
+JobSettings.redelivery_timeout). So a starting worker clears the flags and queues one delivery and one
+sync drain at once: the delivery waits out a dead holder's lease and writes every undelivered submission
+(idempotently: a retry reads the task before writing), the drain gives the claimed entries back and reads
+them into the store. On a clean start both find an empty outbox and empty sets, and touch no Label Studio.
 """
 
 from __future__ import annotations
@@ -22,23 +21,18 @@ from sense7.tasks.broker import queue_once, redis_client
 
 log = logging.getLogger(__name__)
 
-# job -> (its "queued or running" flag and TTL, the keys whose presence says it has work left)
-RESUMABLE = {
-    names.DELIVER: (delivery.SCHEDULED_KEY, delivery.SCHEDULED_TTL, (delivery.SCHEDULED_KEY, delivery.LOCK_KEY)),
-    names.SYNC_PENDING: (sync.SCHEDULED_KEY, sync.SCHEDULED_TTL,
-                         (sync.SCHEDULED_KEY, sync.LOCK_KEY, sync.PENDING_KEY, sync.DELETED_KEY,
-                          *sync.CLAIMED.values())),
-}
+# job -> its "queued or running" flag and that flag's TTL
+RESUMABLE = {names.DELIVER: (delivery.SCHEDULED_KEY, delivery.SCHEDULED_TTL),
+             names.SYNC_PENDING: (sync.SCHEDULED_KEY, sync.SCHEDULED_TTL)}
 
 
 def resume_interrupted_work(app) -> list[str]:
-    """For the delivery and the sync drain: when Redis holds a trace of one (its flag, its lock, entries
-    named or claimed), clear the flag a dead worker may have left and queue the job. Returns the jobs queued."""
+    """Clear the flags a dead worker may have left and queue one delivery and one sync drain (not only when
+    Redis shows a trace: a flag and a lease may have expired while the worker was down, and the outbox is
+    in the store). Returns the jobs queued."""
     conn = redis_client(app.conf.broker_url)
     queued = []
-    for job, (flag, ttl, traces) in RESUMABLE.items():
-        if not conn.exists(*traces):
-            continue
+    for job, (flag, ttl) in RESUMABLE.items():
         conn.delete(flag)  # a live worker's flag too, at worst: its job then runs once more and finds nothing
         if queue_once(app, flag, ttl, job):
             queued.append(job)

@@ -107,7 +107,7 @@ def give_back(conn, key: str, members: list[str] | None = None) -> int:
 def drain_pending(rt: Runtime, conn) -> SyncResult:
     """Read everything the webhooks named, round after round, until the sets are empty. The caller holds
     LOCK_KEY (the only drain that claims)."""
-    syncer = LabelSync.from_runtime(rt)
+    syncer = None  # built at the first claim: a drain that finds nothing touches no Label Studio
     total = SyncResult()
     for key in CLAIMED:
         if recovered := give_back(conn, key):
@@ -117,6 +117,7 @@ def drain_pending(rt: Runtime, conn) -> SyncResult:
         if not pending and not deleted:
             return total
         try:
+            syncer = syncer or LabelSync.from_runtime(rt)
             named = [tuple(int(x) for x in member.split(":")) for member in pending]
             syncer.sync_named(named, [int(a) for a in deleted], total)
         except BaseException:
