@@ -30,8 +30,8 @@ from limits import parse as parse_limit
 from limits.storage import storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
-from sense7.data.participation import (PARTICIPANT, ConversationChoices, Withdrawals, awaiting_choice,
-                                       own_conversations)
+from sense7.data.participation import (PARTICIPANT, ConversationChoices, WithdrawalError, Withdrawals,
+                                       awaiting_choice, own_conversations)
 from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
 from sense7.data.store import Store
 from sense7.labelstudio.protocol import profile_result, rating_result
@@ -372,7 +372,10 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         """The link is revoked in the same transaction that records the withdrawal: the next request with
         this cookie or the link is a bare 404. Staff confirm the erasure (`sense7 raters erase --confirm`)."""
         rater = current_rater()
-        Withdrawals(store).request(rater, PARTICIPANT)
+        try:
+            Withdrawals(store).request(rater, PARTICIPANT)
+        except WithdrawalError:  # a second post racing the first: the link is already revoked
+            abort(404)
         session.clear()
         return render_template("message.html", title="You have withdrawn from this study",
                                text="Your link no longer works. The study's staff will erase your answers, "
