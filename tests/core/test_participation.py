@@ -149,3 +149,22 @@ def test_left_out_conversations_are_not_trained_on_nor_released_and_withdrawn_ra
     assert len(released) == len(expected)
     assert len({r["rater_id"] for r in released}) == expected["rater_id"].nunique() == 5
     assert third.conversation_id in set(expected["conversation_id"])
+
+
+def test_a_served_version_trained_on_an_erased_rater_is_replaced_whatever_the_gate_and_then_removed(tmp_path):
+    """The promotion gate keeps a worse candidate out (tests/jobs/test_promotion_gate.py); a served version
+    named on a withdrawal's receipt is replaced anyway, then deleted."""
+    from tests.jobs.test_promotion_gate import served_and_spoiled  # the gate test's own setup
+
+    from sense7.research.retraining import Retrainer
+
+    store, registry, tax = served_and_spoiled.__wrapped__(tmp_path)
+    registry.add(registry.load("v1"), "v0")  # an older version trained on them too, not served
+    Withdrawals(store).request("r002", "participant")
+    erase_rater_rows(store, "r002", confirmed_by="staff", model_versions=["v1", "v0"])
+    result = Retrainer(store, registry, tax).run("withdrawal")
+    assert result.status == "promoted" and registry.current() == result.version != "v1"
+    assert {v.name for v in registry.list_versions()} == {result.version}
+    assert "r002" not in registry.load(result.version).known_raters
+    assert Withdrawals(store).versions_to_remove() == set()
+    assert Withdrawals(store).receipts()[0]["model_versions"] == {"trained_on": ["v0", "v1"], "removed": ["v0", "v1"]}
