@@ -111,11 +111,12 @@ class LiveServing:
         return answers
 
     def predict(self, datas: dict[int, dict], compiled, traits: pd.DataFrame,
-                columns_of: Callable[[list[dict]], dict], prefill_rule: str) -> dict[int, LiveItem]:
+                columns_of: Callable[[list[dict]], dict], prefill_rule: str,
+                watermarks: dict[str, tuple] | None = None) -> dict[int, LiveItem]:
         """index -> LiveItem for the tasks (index -> task data) whose rater has answers new to the served
         version; the others are left to the static prediction. `columns_of` makes the model's item columns
-        of task datas (the backend's, with the store's contexts)."""
-        watermarks = self.watermarks()
+        of task datas (the backend's, with the store's contexts); `watermarks`: this request's `watermarks()`."""
+        watermarks = self.watermarks() if watermarks is None else watermarks
         if not watermarks:
             return {}
         by_rater = defaultdict(list)

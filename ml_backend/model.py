@@ -106,8 +106,9 @@ class Sense7Model:
                 results[i] = self._hidden_result(loaded.version)
             else:
                 good.append(i)
-        if good and self.live is not None and self.live.watermarks():  # (no answers anywhere: a dict check)
-            good = self._live_results(tasks, good, results, plan, loaded)
+        watermarks = self.live.watermarks() if good and self.live is not None else None
+        if watermarks:  # some rater answered on the rater page (none anywhere: one dict check)
+            good = self._live_results(tasks, good, results, plan, loaded, watermarks)
         if good:
             try:
                 predicted = self.batcher.run([tasks[i]["data"] for i in good], key=loaded.version, context=loaded)
@@ -131,11 +132,12 @@ class Sense7Model:
                     results[i] = self._result(item, plan, loaded.version)
         return results
 
-    def _live_results(self, tasks: list, good: list[int], results: list, plan: list, loaded: LoadedModel) -> list[int]:
+    def _live_results(self, tasks: list, good: list[int], results: list, plan: list, loaded: LoadedModel,
+                      watermarks: dict) -> list[int]:
         """Fill `results` for the tasks whose rater has newer answers; return the indices left to predict."""
         try:
             live = self.live.predict({i: tasks[i]["data"] for i in good}, loaded.predictor,
-                                     self.rater_info.trait_table(), self._columns, self.prefill_rule)
+                                     self.rater_info.trait_table(), self._columns, self.prefill_rule, watermarks)
         except Exception as exc:  # the static prediction is always a valid answer
             log.error("live predictions failed (%s); serving the static ones", type(exc).__name__)
             log.debug("live failure", exc_info=True)

@@ -24,7 +24,7 @@ from sense7.processes import free_port
 from sense7.rater_page.app import create_app
 from sense7.settings import BACKEND_HOST, Settings, StudyDesign
 from sense7.taxonomy import load_taxonomy, render_rating_config
-from tests.backend.conftest import PASSWORD, SECRET, USER
+from tests.backend.conftest import PASSWORD, SECRET, USER, auth_headers
 from tests.rater_page.test_live_prefill import NEW, trained  # noqa: F401 (the module's trained version)
 
 TAXONOMY = load_taxonomy()
@@ -51,9 +51,8 @@ def backend_cli(env, *args):
     return subprocess.run([sense7, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture
-def study(tmp_path, trained):  # noqa: F811
-    """The newcomer's queue on the rater page (hidden arm: turn 4) and a running backend on the same store."""
+def rater_page_study(tmp_path, trained):  # noqa: F811
+    """The newcomer's queue on the rater page (hidden arm: turn 4): (store URL, page app, link, task datas)."""
     model_dir, newcomer, profile = trained
     store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
     store = Store(store_url)
@@ -71,11 +70,18 @@ def study(tmp_path, trained):  # noqa: F811
     token = LinkBook(store).issue(NEW)
     page = create_app(Settings.from_env({"SENSE7_HOME": str(tmp_path / "page-home"),
                                          "SENSE7_MODEL_DIR": str(model_dir)}), taxonomy=TAXONOMY, store=store)
+    return store_url, page, token, datas
+
+
+@pytest.fixture
+def study(tmp_path, trained):  # noqa: F811
+    """The rater page's study and a running backend (`sense7 backend start`) on the same store."""
+    store_url, page, token, datas = rater_page_study(tmp_path, trained)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENSE7_")}
     env.update(SENSE7_HOME=str(tmp_path / "home"), SENSE7_BACKEND_PORT=str(port), SENSE7_BACKEND_USER=USER,
                SENSE7_BACKEND_PASSWORD=PASSWORD, SENSE7_WEBHOOK_SECRET=SECRET, SENSE7_BACKEND_WORKERS="1",
-               SENSE7_MODEL_DIR=str(model_dir), SENSE7_STORE_URL=store_url)
+               SENSE7_MODEL_DIR=str(trained[0]), SENSE7_STORE_URL=store_url)
     started = backend_cli(env, "backend", "start")
     assert started.returncode == 0, started.stderr
     try:
@@ -129,3 +135,58 @@ def test_backend_uses_the_raters_newer_answers_like_the_rater_page(study):
     # The hidden arm: still the empty result of the served version.
     hidden_answer = predict(url, hidden, 104).json()["results"][0]
     assert hidden_answer["result"] == [] and hidden_answer["kind"] == "hidden" and "own_ratings" not in hidden_answer
+
+
+def test_no_store_query_per_request_once_the_answers_are_known(tmp_path, trained):  # noqa: F811
+    """Between two looks at the outbox (at most one per `check_interval`), /predict reads nothing of the
+    store: not for a rater without answers, not for one whose live posterior is already known."""
+    from sqlalchemy import event
+
+    from sense7.data.raterpage import Outbox
+    from sense7.ml_backend.app import create_app as backend_app
+    from sense7.ml_backend.hot_model import HotModel
+    from sense7.ml_backend.live import LiveServing
+    from sense7.ml_backend.model import Sense7Model
+    from sense7.ml_backend.rater_info import RaterInfoCache
+    from sense7.model.registry import ModelRegistry
+
+    store_url, _, _, datas = rater_page_study(tmp_path, trained)
+    store = Store(store_url)
+    hot = HotModel(ModelRegistry(trained[0]))
+    hot.reload()
+    live = LiveServing(store, TAXONOMY, check_interval=0.0)
+    model = Sense7Model(hot, RaterInfoCache(store, TAXONOMY, refresh_seconds=3600), TAXONOMY, live=live)
+    app = backend_app(Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_MODEL_DIR": str(trained[0]),
+                                         "SENSE7_STORE_URL": store_url, "SENSE7_BACKEND_USER": USER,
+                                         "SENSE7_BACKEND_PASSWORD": PASSWORD, "SENSE7_WEBHOOK_SECRET": SECRET}),
+                      model=model)
+    client = app.test_client()
+    config = render_rating_config(TAXONOMY)
+
+    def ask(data, task_id):
+        response = client.post("/predict", json={"tasks": [{"id": task_id, "data": data}], "label_config": config},
+                               headers=auth_headers())
+        assert response.status_code == 200, response.get_json()
+        return response.get_json()["results"][0]
+
+    static = ask(datas[3], 103)
+    outbox = Outbox(store)
+    for i in range(3):  # rows written to the outbox as the rater page writes them
+        answer = {"values": {c: 5 for c in TAXONOMY.controls}, "expectation": None, "comment": ""}
+        assert outbox.add_next(NEW, "rating", 100 + i, [], answer, 10.0) == 1
+    first = ask(datas[3], 103)
+    assert (first["kind"], first["own_ratings"]) == ("live", 3) and first["result"] != static["result"]
+
+    other_data = {**datas[3], "rater_id": "someone-else"}
+    ask(other_data, 900)  # (its context, read once per period by the rater-info cache: not this module's)
+    statements = []
+    event.listen(store.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    live.check_interval = 3600.0  # no look at the outbox is due
+    for _ in range(5):
+        assert ask(datas[3], 103) == first
+        other = ask(other_data, 900)
+        assert "own_ratings" not in other and other["kind"] != "live"
+    assert statements == []
+    live.check_interval = 0.0  # a look is due: one aggregate, and nothing more while nothing changed
+    ask(datas[3], 103)
+    assert len(statements) == 1 and "submissions" in statements[0]
