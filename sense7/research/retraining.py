@@ -104,6 +104,15 @@ def _primary(metrics: dict | None) -> float:
     return 0.0 if value is None else float(value)
 
 
+def gate_scores(metrics: dict | None) -> tuple[float | None, float | None]:
+    """(candidate, served) held-out scores the promotion gate compared, from a version's recorded metrics
+    (`Retrainer.run`); None where absent (no served version to beat, or metrics of another kind)."""
+    metrics = metrics or {}
+    candidate = _primary(metrics.get("holdout")) if metrics.get("holdout") else None
+    served = _primary(metrics.get("served_on_holdout")) if metrics.get("served_on_holdout") else None
+    return candidate, served
+
+
 @dataclass
 class RetrainResult:
     status: str           # "promoted" | "kept" (candidate worse) | "skipped"
