@@ -27,6 +27,9 @@ from sense7.model.features import ItemFeatures
 # Scale of the relational features (sense7.data.items.RELATIONAL_COLUMNS) in both rater models; 0 = off.
 # docs/BENCHMARKS.md ("Relational features") has the measurements this default follows.
 RELATIONAL_WEIGHT = 0.0
+# PersonalizedRater(rater_directions=r): each rater's extra slopes act on the parts of each control's text score
+# that come from these feature blocks (sense7.model.features.ItemFeatures.block_slices), the first r present.
+DIRECTION_SOURCES = ("history", "context", "relational", "encoder")
 from sense7.model.ordinal import OrdinalLink
 from sense7.model.rater_effects import AssistantEffects, RaterEffects, assistant_keys
 from sense7.model.ridge import multi_ridge
@@ -119,6 +122,16 @@ class _RaterModel(BaseEstimator):
         targets = np.tile(Yv, (1, len(weights)))
         coef, intercept = multi_ridge(F, targets, np.hstack(weights), self.alpha)
         self.text_coef_, self.text_intercept_ = coef[:, :C].astype(np.float32), intercept[:C]
+        if getattr(self, "rater_directions", 0):
+            # The score parts each rater gets a slope on, out of fold like the scores themselves.
+            self.direction_sources_ = [name for name, part in self.features_.block_slices(F.shape[1]).items()
+                                       if name in DIRECTION_SOURCES and part.stop > part.start]
+            self.direction_sources_ = sorted(self.direction_sources_, key=DIRECTION_SOURCES.index)[
+                :int(self.rater_directions)]
+            parts = self._score_parts(F, coef[:, :C])
+            for f, (_, test) in enumerate(folds, start=1):
+                parts[test] = self._score_parts(F[test], coef[:, f * C:(f + 1) * C])
+            self._oof_parts = parts
         if not folds:  # too few conversations to hold any out: in-sample scores (links become overconfident)
             oof = np.asarray(F @ coef[:, :C]) + intercept[:C]
         else:
@@ -247,11 +260,13 @@ class PersonalizedRater(_RaterModel):
     assistant_effects: also a shrunk per-assistant effect (as in GenericRater), fitted alternately with
     the rater effects on training rows only; unknown or unseen assistants get 0.
 
-    rater_directions: r > 0 gives each rater a slope on r more directions (the leading principal directions
-    of the standardized relational columns, sense7.data.items.relational_columns), with the same trait
-    prior and empirical-Bayes shrinkage as the intercept, so raters with the same leniency can differ in
-    what moves them; a new rater gets what the traits predict. 0 (default): measured not to help on WASSA
-    and ConvAbuse (docs/BENCHMARKS.md).
+    rater_directions: r > 0 gives each rater, per control, a slope on r parts of the text score: what the
+    history (the conversation before the turn) adds to it, what the context adds, then the relational
+    columns and the text encoder when the model has them (DIRECTION_SOURCES, out-of-fold like the score),
+    with the same trait prior and empirical-Bayes shrinkage as the intercept, so raters with the same
+    leniency can differ in what moves them (one punishes a forgotten detail two turns back more than
+    another); a new rater gets what the traits predict. (A slope on the score itself cannot change how a
+    rater's turns rank; these can.) 0 (default): see docs/BENCHMARKS.md for the measurements.
 
     Shared with GenericRater: text_features / text_weighting / max_features / history_chars /
     context_weight / context_interactions / relational_weight / text_encoder
@@ -307,33 +322,29 @@ class PersonalizedRater(_RaterModel):
         z = (values - self.trait_mean_) / self.trait_scale_
         return np.column_stack([np.ones(len(values)), np.nan_to_num(z, nan=0.0)])
 
-    def _fit_directions(self, X) -> np.ndarray | None:
-        """The rater_directions leading principal directions of the standardized relational columns
-        (sense7.data.items.relational_columns) on the training items; their values per item."""
-        if not self.rater_directions:
-            self.direction_basis_ = None
-            return None
-        M = np.column_stack(list(relational_columns(X).values()))
-        self.direction_mean_ = M.mean(axis=0)
-        scale = M.std(axis=0)
-        self.direction_scale_ = np.where(scale > 0, scale, 1.0)
-        _, _, vt = np.linalg.svd((M - self.direction_mean_) / self.direction_scale_, full_matrices=False)
-        self.direction_basis_ = vt[:int(self.rater_directions)].T
-        return self.rater_direction_values(X)
+    def _score_parts(self, F, coef) -> np.ndarray:
+        """(n, controls, directions) what each direction source's columns of F add to each control's score."""
+        slices = self.features_.block_slices(F.shape[1])
+        out = np.zeros((F.shape[0], coef.shape[1], len(self.direction_sources_)))
+        for k, name in enumerate(self.direction_sources_):
+            only = np.zeros_like(coef)  # F @ (coef outside the block zeroed): no column slicing of a CSR matrix
+            only[slices[name]] = coef[slices[name]]
+            out[:, :, k] = np.asarray(F @ only, dtype=float)
+        return out
 
     def rater_direction_values(self, X) -> np.ndarray | None:
-        """(n, rater_directions) values of the items of X (a frame or plain item columns) on the fitted
-        directions each rater has a slope on; None without rater directions."""
-        if getattr(self, "direction_basis_", None) is None:
+        """(n, controls, rater_directions) values of the items of X (a frame or plain item columns) on the
+        directions each rater has a slope on: per control, the part of its text score that comes from the
+        history, the context, ... (DIRECTION_SOURCES), centered on the training items; None without them."""
+        if not getattr(self, "direction_sources_", None):
             return None
-        M = np.column_stack(list(relational_columns(X).values()))
-        return ((M - self.direction_mean_) / self.direction_scale_) @ self.direction_basis_
+        return self._score_parts(self.features_.transform(X), self.text_coef_) - self.direction_mean_
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame):
         Yv = self._check_fit_input(X, Y)
         Tv = self._fit_target_scale(Yv)
         per_rater = self._fit_traits(X)
-        self._directions = self._fit_directions(X)
+        self.direction_sources_ = []
         self.known_raters_ = per_rater.index.to_numpy(dtype=object)
         Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
@@ -368,7 +379,7 @@ class PersonalizedRater(_RaterModel):
             self.generic_assistant_.append(effect)
             self.generic_links_.append(self._fit_link(scores, Yv[rated, c]))
         self.fit_keys_ = None  # not needed after fit (keeps pickled bundles small)
-        self._directions = None
+        self._oof_parts = None
         for effects in self.effects_:
             effects.compact()
         return self
@@ -385,11 +396,15 @@ class PersonalizedRater(_RaterModel):
         self.effects_, self.links_known_, self.links_cold_, coefs = [], [], [], []
         self.assistant_effects_ = []
         self.assistant_rows_ = np.zeros(Tv.shape)  # in-sample assistant effects, for backfitting
-        directions = getattr(self, "_directions", None)
+        directions = getattr(self, "_oof_parts", None) if self.direction_sources_ else None
+        self.direction_mean_ = np.zeros((Yv.shape[1], len(self.direction_sources_)))
         for c in range(Yv.shape[1]):
             rated = np.isfinite(Yv[:, c])
             g, y, t, rows = oof[rated, c], Yv[rated, c], Tv[rated, c], rows_all[rated]
-            extra = None if directions is None else directions[rated]
+            extra = None
+            if directions is not None:
+                self.direction_mean_[c] = directions[rated, c].mean(axis=0)
+                extra = directions[rated, c] - self.direction_mean_[c]
             base = t - g - self.common_known_[rows]
             assist, a_rows, a_link = None, np.zeros(len(g)), 0.0
             # Rater effects and (optionally) assistant effects, alternating: each fitted on the residual the
@@ -472,7 +487,7 @@ class PersonalizedRater(_RaterModel):
             effects, g = self.effects_[j], g_all[:, j]
             coef = effects.prior(Z)
             coef[known] = self.rater_coef_[rows[known], j]
-            scores = g + common + effects.adjust(g, coef, extra) + shift[:, j]
+            scores = g + common + effects.adjust(g, coef, None if extra is None else extra[:, j]) + shift[:, j]
             if known.all():
                 out[control] = self.links_known_[j].predict_proba(scores)
                 continue
