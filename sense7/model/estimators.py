@@ -27,9 +27,6 @@ from sense7.model.features import ItemFeatures
 # Scale of the relational features (sense7.data.items.RELATIONAL_COLUMNS) in both rater models; 0 = off.
 # docs/BENCHMARKS.md ("Relational features") has the measurements this default follows.
 RELATIONAL_WEIGHT = 0.0
-# PersonalizedRater(rater_directions=r): each rater's extra slopes act on the parts of each control's text score
-# that come from these feature blocks (sense7.model.features.ItemFeatures.block_slices), the first r present.
-DIRECTION_SOURCES = ("history", "context", "relational", "encoder")
 from sense7.model.ordinal import OrdinalLink
 from sense7.model.rater_effects import AssistantEffects, RaterEffects, assistant_keys
 from sense7.model.ridge import multi_ridge
@@ -123,15 +120,7 @@ class _RaterModel(BaseEstimator):
         coef, intercept = multi_ridge(F, targets, np.hstack(weights), self.alpha)
         self.text_coef_, self.text_intercept_ = coef[:, :C].astype(np.float32), intercept[:C]
         if getattr(self, "rater_directions", 0):
-            # The score parts each rater gets a slope on, out of fold like the scores themselves.
-            self.direction_sources_ = [name for name, part in self.features_.block_slices(F.shape[1]).items()
-                                       if name in DIRECTION_SOURCES and part.stop > part.start]
-            self.direction_sources_ = sorted(self.direction_sources_, key=DIRECTION_SOURCES.index)[
-                :int(self.rater_directions)]
-            parts = self._score_parts(F, coef[:, :C])
-            for f, (_, test) in enumerate(folds, start=1):
-                parts[test] = self._score_parts(F[test], coef[:, f * C:(f + 1) * C])
-            self._oof_parts = parts
+            self._train_features = F  # the rater directions are learned on it (PersonalizedRater._fit_directions)
         if not folds:  # too few conversations to hold any out: in-sample scores (links become overconfident)
             oof = np.asarray(F @ coef[:, :C]) + intercept[:C]
         else:
@@ -260,13 +249,12 @@ class PersonalizedRater(_RaterModel):
     assistant_effects: also a shrunk per-assistant effect (as in GenericRater), fitted alternately with
     the rater effects on training rows only; unknown or unseen assistants get 0.
 
-    rater_directions: r > 0 gives each rater, per control, a slope on r parts of the text score: what the
-    history (the conversation before the turn) adds to it, what the context adds, then the relational
-    columns and the text encoder when the model has them (DIRECTION_SOURCES, out-of-fold like the score),
-    with the same trait prior and empirical-Bayes shrinkage as the intercept, so raters with the same
-    leniency can differ in what moves them (one punishes a forgotten detail two turns back more than
-    another); a new rater gets what the traits predict. (A slope on the score itself cannot change how a
-    rater's turns rank; these can.) 0 (default): see docs/BENCHMARKS.md for the measurements.
+    rater_directions: r > 0 gives each rater, per control, a slope on r directions in the text features,
+    learned from the residuals (the feature directions along which the raters' own residual ridges differ
+    most, see _fit_directions), with the same trait prior and empirical-Bayes shrinkage as the intercept,
+    so raters with the same leniency can differ in what moves them (one punishes a forgotten detail more
+    than another); a new rater gets what the traits predict. (A slope on the score itself cannot change
+    how a rater's turns rank; these can.) 0 (default): see docs/BENCHMARKS.md for the measurements.
 
     Shared with GenericRater: text_features / text_weighting / max_features / history_chars /
     context_weight / context_interactions / relational_weight / text_encoder
@@ -322,29 +310,52 @@ class PersonalizedRater(_RaterModel):
         z = (values - self.trait_mean_) / self.trait_scale_
         return np.column_stack([np.ones(len(values)), np.nan_to_num(z, nan=0.0)])
 
-    def _score_parts(self, F, coef) -> np.ndarray:
-        """(n, controls, directions) what each direction source's columns of F add to each control's score."""
-        slices = self.features_.block_slices(F.shape[1])
-        out = np.zeros((F.shape[0], coef.shape[1], len(self.direction_sources_)))
-        for k, name in enumerate(self.direction_sources_):
-            only = np.zeros_like(coef)  # F @ (coef outside the block zeroed): no column slicing of a CSR matrix
-            only[slices[name]] = coef[slices[name]]
-            out[:, :, k] = np.asarray(F @ only, dtype=float)
-        return out
+    def _fit_directions(self, residual: np.ndarray, rows_all: np.ndarray, n_raters: int) -> np.ndarray | None:
+        """The rater directions, learned from what the text model and each rater's leniency and slope leave
+        unexplained: per control and rater a ridge of the residuals on the text features (one batched solve,
+        sense7.model.ridge), and per control the rater_directions leading principal directions of the raters'
+        coefficients around their average (each rater weighted by their ratings), i.e. the feature
+        directions along which raters differ most in what moves them. Returns the training items' values
+        (n, controls, r), centered and scaled to unit variance; sets direction_coef_ (features, controls * r)."""
+        F = self._train_features
+        n, C = residual.shape
+        r = int(self.rater_directions)
+        known = rows_all >= 0
+        targets = np.repeat(np.nan_to_num(residual), n_raters, axis=1)  # column c * R + rater
+        weights = np.zeros((n, C * n_raters))
+        for c in range(C):
+            rated = np.isfinite(residual[:, c]) & known
+            weights[np.flatnonzero(rated), c * n_raters + rows_all[rated]] = 1.0
+        coef, _ = multi_ridge(F, targets, weights, self.alpha)
+        counts = weights.sum(axis=0).reshape(C, n_raters)
+        basis = np.zeros((F.shape[1], C, r))
+        for c in range(C):
+            B = coef[:, c * n_raters:(c + 1) * n_raters]
+            w = counts[c] / max(counts[c].sum(), 1.0)
+            centered = (B - B @ w[:, None]) * np.sqrt(w)
+            u, _, _ = np.linalg.svd(centered, full_matrices=False)
+            basis[:, c, :u.shape[1]] = u[:, :r]
+        self.direction_coef_ = basis.reshape(F.shape[1], C * r).astype(np.float32)
+        values = np.asarray(F @ self.direction_coef_, dtype=float).reshape(n, C, r)
+        self.direction_mean_ = values.mean(axis=0)
+        scale = values.std(axis=0)
+        self.direction_scale_ = np.where(scale > 0, scale, 1.0)
+        return (values - self.direction_mean_) / self.direction_scale_
 
     def rater_direction_values(self, X) -> np.ndarray | None:
         """(n, controls, rater_directions) values of the items of X (a frame or plain item columns) on the
-        directions each rater has a slope on: per control, the part of its text score that comes from the
-        history, the context, ... (DIRECTION_SOURCES), centered on the training items; None without them."""
-        if not getattr(self, "direction_sources_", None):
+        directions each rater has a slope on (per control, learned in fit: _fit_directions), standardized as
+        on the training items; None without rater directions."""
+        if getattr(self, "direction_coef_", None) is None:
             return None
-        return self._score_parts(self.features_.transform(X), self.text_coef_) - self.direction_mean_
+        values = np.asarray(self.features_.transform(X) @ self.direction_coef_, dtype=float)
+        return (values.reshape(len(values), *self.direction_mean_.shape) - self.direction_mean_) / self.direction_scale_
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame):
         Yv = self._check_fit_input(X, Y)
         Tv = self._fit_target_scale(Yv)
         per_rater = self._fit_traits(X)
-        self.direction_sources_ = []
+        self.direction_coef_ = None
         self.known_raters_ = per_rater.index.to_numpy(dtype=object)
         Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
@@ -379,7 +390,7 @@ class PersonalizedRater(_RaterModel):
             self.generic_assistant_.append(effect)
             self.generic_links_.append(self._fit_link(scores, Yv[rated, c]))
         self.fit_keys_ = None  # not needed after fit (keeps pickled bundles small)
-        self._oof_parts = None
+        self._train_features = None
         for effects in self.effects_:
             effects.compact()
         return self
@@ -396,15 +407,21 @@ class PersonalizedRater(_RaterModel):
         self.effects_, self.links_known_, self.links_cold_, coefs = [], [], [], []
         self.assistant_effects_ = []
         self.assistant_rows_ = np.zeros(Tv.shape)  # in-sample assistant effects, for backfitting
-        directions = getattr(self, "_oof_parts", None) if self.direction_sources_ else None
-        self.direction_mean_ = np.zeros((Yv.shape[1], len(self.direction_sources_)))
+        directions = None
+        if self.rater_directions and links:  # learned once, in the round whose effects are kept
+            # What the text model, each rater's leniency and their slope leave: the directions are learned on it.
+            residual = np.full(Tv.shape, np.nan)
+            for c in range(Yv.shape[1]):
+                rated = np.isfinite(Yv[:, c])
+                g, rows = oof[rated, c], rows_all[rated]
+                base = Tv[rated, c] - g - self.common_known_[rows]
+                plain = RaterEffects(slopes=self.slopes, noise_prior=self.noise_prior).fit(rows, Z, g, base)
+                residual[rated, c] = base - plain.adjust(g, plain.posterior_[rows])
+            directions = self._fit_directions(residual, rows_all, len(Z))
         for c in range(Yv.shape[1]):
             rated = np.isfinite(Yv[:, c])
             g, y, t, rows = oof[rated, c], Yv[rated, c], Tv[rated, c], rows_all[rated]
-            extra = None
-            if directions is not None:
-                self.direction_mean_[c] = directions[rated, c].mean(axis=0)
-                extra = directions[rated, c] - self.direction_mean_[c]
+            extra = None if directions is None else directions[rated, c]
             base = t - g - self.common_known_[rows]
             assist, a_rows, a_link = None, np.zeros(len(g)), 0.0
             # Rater effects and (optionally) assistant effects, alternating: each fitted on the residual the
