@@ -180,25 +180,6 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
                   * self.block_scales_[name] for name, vec in self.vectorizers_.items() if vec is not None]
         return self._assemble(X, blocks)
 
-    def block_slices(self, n_columns: int) -> dict[str, slice]:
-        """Where each block sits in the columns of `transform`'s n_columns-wide matrix: "context" (position
-        and context fields), "relational" (the relational columns, when relational_weight > 0), then each
-        fitted text block by name ("text", "history", "encoder", ...), then "interactions" (if any)."""
-        text_width = sum(self.block_widths_.values())
-        n_relational = len(RELATIONAL_COLUMNS) if float(getattr(self, "relational_weight", 0.0) or 0.0) else 0
-        interactions = n_columns - text_width
-        dense = interactions
-        if getattr(self, "context_interactions", False) and self.block_widths_:
-            first = next(iter(self.block_widths_.values()))
-            dense = interactions - len(self.ctx_numeric_) * first
-        out = {"context": slice(0, dense - n_relational), "relational": slice(dense - n_relational, dense)}
-        start = dense
-        for name, width in self.block_widths_.items():
-            out[name] = slice(start, start + width)
-            start += width
-        out["interactions"] = slice(start, n_columns)
-        return out
-
     def _assemble(self, X: pd.DataFrame, text_blocks: list):
         # The context/position block is scaled down, i.e. penalised more by the ridge: a few dense
         # columns with a light penalty overfit conversation-level quirks (measured on synthetic data).
