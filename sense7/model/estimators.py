@@ -21,7 +21,6 @@ from scipy.stats import norm
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import GroupKFold
 
-from sense7.data.items import relational_columns
 from sense7.model.features import ItemFeatures
 
 # Scale of the relational features (sense7.data.items.RELATIONAL_COLUMNS) in both rater models; 0 = off.
