@@ -187,10 +187,11 @@ def test_questionnaire_answers_become_traits_and_bad_answers_are_named(synced):
 
     result = [choice("age_band", "35-44"), choice("tipi_1", "6"), choice("tipi_2", "9"), choice("llm_use", "daily")]
     # Written in Label Studio under the rater's account with no rater-page submission: not the rater's word.
+    before = syncer.store.raters_frame([rater]).loc[rater].to_dict()
     forged = client.annotations.create(task.id, result=result, completed_by=users[rater])
     outcome = syncer.reconcile()
     assert (outcome.profiles, outcome.quarantined) == (0, 1)
-    assert syncer.store.raters_frame([rater]).loc[rater].to_dict() == raters[1]["traits"]
+    assert syncer.store.raters_frame([rater]).loc[rater].to_dict() == before
     client.annotations.delete(forged.id)
     # Answered on the rater page (the outbox) and delivered: their traits.
     annotate(client, task, users[rater], store=syncer.store, result=result, kind="profile")
