@@ -137,15 +137,17 @@ def quarantined() -> None:
                       f"{row['conversation_id']} turn {row['turn_index']}): {row['quarantine']}",
                       highlight=False, markup=False)
     console.print(f"{len(rows)} quarantined annotation(s); they are kept, never trained on")
-    held = [row for row in Store(settings().store_url).held() if row["rater_id"] is not None]
+    held = Store(settings().store_url).held()
     for row in held:
+        if row["rater_id"] is None:  # quarantined: listed above
+            continue
         version = row["held"]
         values = " ".join(f"{k}={v}" for k, v in (version.get("values") or {}).items())
         console.print(f"annotation {row['annotation_id']} (task {row['task_id']}, rater {row['rater_id']}): "
                       f"not counted: {values} ({version.get('reason')})", highlight=False, markup=False)
     if held:
-        console.print(f"{len(held)} change(s) in Label Studio not counted as the rater's; "
-                      "`sense7 ratings accept ID` counts one")
+        console.print(f"{len(held)} version(s) written in Label Studio under a rater's account, not counted as "
+                      "the rater's; `sense7 ratings accept ID` counts one (logged)", highlight=False, markup=False)
 
 
 @ratings_app.command("accept")

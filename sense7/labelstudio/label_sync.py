@@ -245,7 +245,7 @@ class LabelSync:
             changed_by=author if via == VIA_RATER_PAGE else changer, lead_time=_seconds(annotation.get("lead_time")),
             created_at=iso_time(annotation.get("created_at")) if annotation.get("created_at") else None,
             repeat_of=task_data.get("repeat_of") or None)
-        result.credited += bool(changed and rater is not None)
+        result.credited += bool(changed and rater is not None and held is None)  # a held change adds nothing
         if changed:
             result.upserted += 1
         else:
