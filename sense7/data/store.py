@@ -79,7 +79,7 @@ annotations = Table(
     # rater page, and not accepted (`sense7 ratings accept`). {"rater_id" (the rater it claims), "values",
     # "expectation", "comment", "changed_by", "reason"}; the ratings rows keep what counts (the delivered
     # version), or the annotation is quarantined when nothing of the rater's stands behind it.
-    Column("held", JSON, nullable=True),
+    Column("held", JSON(none_as_null=True), nullable=True),
 )
 
 # Every change of a synced rating, oldest first: who (Label Studio user id), when, the state before and
