@@ -17,7 +17,7 @@ import redis
 from sense7.tasks import delivery, sync
 from sense7.tasks.broker import LEASE_TTL, take_lease
 from tests.jobs.helpers import annotate, project_tasks, wait_for
-from tests.jobs.test_pipeline import seed, stored_raters
+from tests.jobs.test_pipeline import seed
 
 HOLDER = """
 import sys, time
@@ -90,11 +90,13 @@ def test_a_sync_entry_claimed_by_a_killed_worker_reaches_the_store(job_stack):
     claimer.wait(timeout=10)
     assert not conn.sismember(sync.PENDING_KEY, member)  # taken from the set ...
     assert sync.backlog(conn)["pending"] == 1            # ... but not lost
-    assert stored_raters(rt.store) == {}
+    assert ann.id not in rt.store.annotation_versions()
     # A stale "drain queued or running" flag, as the killed worker leaves it: new webhooks would queue nothing.
     conn.set(sync.SCHEDULED_KEY, 1, ex=120)
 
     job_stack.start_worker()
-    wait_for(lambda: stored_raters(rt.store) == {ann.id: "cr1"}, timeout=30,
+    # (Stored, whatever its attribution: made in Label Studio with no rater-page submission behind it, it
+    # is kept quarantined since issue 23 item 1.)
+    wait_for(lambda: ann.id in rt.store.annotation_versions(), timeout=30,
              what="the claimed entry to reach the store after the restart")
     wait_for(lambda: sync.backlog(conn) == {"pending": 0, "deleted": 0}, timeout=30, what="an empty backlog")
