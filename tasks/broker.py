@@ -68,13 +68,6 @@ def queue_once(app, flag: str, ttl: int, job: str) -> bool:
     return True
 
 
-def try_lock(conn: redis.Redis, name: str, ttl: float):
-    """The lock `name` held for `ttl` s (renew it with `lock.extend` / `lock.reacquire`), or None when
-    someone else holds it."""
-    lock = conn.lock(name, timeout=ttl, blocking=False)
-    return lock if lock.acquire() else None
-
-
 def release(lock) -> None:
     """Let go of a lock; one that expired meanwhile has nothing to release."""
     try:
