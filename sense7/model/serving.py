@@ -69,7 +69,7 @@ class _TextScores:
             # Presence features: a term counts once per document, however often it occurs.
             keys = np.unique(rows * len(coef) + cols)
             rows, cols = keys // len(coef), keys % len(coef)
-            starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+            starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))  # (np.r_ costs more)
             out[rows[starts]] += np.add.reduceat(coef[cols], starts, axis=0)
         return out
 
@@ -129,7 +129,8 @@ class Predictions:
         """(the level the decision rule picks, its probability), each (items, controls). rule: "mode" (the
         most likely level) or "median" (sense7.model.decision)."""
         best = decide(self.probs, rule)
-        return self.levels[best], np.take_along_axis(self.probs, best[:, :, None], axis=2)[:, :, 0]
+        items, controls = np.indices(best.shape, sparse=True)  # (take_along_axis, the same, costs more)
+        return self.levels[best], self.probs[items, controls, best]
 
 
 class CompiledBundle:
@@ -224,7 +225,7 @@ class CompiledBundle:
             scores = g + raters.common[rows][:, None] + shift \
                 + self._personal_assistants([assistants[i] for i in personal])
             known = raters.known[rows]
-            probs[personal] = np.where(known[:, None, None], self._known_links(scores), self._cold_links(scores))
+            probs[personal] = self._rater_links(scores, known)
             kinds[personal] = np.where(known, "personalized", "traits")
         if len(generic):
             g = text[generic] if self._generic_text is self._text else \
@@ -232,6 +233,15 @@ class CompiledBundle:
             scores = g + self._generic_assistants([assistants[i] for i in generic])
             probs[generic] = self._generic_links(scores)
         return Predictions(kinds.tolist(), probs, self.levels)
+
+    def _rater_links(self, scores: np.ndarray, known: np.ndarray) -> np.ndarray:
+        """Probabilities through the known link for known raters, the cold one for the others: only the
+        links some item needs are computed (a request is usually one kind)."""
+        if known.all():
+            return self._known_links(scores)
+        if not known.any():
+            return self._cold_links(scores)
+        return np.where(known[:, None, None], self._known_links(scores), self._cold_links(scores))
 
     def predict_panel(self, columns: dict, raters: RaterTable, members: list[str]) -> np.ndarray:
         """(items, members, controls, levels): every item of `columns` as each member would rate it.
