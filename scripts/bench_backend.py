@@ -183,7 +183,7 @@ class PeerBackend:
         env.pop("VIRTUAL_ENV", None)
         self.process = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.DEVNULL,
                                         stderr=open(self.workdir / "peer.log", "wb"))
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 900  # the fit at import: ~20 s on a quiet machine, minutes on a loaded one
         while True:
             try:
                 answer = requests.post(f"{self.url}/setup", json={"project": "1.1700000000",
@@ -193,6 +193,7 @@ class PeerBackend:
             except requests.RequestException:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()  # not called by `with` when __enter__ raises
                 raise SystemExit(f"the peer did not start: {(self.workdir / 'peer.log').read_text()[-2000:]}")
             time.sleep(0.5)
 
