@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import and_, func, select, update
 
-from sense7.data.store import Store, instructed_answers, rater_links, rater_tasks, submissions
+from sense7.data.store import Store, conversation_choices, instructed_answers, rater_links, rater_tasks, submissions
 
 TOKEN_BYTES = 32  # 256 random bits per link
 
@@ -106,14 +106,19 @@ class RaterQueue:
             return bool(conn.scalar(select(func.count()).select_from(rater_tasks)
                                     .where(rater_tasks.c.rater_id == rater_id)))
 
-    def items(self, rater_id: str) -> list[QueueItem]:
-        """The rater's queue in order (profile first), each with its latest answer."""
+    def items(self, rater_id: str, left_out: bool = False) -> list[QueueItem]:
+        """The rater's queue in order (profile first), each with its latest answer; turns of conversations the
+        rater left out of the study (sense7.data.participation) are not in it (`left_out=True`: they are)."""
         with self.store.engine.connect() as conn:
             rows = conn.execute(select(rater_tasks).where(rater_tasks.c.rater_id == rater_id)
                                 .order_by(rater_tasks.c.position)).mappings().all()
             latest = _latest_answers(conn, rater_id)
+            out = set() if left_out else {cid for (cid,) in conn.execute(
+                select(conversation_choices.c.conversation_id).where(
+                    conversation_choices.c.rater_id == rater_id, conversation_choices.c.in_study.is_(False)))}
         return [QueueItem(r["task_id"], r["kind"], r["position"], r["conversation_id"], r["turn_index"],
-                          r["data"], r["prediction"], latest.get(r["task_id"], r["answer"])) for r in rows]
+                          r["data"], r["prediction"], latest.get(r["task_id"], r["answer"])) for r in rows
+                if r["conversation_id"] is None or r["conversation_id"] not in out]
 
 
 def _latest_answers(conn, rater_id: str) -> dict[int, dict]:

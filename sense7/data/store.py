@@ -218,6 +218,35 @@ instructed_answers = Table(
     Column("answered_at", DateTime(timezone=True), nullable=False),
 )
 
+# -- participants' rights (sense7.data.participation) ---------------------------------------------------
+# Each participant's choice per conversation of theirs, made on the rater page before (or while) rating:
+# out of the study (not rated, not trained on, not released) and/or out of a release (rated, not released).
+# The latest choice and when it was made; changeable at any time (README: participants' rights).
+conversation_choices = Table(
+    "conversation_choices", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("conversation_id", String(200), primary_key=True),
+    Column("in_study", Boolean, nullable=False),
+    Column("in_release", Boolean, nullable=False),
+    Column("chosen_at", DateTime(timezone=True), nullable=False),
+)
+
+# Withdrawals: requested (the rater page's button or `sense7 raters withdraw`), then erased. While pending,
+# rater_id says whom to erase; the erasure's last transaction sets it to NULL, so what remains is a receipt
+# without personal data: who asked (participant | the staff user), when, when erased, counts.
+withdrawals = Table(
+    "withdrawals", metadata,
+    Column("receipt", String(32), primary_key=True),      # random, names nobody
+    Column("rater_id", String(200), nullable=True, unique=True),
+    Column("requested_by", String(200), nullable=False),  # "participant" or the staff user who ran the command
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("confirmed_by", String(200), nullable=True),
+    Column("erased_at", DateTime(timezone=True), nullable=True),
+    Column("counts", JSON, nullable=True),                # rows deleted per table, Label Studio objects deleted
+    Column("model_versions", JSON, nullable=True),        # versions trained on their data, removed once replaced
+    Column("retrain", String(300), nullable=True),        # the retrain job queued, or why it was not
+)
+
 RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]
 
 
