@@ -177,14 +177,16 @@ def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed
 class _OracleRater:
     """The synthetic truth (sense7.model.oracle.SynthOracle) as an estimator evaluate can cross-validate."""
 
-    def __init__(self, truth=None):
+    def __init__(self, truth=None, rater_blind: bool = False):
         self.truth = truth
+        self.rater_blind = rater_blind
 
     def get_params(self, deep=True):
-        return {"truth": self.truth}
+        return {"truth": self.truth, "rater_blind": self.rater_blind}
 
     def set_params(self, **params):
         self.truth = params.get("truth", self.truth)
+        self.rater_blind = params.get("rater_blind", self.rater_blind)
         return self
 
     def fit(self, X, Y):
@@ -197,7 +199,7 @@ class _OracleRater:
     def predict_proba(self, X):
         from sense7.model.oracle import SynthOracle
 
-        return SynthOracle(self.truth).predict_proba(X, self.controls_)
+        return SynthOracle(self.truth, rater_blind=self.rater_blind).predict_proba(X, self.controls_)
 
     def predict(self, X):
         import pandas as pd
@@ -208,7 +210,9 @@ class _OracleRater:
 
 def bench_oracle_gain(spec: str, folds: int, boot: int, seed: int) -> None:
     """`--oracle-gain CxR`: on synthetic data with planted rater x content sensitivities (sense7.data.synth),
-    the within-rater Spearman gain over generic of the personalized model and of the oracle (the truth)."""
+    the within-rater Spearman gain over generic of the personalized model and of the oracle (the truth);
+    and, to tell the rater-specific part from the text model's error, the rater-blind oracle (the truth for
+    an average rater) against generic and the oracle against the rater-blind oracle."""
     from sense7.data.synth import generate
     from sense7.model.estimators import GenericRater, PersonalizedRater
     from sense7.taxonomy import load_taxonomy
@@ -219,11 +223,15 @@ def bench_oracle_gain(spec: str, folds: int, boot: int, seed: int) -> None:
           f"known raters\n")
     print("| model (as 'personalized') | Spearman | within-rater gain over generic [95% CI] | share of raters gaining |")
     print("| --- | --- | --- | --- |")
-    for label, model in (("personalized", PersonalizedRater()),
-                         ("personalized, rater_directions=2", PersonalizedRater(rater_directions=2)),
-                         ("oracle (the truth)", _OracleRater(synth.truth))):
+    blind = _OracleRater(synth.truth, rater_blind=True)
+    for label, model, generic in (
+            ("personalized", PersonalizedRater(), GenericRater()),
+            ("personalized, rater_directions=1", PersonalizedRater(rater_directions=1), GenericRater()),
+            ("oracle (the truth)", _OracleRater(synth.truth), GenericRater()),
+            ("rater-blind oracle (the truth for an average rater)", blind, GenericRater()),
+            ("oracle, over the rater-blind oracle (not generic)", _OracleRater(synth.truth), blind)):
         result = evaluate(synth.rating_data(), splits=("known_rater",), n_folds=folds, seed=seed, n_boot=boot,
-                          models={"generic": GenericRater(), "personalized": model}, taxonomy=synth.taxonomy)
+                          models={"generic": generic, "personalized": model}, taxonomy=synth.taxonomy)
         body = result["splits"]["known_rater"]
         gain = body["perspectivist"]["personalization_gain"]["spearman"]
         print(f"| {label} | {_fmt(body['models']['personalized']['overall']['spearman'])} | {gain['mean']:+.3f} "

@@ -205,7 +205,7 @@ class Withdrawals:
 ERASURE = {
     "raters": "rater", "contexts": "rater", "imported_ratings": "rater", "rater_links": "rater",
     "rater_tasks": "rater", "submissions": "rater", "task_arms": "rater", "recorded_predictions": "rater",
-    "instructed_answers": "rater", "conversation_choices": "rater",
+    "instructed_answers": "rater", "conversation_choices": "rater", "accepted_versions": "rater",
     "annotations": "annotation", "ratings": "annotation", "rating_history": "history",
     "conversations": "conversation", "staff_log": "redact", "study_values": "none", "withdrawals": "receipt",
 }

@@ -208,6 +208,22 @@ class Outbox:
                 submissions.c.rater_id == rater_id, submissions.c.task_id == task_id,
                 submissions.c.annotation_id.is_not(None)).limit(1))
 
+    def revisions(self, rater_id: str | None = None, task_id: int | None = None) -> dict[tuple[str, int], list[dict]]:
+        """(rater, task) -> every submitted revision, oldest first (revision, kind, result, submitted_at,
+        delivered_at, annotation_id): what the sync checks an annotation credited to a rater against."""
+        query = select(submissions.c.rater_id, submissions.c.task_id, submissions.c.revision, submissions.c.kind,
+                       submissions.c.result, submissions.c.submitted_at, submissions.c.delivered_at,
+                       submissions.c.annotation_id).order_by(submissions.c.revision)
+        if rater_id is not None:
+            query = query.where(submissions.c.rater_id == rater_id)
+        if task_id is not None:
+            query = query.where(submissions.c.task_id == task_id)
+        found: dict[tuple[str, int], list[dict]] = {}
+        with self.store.engine.connect() as conn:
+            for row in conn.execute(query).mappings():
+                found.setdefault((row["rater_id"], row["task_id"]), []).append(dict(row))
+        return found
+
     def mark_failed(self, key: str, error: str) -> None:
         with self.store.engine.begin() as conn:
             conn.execute(update(submissions).where(submissions.c.key == key).values(last_error=error[:300]))

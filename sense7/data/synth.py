@@ -99,6 +99,10 @@ class SynthTruth:
     trait_leniency: pd.Series  # per rater: the part explained by traits
     sensitivity: pd.DataFrame  # rater x control multiplier of the turn's cue quality
     cues: pd.DataFrame  # conversation_id, turn_index, one cue state (-1/0/1) per dimension
+    # The latent means an average rater would have (sensitivities and failure weight 1, no leniency or
+    # per-control offsets; the rater's own context kept): the rater-blind oracle, i.e. a perfect text and
+    # context model that knows nothing of the rater. Same keys and columns as `latent`.
+    population_latent: pd.DataFrame | None = None
 
 
 @dataclass
@@ -178,7 +182,7 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy,
     raters = pd.DataFrame(profiles)
 
     # -- conversations and ratings -------------------------------------------------------------------
-    conversations, rating_rows, latent_rows, cue_rows = [], [], [], []
+    conversations, rating_rows, latent_rows, cue_rows, population_rows = [], [], [], [], []
     ctx_fields = {f.key: f for f in taxonomy.context_fields}
     for ci in range(1, n_conversations + 1):
         conv_id = f"c{ci:04d}"
@@ -232,8 +236,20 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy,
             failures = [1.0 if st.get("continuity", 0) == -1 else 0.0 for st in turn_cues]
             unmet = [1.0 if ((wanted >= 4 and st.get("acknowledgement", 0) < 1 and st.get("validation", 0) < 1)
                              or st.get("tone", 0) == -1) else 0.0 for st in turn_cues]
-            overall_means = []
+            overall_means, population_overall = [], []
             for t, (turn_index, st) in enumerate(zip(turn_indices, turn_cues)):
+                # The average rater's mean (no random draws here: the data are unchanged by it).
+                failed = sum(w * failures[t - k] for k, w in enumerate(FAILURE_PENALTY) if t - k >= 0)
+                average_penalty = failed + sum(w * unmet[t - k] for k, w in enumerate(UNMET_PENALTY) if t - k >= 0)
+                average = {}
+                for d in dims:
+                    q = CUE_WEIGHT * st[d] * ((1 + 0.15 * (wanted - 3)) if d in ("acknowledgement", "validation") else 1)
+                    average[d] = base + q + 0.1 * (mood - 3) - average_penalty
+                average[taxonomy.overall.key] = base + 0.1 * (mood - 3) - average_penalty + 0.8 * float(np.mean(
+                    [average[d] - base - 0.1 * (mood - 3) + average_penalty for d in dims])) * 2.5
+                population_overall.append(average[taxonomy.overall.key])
+                population_rows.append({"conversation_id": conv_id, "turn_index": turn_index, "rater_id": rid,
+                                        **average})
                 penalty = s["_failure"] * sum(w * failures[t - k] for k, w in enumerate(FAILURE_PENALTY) if t - k >= 0)
                 penalty += sum(w * unmet[t - k] for k, w in enumerate(UNMET_PENALTY) if t - k >= 0)
                 means = {}
@@ -260,6 +276,8 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy,
                 mean = float(np.mean(overall_means))
                 latent_rows.append({"conversation_id": conv_id, "turn_index": pd.NA, "rater_id": rid,
                                     taxonomy.overall.key: mean})
+                population_rows.append({"conversation_id": conv_id, "turn_index": pd.NA, "rater_id": rid,
+                                        taxonomy.overall.key: float(np.mean(population_overall))})
                 rating = 1 + int(np.searchsorted(thresholds, mean + rng.normal(0, NOISE_SD)))
                 rating_rows.append((conv_id, pd.NA, rid, taxonomy.overall.key, rating))
 
@@ -268,9 +286,11 @@ def generate(n_conversations: int, n_raters: int, seed: int, taxonomy: Taxonomy,
     latent = pd.DataFrame(latent_rows)
     latent["turn_index"] = latent["turn_index"].astype("Int64")
     sensitivity = pd.DataFrame({rid: {c: s[c] for c in controls} for rid, s in sens.items()}).T
+    population = pd.DataFrame(population_rows)
+    population["turn_index"] = population["turn_index"].astype("Int64")
     truth = SynthTruth(thresholds=thresholds, noise_sd=NOISE_SD, latent=latent,
                        leniency=pd.Series(leniency), trait_leniency=pd.Series(trait_len),
-                       sensitivity=sensitivity, cues=pd.DataFrame(cue_rows))
+                       sensitivity=sensitivity, cues=pd.DataFrame(cue_rows), population_latent=population)
     return SynthData(conversations, raters, ratings, truth, taxonomy)
 
 

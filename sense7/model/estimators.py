@@ -21,7 +21,6 @@ from scipy.stats import norm
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import GroupKFold
 
-from sense7.data.items import relational_columns
 from sense7.model.features import ItemFeatures
 
 # Scale of the relational features (sense7.data.items.RELATIONAL_COLUMNS) in both rater models; 0 = off.
@@ -119,6 +118,8 @@ class _RaterModel(BaseEstimator):
         targets = np.tile(Yv, (1, len(weights)))
         coef, intercept = multi_ridge(F, targets, np.hstack(weights), self.alpha)
         self.text_coef_, self.text_intercept_ = coef[:, :C].astype(np.float32), intercept[:C]
+        if getattr(self, "rater_directions", 0):
+            self._train_features = F  # the rater directions are learned on it (PersonalizedRater._fit_directions)
         if not folds:  # too few conversations to hold any out: in-sample scores (links become overconfident)
             oof = np.asarray(F @ coef[:, :C]) + intercept[:C]
         else:
@@ -247,11 +248,12 @@ class PersonalizedRater(_RaterModel):
     assistant_effects: also a shrunk per-assistant effect (as in GenericRater), fitted alternately with
     the rater effects on training rows only; unknown or unseen assistants get 0.
 
-    rater_directions: r > 0 gives each rater a slope on r more directions (the leading principal directions
-    of the standardized relational columns, sense7.data.items.relational_columns), with the same trait
-    prior and empirical-Bayes shrinkage as the intercept, so raters with the same leniency can differ in
-    what moves them; a new rater gets what the traits predict. 0 (default): measured not to help on WASSA
-    and ConvAbuse (docs/BENCHMARKS.md).
+    rater_directions: r > 0 gives each rater, per control, a slope on r directions in the text features,
+    learned from the residuals (the feature directions along which the raters' own residual ridges differ
+    most, see _fit_directions), with the same trait prior and empirical-Bayes shrinkage as the intercept,
+    so raters with the same leniency can differ in what moves them (one punishes a forgotten detail more
+    than another); a new rater gets what the traits predict. (A slope on the score itself cannot change
+    how a rater's turns rank; these can.) 0 (default): see docs/BENCHMARKS.md for the measurements.
 
     Shared with GenericRater: text_features / text_weighting / max_features / history_chars /
     context_weight / context_interactions / relational_weight / text_encoder
@@ -307,33 +309,54 @@ class PersonalizedRater(_RaterModel):
         z = (values - self.trait_mean_) / self.trait_scale_
         return np.column_stack([np.ones(len(values)), np.nan_to_num(z, nan=0.0)])
 
-    def _fit_directions(self, X) -> np.ndarray | None:
-        """The rater_directions leading principal directions of the standardized relational columns
-        (sense7.data.items.relational_columns) on the training items; their values per item."""
-        if not self.rater_directions:
-            self.direction_basis_ = None
-            return None
-        M = np.column_stack(list(relational_columns(X).values()))
-        self.direction_mean_ = M.mean(axis=0)
-        scale = M.std(axis=0)
+    def _fit_directions(self, residual: np.ndarray, rows_all: np.ndarray, n_raters: int) -> np.ndarray | None:
+        """The rater directions, learned from what the text model and each rater's leniency and slope leave
+        unexplained: per control and rater a ridge of the residuals on the text features (one batched solve,
+        sense7.model.ridge), and per control the rater_directions leading principal directions of the raters'
+        coefficients around their average (each rater weighted by their ratings), i.e. the feature
+        directions along which raters differ most in what moves them. Returns the training items' values
+        (n, controls, r), centered and scaled to unit variance; sets direction_coef_ (features, controls * r).
+        Memory: the batched solve holds (n, controls * raters) weights, e.g. 1.3 GB for 100k items, 8 controls
+        and 200 raters (one reason the option is off by default)."""
+        F = self._train_features
+        n, C = residual.shape
+        r = int(self.rater_directions)
+        known = rows_all >= 0
+        targets = np.repeat(np.nan_to_num(residual), n_raters, axis=1)  # column c * R + rater
+        weights = np.zeros((n, C * n_raters))
+        for c in range(C):
+            rated = np.isfinite(residual[:, c]) & known
+            weights[np.flatnonzero(rated), c * n_raters + rows_all[rated]] = 1.0
+        coef, _ = multi_ridge(F, targets, weights, self.alpha)
+        counts = weights.sum(axis=0).reshape(C, n_raters)
+        basis = np.zeros((F.shape[1], C, r))
+        for c in range(C):
+            B = coef[:, c * n_raters:(c + 1) * n_raters]
+            w = counts[c] / max(counts[c].sum(), 1.0)
+            centered = (B - B @ w[:, None]) * np.sqrt(w)
+            u, _, _ = np.linalg.svd(centered, full_matrices=False)
+            basis[:, c, :u.shape[1]] = u[:, :r]
+        self.direction_coef_ = basis.reshape(F.shape[1], C * r).astype(np.float32)
+        values = np.asarray(F @ self.direction_coef_, dtype=float).reshape(n, C, r)
+        self.direction_mean_ = values.mean(axis=0)
+        scale = values.std(axis=0)
         self.direction_scale_ = np.where(scale > 0, scale, 1.0)
-        _, _, vt = np.linalg.svd((M - self.direction_mean_) / self.direction_scale_, full_matrices=False)
-        self.direction_basis_ = vt[:int(self.rater_directions)].T
-        return self.rater_direction_values(X)
+        return (values - self.direction_mean_) / self.direction_scale_
 
     def rater_direction_values(self, X) -> np.ndarray | None:
-        """(n, rater_directions) values of the items of X (a frame or plain item columns) on the fitted
-        directions each rater has a slope on; None without rater directions."""
-        if getattr(self, "direction_basis_", None) is None:
+        """(n, controls, rater_directions) values of the items of X (a frame or plain item columns) on the
+        directions each rater has a slope on (per control, learned in fit: _fit_directions), standardized as
+        on the training items; None without rater directions."""
+        if getattr(self, "direction_coef_", None) is None:
             return None
-        M = np.column_stack(list(relational_columns(X).values()))
-        return ((M - self.direction_mean_) / self.direction_scale_) @ self.direction_basis_
+        values = np.asarray(self.features_.transform(X) @ self.direction_coef_, dtype=float)
+        return (values.reshape(len(values), *self.direction_mean_.shape) - self.direction_mean_) / self.direction_scale_
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame):
         Yv = self._check_fit_input(X, Y)
         Tv = self._fit_target_scale(Yv)
         per_rater = self._fit_traits(X)
-        self._directions = self._fit_directions(X)
+        self.direction_coef_ = None
         self.known_raters_ = per_rater.index.to_numpy(dtype=object)
         Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
@@ -368,7 +391,7 @@ class PersonalizedRater(_RaterModel):
             self.generic_assistant_.append(effect)
             self.generic_links_.append(self._fit_link(scores, Yv[rated, c]))
         self.fit_keys_ = None  # not needed after fit (keeps pickled bundles small)
-        self._directions = None
+        self._train_features = None
         for effects in self.effects_:
             effects.compact()
         return self
@@ -385,11 +408,21 @@ class PersonalizedRater(_RaterModel):
         self.effects_, self.links_known_, self.links_cold_, coefs = [], [], [], []
         self.assistant_effects_ = []
         self.assistant_rows_ = np.zeros(Tv.shape)  # in-sample assistant effects, for backfitting
-        directions = getattr(self, "_directions", None)
+        directions = None
+        if self.rater_directions and links:  # learned once, in the round whose effects are kept
+            # What the text model, each rater's leniency and their slope leave: the directions are learned on it.
+            residual = np.full(Tv.shape, np.nan)
+            for c in range(Yv.shape[1]):
+                rated = np.isfinite(Yv[:, c])
+                g, rows = oof[rated, c], rows_all[rated]
+                base = Tv[rated, c] - g - self.common_known_[rows]
+                plain = RaterEffects(slopes=self.slopes, noise_prior=self.noise_prior).fit(rows, Z, g, base)
+                residual[rated, c] = base - plain.adjust(g, plain.posterior_[rows])
+            directions = self._fit_directions(residual, rows_all, len(Z))
         for c in range(Yv.shape[1]):
             rated = np.isfinite(Yv[:, c])
             g, y, t, rows = oof[rated, c], Yv[rated, c], Tv[rated, c], rows_all[rated]
-            extra = None if directions is None else directions[rated]
+            extra = None if directions is None else directions[rated, c]
             base = t - g - self.common_known_[rows]
             assist, a_rows, a_link = None, np.zeros(len(g)), 0.0
             # Rater effects and (optionally) assistant effects, alternating: each fitted on the residual the
@@ -472,7 +505,7 @@ class PersonalizedRater(_RaterModel):
             effects, g = self.effects_[j], g_all[:, j]
             coef = effects.prior(Z)
             coef[known] = self.rater_coef_[rows[known], j]
-            scores = g + common + effects.adjust(g, coef, extra) + shift[:, j]
+            scores = g + common + effects.adjust(g, coef, None if extra is None else extra[:, j]) + shift[:, j]
             if known.all():
                 out[control] = self.links_known_[j].predict_proba(scores)
                 continue

@@ -15,11 +15,16 @@ KEYS = ["conversation_id", "turn_index", "rater_id"]
 
 
 class SynthOracle:
-    def __init__(self, truth):
+    """rater_blind: the truth for an average rater (SynthTruth.population_latent: perfect text and context,
+    nothing of the rater), the ceiling of a generic model; what the oracle adds to it is rater-specific."""
+
+    def __init__(self, truth, rater_blind: bool = False):
         self.truth = truth
+        self.rater_blind = rater_blind
 
     def latent_means(self, X: pd.DataFrame, controls) -> pd.DataFrame:
-        latent = self.truth.latent.assign(turn_index=self.truth.latent["turn_index"].fillna(-1).astype(int))
+        source = self.truth.population_latent if self.rater_blind else self.truth.latent
+        latent = source.assign(turn_index=source["turn_index"].fillna(-1).astype(int))
         keys = X[KEYS].assign(turn_index=X["turn_index"].astype("Int64").fillna(-1).astype(int))
         merged = keys.merge(latent, on=KEYS, how="left")
         return merged[list(controls)].set_axis(X.index)

@@ -248,8 +248,8 @@ class CompiledBundle:
             if self._slopes:  # slopes: how strongly this rater follows the text score
                 shift = shift + coef[:, :, 1] * (g - self._g_mean)
             if coef.shape[2] > self._n_base:  # slopes on the rater directions (PersonalizedRater.rater_directions)
-                values = self.personalized.rater_direction_values(_rows_of(columns, personal))
-                shift = shift + np.einsum("icd,id->ic", coef[:, :, self._n_base:], values)
+                values = self.personalized.rater_direction_values(_rows_of(columns, personal))  # (i, c, d)
+                shift = shift + np.einsum("icd,icd->ic", coef[:, :, self._n_base:], values)
             scores = g + raters.common[rows][:, None] + shift \
                 + self._personal_assistants([assistants[i] for i in personal])
             known = raters.known[rows]
@@ -287,8 +287,8 @@ class CompiledBundle:
         if self._slopes:
             shift = shift + coef[..., 1] * (g - self._g_mean)
         if coef.shape[3] > self._n_base:
-            values = self.personalized.rater_direction_values(columns)  # (items, directions)
-            shift = shift + np.einsum("mcd,id->imc", coef[0, :, :, self._n_base:], values)
+            values = self.personalized.rater_direction_values(columns)  # (items, controls, directions)
+            shift = shift + np.einsum("mcd,icd->imc", coef[0, :, :, self._n_base:], values)
         scores = g + raters.common[rows][None, :, None] + shift \
             + self._personal_assistants(columns["assistant_id"])[:, None, :]
         known = raters.known[rows]

@@ -56,6 +56,7 @@ def _fill_rater_rows(store: Store, rater: str, conversation: str, task_id: int) 
                                        "data": {"history": [{"role": "user", "content": text}], "turn": []},
                                        "prediction": None, "answer": None}])
     Outbox(store).add_next(rater, "rating", task_id, [], {"values": {"overall": 4}}, 3.0)
+    store.record_accepted(task_id * 10, rater, {"values": {"overall": 5}}, actor="staff")
     InstructedAnswers(store).record(rater, task_id, "attention", 2, 2)
     ConversationChoices(store).choose(rater, conversation, True, False)
     key = f"{conversation}::1::{rater}"

@@ -79,3 +79,20 @@ def test_leniency_is_partly_explained_by_traits():
     truth = generate(10, 200, seed=9, taxonomy=TAXONOMY).truth
     corr = np.corrcoef(truth.leniency, truth.trait_leniency)[0, 1]
     assert 0.3 < corr < 0.9  # traits explain some, not all, of a rater's leniency
+
+
+def test_rater_blind_truth_is_the_average_rater():
+    """population_latent: the same turns as latent, for a rater without leniency or sensitivities of their
+    own. What separates the two is the rater: a constant shift per rater and control (leniency, offsets)
+    plus how strongly they react to the turn (sensitivities), so the difference has a rater mean far from 0
+    and varies within raters; the average rater itself ranks turns close to, not exactly like, the raters."""
+    truth = generate(40, 8, seed=4, taxonomy=TAXONOMY).truth
+    keys = ["conversation_id", "turn_index", "rater_id"]
+    merged = truth.latent.merge(truth.population_latent, on=keys, suffixes=("", "_average"))
+    assert len(merged) == len(truth.latent) == len(truth.population_latent)
+    turns = merged[merged["turn_index"].notna()]
+    difference = turns["acknowledgement"] - turns["acknowledgement_average"]
+    per_rater = difference.groupby(turns["rater_id"])
+    assert per_rater.mean().abs().max() > 0.3  # leniency
+    assert per_rater.std().min() > 0.01  # sensitivity: not a constant shift
+    assert 0.6 < np.corrcoef(turns["acknowledgement"], turns["acknowledgement_average"])[0, 1] < 0.999
