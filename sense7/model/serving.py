@@ -29,6 +29,9 @@ from sense7.model.ordinal import cumulative_logit_proba
 from sense7.model.text import BulkNgramVectorizer
 
 
+DENSE_ROWS_KEPT = 4096  # distinct (position, context) inputs whose dense scores a process keeps
+
+
 def _rows_of(columns: dict, rows: np.ndarray) -> dict:
     return {name: [values[i] for i in rows] for name, values in columns.items()}
 
@@ -45,6 +48,10 @@ class _TextScores:
         n_dense = features.dense_features({"n_turns": [0.0], "turn_position": [0.0], "text": [""],
                                            "history_text": [""]}).shape[1]
         self.dense_coef = coef[:n_dense] * features.context_weight
+        # The dense part of a row depends on a few inputs only (position, context answers): kept per distinct
+        # inputs (at most DENSE_ROWS_KEPT), unless relational columns (which read the texts) are in it.
+        self.dense_inputs = ["n_turns", "turn_position", *features.ctx_numeric_, *features.ctx_categories_]
+        self.dense_rows: dict | None = None if float(getattr(features, "relational_weight", 0.0) or 0.0) else {}
         self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale)
         self.fast = not features.context_interactions
         offset = n_dense
@@ -61,7 +68,7 @@ class _TextScores:
         """(n, controls) text scores of the items in `columns`."""
         if not self.fast:
             return self.model.text_scores(pd.DataFrame(columns))
-        out = self.features.dense_features(columns) @ self.dense_coef + self.intercept
+        out = self.dense_scores(columns)
         for name, vec, coef in self.blocks:
             rows, cols = vec.cells(self.features.block_texts(columns, name))
             if not len(rows):
@@ -69,9 +76,30 @@ class _TextScores:
             # Presence features: a term counts once per document, however often it occurs.
             keys = np.unique(rows * len(coef) + cols)
             rows, cols = keys // len(coef), keys % len(coef)
-            starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+            starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))  # (np.r_ costs more)
             out[rows[starts]] += np.add.reduceat(coef[cols], starts, axis=0)
         return out
+
+
+    def dense_scores(self, columns: dict) -> np.ndarray:
+        """(n, controls) the intercept plus the position/context features' part, per item: what
+        `dense_features` @ coefficients gives, each distinct row of inputs computed once per process (a
+        batch-1 request otherwise pays ~40 small numpy calls for it)."""
+        rows = self.dense_rows  # entries are only ever added to this dict (a full one is replaced): thread-safe
+        n = len(columns["n_turns"])
+        try:
+            keys = list(zip(*(columns[name] if name in columns else [None] * n for name in self.dense_inputs)))
+            missing = [i for i, key in enumerate(keys) if key not in rows]
+        except TypeError:  # not kept (relational columns: rows is None), or an unhashable value
+            return self.features.dense_features(columns) @ self.dense_coef + self.intercept
+        if missing:
+            subset = {name: [columns[name][i] for i in missing] for name in self.dense_inputs if name in columns}
+            computed = self.features.dense_features(subset) @ self.dense_coef + self.intercept
+            if len(rows) + len(missing) > DENSE_ROWS_KEPT:
+                rows = {key: rows[key] for key in keys if key in rows}
+            rows.update(zip((keys[i] for i in missing), computed))
+            self.dense_rows = rows
+        return np.array([rows[key] for key in keys]).reshape(n, len(self.intercept))
 
 
 class _Links:
@@ -129,7 +157,8 @@ class Predictions:
         """(the level the decision rule picks, its probability), each (items, controls). rule: "mode" (the
         most likely level) or "median" (sense7.model.decision)."""
         best = decide(self.probs, rule)
-        return self.levels[best], np.take_along_axis(self.probs, best[:, :, None], axis=2)[:, :, 0]
+        items, controls = np.indices(best.shape, sparse=True)  # (take_along_axis, the same, costs more)
+        return self.levels[best], self.probs[items, controls, best]
 
 
 class CompiledBundle:
@@ -224,7 +253,7 @@ class CompiledBundle:
             scores = g + raters.common[rows][:, None] + shift \
                 + self._personal_assistants([assistants[i] for i in personal])
             known = raters.known[rows]
-            probs[personal] = np.where(known[:, None, None], self._known_links(scores), self._cold_links(scores))
+            probs[personal] = self._rater_links(scores, known)
             kinds[personal] = np.where(known, "personalized", "traits")
         if len(generic):
             g = text[generic] if self._generic_text is self._text else \
@@ -232,6 +261,15 @@ class CompiledBundle:
             scores = g + self._generic_assistants([assistants[i] for i in generic])
             probs[generic] = self._generic_links(scores)
         return Predictions(kinds.tolist(), probs, self.levels)
+
+    def _rater_links(self, scores: np.ndarray, known: np.ndarray) -> np.ndarray:
+        """Probabilities through the known link for known raters, the cold one for the others: only the
+        links some item needs are computed (a request is usually one kind)."""
+        if known.all():
+            return self._known_links(scores)
+        if not known.any():
+            return self._cold_links(scores)
+        return np.where(known[:, None, None], self._known_links(scores), self._cold_links(scores))
 
     def predict_panel(self, columns: dict, raters: RaterTable, members: list[str]) -> np.ndarray:
         """(items, members, controls, levels): every item of `columns` as each member would rate it.

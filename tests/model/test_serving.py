@@ -84,6 +84,11 @@ def _compare(bundle, served_tasks):
     levels, confidence = got.best()
     assert levels.shape == (len(datas), len(bundle.controls))
     np.testing.assert_allclose(confidence, expected.max(axis=2), atol=1e-6)
+    # Again one item at a time, last first: the dense part now comes from the rows the first call kept.
+    columns = task_columns(datas, contexts, TAXONOMY)
+    for i in reversed(range(len(datas))):
+        one = compiled.predict({name: [values[i]] for name, values in columns.items()}, table)
+        np.testing.assert_allclose(one.probs[0], expected[i], rtol=0, atol=1e-6)
     return got
 
 
