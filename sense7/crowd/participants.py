@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from sense7.crowd.study import CrowdStudy
 from sense7.data.store import Store, crowd_completions, crowd_participants, crowd_pool, crowd_studies
+from sense7.settings import local_secret
 
 PLATFORM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Prolific's are 24 hex digits; never stored elsewhere
 RESUME_ALPHABET = "ABCDEFGHJKMNPQRSTVWXYZ23456789"  # no 0/O, 1/I/L, U: read aloud and typed without doubt
@@ -40,6 +41,11 @@ def _now() -> datetime:
 
 def valid_platform_id(value) -> bool:
     return isinstance(value, str) and bool(PLATFORM_ID.fullmatch(value))
+
+
+def study_secret(home, study_id: str) -> str:
+    """The study's key of pseudonymous ids (0600 under SENSE7_HOME/secrets, made once)."""
+    return local_secret(home, f"crowd_{study_id}")
 
 
 def pseudonymous_id(secret: str, study_id: str, platform_id: str) -> str:

@@ -25,18 +25,12 @@ from markupsafe import Markup
 
 from sense7.crowd.lifecycle import finish, start_rating
 from sense7.crowd.participants import (AlreadyEntered, CapReached, Participant, Participants, Studies,
-                                       pseudonymous_id, valid_platform_id)
+                                       pseudonymous_id, study_secret, valid_platform_id)
 from sense7.crowd.study import CrowdStudy
 from sense7.data.raterpage import LinkBook, RaterQueue, token_hash
-from sense7.settings import local_secret
 
 PARAM_FIELDS = (("participant_param", "platform_id"), ("study_param", "platform_study"),
                 ("session_param", "platform_session"))
-
-
-def study_secret(home, study_id: str) -> str:
-    """The study's key of pseudonymous ids (0600 under SENSE7_HOME/secrets, made once)."""
-    return local_secret(home, f"crowd_{study_id}")
 
 
 def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> Blueprint:
