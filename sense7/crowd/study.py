@@ -221,6 +221,6 @@ def load_study(path: str | Path) -> CrowdStudy:
         pool_path = str(path.parent / pool)
 
     if problems:
-        raise FormatError(problems)
+        raise FormatError(sorted(problems, key=lambda p: p.line or 0))
     return CrowdStudy(study_id, consent_text, consent_version, questions, k, n, lease, cap, codes, platform,
                       pool_path)
