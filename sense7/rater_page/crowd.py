@@ -19,6 +19,8 @@ link openings. Nothing here logs a platform id (nothing is logged per request at
 
 from __future__ import annotations
 
+import time
+
 from flask import Blueprint, abort, redirect, render_template, request, session, url_for
 from markdown_it import MarkdownIt
 from markupsafe import Markup
@@ -29,6 +31,7 @@ from sense7.crowd.participants import (AlreadyEntered, CapReached, Participant, 
 from sense7.crowd.study import CrowdStudy
 from sense7.data.raterpage import LinkBook, RaterQueue, token_hash
 
+ASK_AGAIN = 30.0  # (s) a participant still "preparing" after this asks the worker again (idempotent job)
 PARAM_FIELDS = (("participant_param", "platform_id"), ("study_param", "platform_study"),
                 ("session_param", "platform_session"))
 
@@ -217,6 +220,12 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
             abort(404)
         if queue.has(who.rater_id):
             return redirect(url_for("next_item"), code=303)
+        asked = session.get("prepare_asked")
+        now = time.time()
+        if request_prepare is not None and (not isinstance(asked, (int, float)) or now - asked > ASK_AGAIN):
+            session["prepare_asked"] = now  # a job lost with a worker is asked for again, not every second
+            if asked is not None:
+                request_prepare(study.study_id, who.rater_id)
         return render_template("crowd_wait.html", study=study, resume_code=session.get("resume_code"))
 
     @bp.get("/<study_id>/finish")
