@@ -61,7 +61,8 @@ class Assignments:
             found: dict[str, set[int]] = {r.conversation_id: set() for r in pool}
             for row in c.execute(select(crowd_slots.c.conversation_id, crowd_slots.c.slot)
                                  .where(crowd_slots.c.study_id == self.study_id)):
-                found.setdefault(row.conversation_id, set()).add(row.slot)
+                if row.conversation_id in found:  # a conversation dropped from the pool is never offered again
+                    found[row.conversation_id].add(row.slot)
             return found
         if conn is not None:
             return read(conn)
