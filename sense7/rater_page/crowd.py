@@ -68,11 +68,11 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
                        "Please open the study from the recruitment platform's page again.", 400)
 
     def ending(study: CrowdStudy, outcome: str, title: str, text: str):
-        """The platform's code for this outcome: its redirect when the study gives one, else a page."""
+        """The platform's code for this outcome, and its URL when the study gives one: the page goes there by
+        itself (a meta refresh, and a link). Not an HTTP redirect: these pages often answer a form, and the
+        page's CSP (form-action 'self') makes browsers refuse a form's redirect chain leaving the site."""
         code, url = study.redirect_for(outcome)
-        if url:
-            return redirect(url, code=303)
-        return message(title, text, code=code)
+        return message(title, text, code=code, url=url)
 
     def continue_as(study: CrowdStudy, who: Participant):
         state, sid = who.state, study.study_id
