@@ -123,10 +123,13 @@ async def participant(base: str, pid: str, kind: str, arrive: float, think: tupl
             if answer.status_code != 303:
                 tally.outcome("full" if "full" in answer.text else f"check {answer.status_code}")
                 return
+            deadline = time.monotonic() + 300
             while True:  # the "preparing" page refreshes itself
                 wait = await http.get("/s/bench/wait")
                 if wait.status_code == 303:
                     break
+                if wait.status_code != 200 or time.monotonic() > deadline:
+                    raise RuntimeError(f"preparing answered HTTP {wait.status_code}")
                 await asyncio.sleep(0.5)
             page = await http.get("/", follow_redirects=True)
             if "/profile" in str(page.url):
