@@ -123,15 +123,56 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
     rows = _until(lambda: (lambda r: r if len(r) == len(mine) else None)(synced()), what="sync into the store")
     assert {r.rater_id for r in rows} == {rater} and {r.task_id for r in rows} == {t.id for t in mine}
 
+    # A participant who abandons: their lease ends, their conversations go to the next participant, whose
+    # tasks are created in Label Studio; the abandoned one's replayed form is refused.
+    gone_browser, gone = _enter_and_pass(url, "7b2c3d4e5f60718293a4b5c6")
+    gone_rater = next(r for r in _participant_ids(rt.store) if r not in (rater,) and participants.get(r).state == "rating")
+    _until(lambda: gone_browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers.get(
+        "Location", "").endswith("/"), what="the second participant's tasks")
+    first_task = gone_browser.get(f"{url}/", timeout=30, allow_redirects=False)
+    profile_page = gone_browser.get(f"{url}/profile", timeout=30).text
+    given_up = set(participants_conversations(rt.store, gone_rater))
+    from datetime import datetime, timedelta, timezone
+
+    from sense7.crowd.lifecycle import expire_leases
+
+    assert expire_leases(rt.store, datetime.now(timezone.utc) + timedelta(minutes=study.lease_minutes + 1)
+                         ).participants == 1
+    assert participants.get(gone_rater).state == "abandoned" and first_task.status_code == 303
+    replay = gone_browser.post(f"{url}/profile", data={"csrf_token": _csrf(profile_page), "revision": "1"},
+                               timeout=30, allow_redirects=False)
+    assert replay.status_code == 404
+    _, _ = _enter_and_pass(url, "8c3d4e5f60718293a4b5c6d7")
+    next_rater = next(r for r in _participant_ids(rt.store) if participants.get(r).state == "rating")
+    assert set(participants_conversations(rt.store, next_rater)) == given_up  # the given-back slots, reused
+    _until(lambda: {t.data["conversation_id"] for t in rt.client.tasks.list(
+        project=rt.rating_project, include="id,data", page_size=1000) if t.data["rater_id"] == next_rater} == given_up,
+        what="the next participant's tasks")
+    tasks = [t for t in rt.client.tasks.list(project=rt.rating_project, fields="all", page_size=1000)]
+
     # The platform id: in the completions table, nowhere else.
-    assert [r["platform_id"] for r in participants.completions()] == [PID]
-    assert PID not in dump_without_completions(rt.store)
-    assert not any(PID in repr(t.data) for t in tasks)
+    pids = [PID, "7b2c3d4e5f60718293a4b5c6", "8c3d4e5f60718293a4b5c6d7"]
+    assert sorted(r["platform_id"] for r in participants.completions()) == sorted(pids)
+    assert [r["platform_id"] for r in participants.completions() if r["outcome"] == "completed"] == [PID]
+    dump = dump_without_completions(rt.store)
+    assert not any(pid in dump for pid in pids)
+    assert not any(pid in repr(t.data) for t in tasks for pid in pids)
     home = Path(rt.settings.home)
     for folder in (home, tmp_path):
         for path in folder.rglob("*"):
             if path.is_file() and not path.name.startswith("store.sqlite"):
-                assert PID.encode() not in path.read_bytes(), path
+                assert not any(pid.encode() in path.read_bytes() for pid in pids), path
+
+
+def _enter_and_pass(url: str, pid: str) -> tuple[requests.Session, requests.Response]:
+    browser = requests.Session()
+    consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={pid}", timeout=30)
+    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": _csrf(consent.text), "consent": "agree"},
+                         timeout=30)
+    passed = browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "1", "q2": "2"},
+                          timeout=30, allow_redirects=False)
+    assert passed.headers["Location"].endswith("/s/pilot/wait")
+    return browser, passed
 
 
 def _participant_ids(store) -> list[str]:
