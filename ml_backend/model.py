@@ -26,10 +26,11 @@ from typing import Any, Callable, NamedTuple
 from sense7.ml_backend.batcher import MicroBatcher
 from sense7.ml_backend.hot_model import HotModel, LoadedModel
 from sense7.ml_backend.labels import RatingControl, rating_controls
+from sense7.ml_backend.live import LiveItem, LiveServing
 from sense7.ml_backend.rater_info import RaterInfoCache
 
 from sense7.data.items import task_columns
-from sense7.data.study_design import HIDDEN, arm_of
+from sense7.data.study_design import HIDDEN, LIVE_KIND, arm_of
 from sense7.labelstudio.protocol import task_problem
 from sense7.taxonomy import Taxonomy
 
@@ -50,7 +51,8 @@ class Sense7Model:
     """Answers Label Studio's /setup, /predict and /webhook calls for one serving process."""
 
     def __init__(self, hot_model: HotModel, rater_info: RaterInfoCache, taxonomy: Taxonomy,
-                 on_event: Callable[[str, dict], Any] | None = None, prefill_rule: str = "mode"):
+                 on_event: Callable[[str, dict], Any] | None = None, prefill_rule: str = "mode",
+                 live: LiveServing | None = None):
         self.hot_model = hot_model
         # Which level of each predicted distribution is pre-filled and recorded (sense7.model.decision).
         # build_model passes the study's SENSE7_PREFILL_RULE; built directly, the most likely level.
@@ -64,6 +66,8 @@ class Sense7Model:
         self.taxonomy = taxonomy
         # Concurrent requests of this process share model calls (see ml_backend/batcher.py).
         self.batcher = MicroBatcher(self._predict_data)
+        # Tasks of raters with answers on the rater page newer than the served version (ml_backend/live.py).
+        self.live = live
 
     # ------------------------------------------------------------------ /setup, /versions
     @property
@@ -102,6 +106,9 @@ class Sense7Model:
                 results[i] = self._hidden_result(loaded.version)
             else:
                 good.append(i)
+        watermarks = self.live.watermarks() if good and self.live is not None else None
+        if watermarks:  # some rater answered on the rater page (none anywhere: one dict check)
+            good = self._live_results(tasks, good, results, plan, loaded, watermarks)
         if good:
             try:
                 predicted = self.batcher.run([tasks[i]["data"] for i in good], key=loaded.version, context=loaded)
@@ -124,6 +131,28 @@ class Sense7Model:
                 else:
                     results[i] = self._result(item, plan, loaded.version)
         return results
+
+    def _live_results(self, tasks: list, good: list[int], results: list, plan: list, loaded: LoadedModel,
+                      watermarks: dict) -> list[int]:
+        """Fill `results` for the tasks whose rater has newer answers; return the indices left to predict."""
+        try:
+            live = self.live.predict({i: tasks[i]["data"] for i in good}, loaded.predictor,
+                                     self.rater_info.trait_table(), self._columns, self.prefill_rule, watermarks)
+        except Exception as exc:  # the static prediction is always a valid answer
+            log.error("live predictions failed (%s); serving the static ones", type(exc).__name__)
+            log.debug("live failure", exc_info=True)
+            return good
+        for i, item in live.items():
+            results[i] = self._live_result(item, plan, loaded.version)
+        return [i for i in good if i not in live] if live else good
+
+    @classmethod
+    def _live_result(cls, item: LiveItem, plan: list, version: str) -> dict:
+        """A live answer: `model_version` stays the served one (Label Studio compares it with /setup's);
+        which answers it used: `own_ratings` and `live_version`."""
+        result = cls._result(ServedItem(LIVE_KIND, item.levels, item.confidences), plan, version)
+        result.update(own_ratings=item.own_ratings, live_version=item.version)
+        return result
 
     def _columns(self, task_datas: list[dict]) -> dict:
         """The predictor's plain item columns (sense7.data.items.task_columns), with contexts from
@@ -287,5 +316,7 @@ def build_model(settings, on_event: Callable[[str, dict], Any] | None = None,
     hot = HotModel(ModelRegistry(settings.model_dir), check_interval=check_interval)
     hot.reload()
     taxonomy = study_taxonomy(settings)
-    return Sense7Model(hot, RaterInfoCache(Store(settings.store_url), taxonomy, refresh_seconds=refresh_seconds),
-                       taxonomy, on_event=on_event, prefill_rule=settings.study.prefill_rule)
+    store = Store(settings.store_url)
+    return Sense7Model(hot, RaterInfoCache(store, taxonomy, refresh_seconds=refresh_seconds),
+                       taxonomy, on_event=on_event, prefill_rule=settings.study.prefill_rule,
+                       live=LiveServing(store, taxonomy, check_interval=check_interval))

@@ -11,6 +11,14 @@ delivered time) and until sense7's store has it (polled every 100 ms). Then the 
 pacing through Label Studio's own API (create the annotation, fetch the next task) for comparison.
 
     .venv/bin/python scripts/bench_rater_page.py [--raters 200] [--turns 3] [--think 30 90] [--out f.json]
+    .venv/bin/python scripts/bench_rater_page.py --live      # what live pre-fills add to a page (issue 25)
+
+--live: the rater page is run twice with the same raters and pacing, first with no model version (no
+pre-fill at all), then with a version trained on a synthetic study (sense7.data.synth; the bench's raters are
+new to it) promoted, so every page after a rater's answers carries a live pre-fill (sense7.rater_page.live,
+recorded before the page is sent). Each pass answers one of the rater's two conversations; the Label Studio
+API comparison is skipped (it would annotate the second one). Reported: both passes' figures and
+`live_added_page_ms` (page p50 / p99 of the live pass minus the first's) and the live predictions recorded.
 
 Prints one JSON document (also written to --out). Timings are wall-clock on whatever else the machine runs.
 """
@@ -49,6 +57,7 @@ def summary(values) -> dict:
 class Tally:
     def __init__(self):
         self.page, self.ack, self.errors, self.open = [], [], [], []
+        self.prefilled = 0  # task pages that came with a pre-fill
         self.submitted: dict[int, float] = {}  # task id -> wall time the POST was acknowledged
 
 
@@ -77,6 +86,7 @@ async def page_rater(link: str, turns: int, think: tuple[float, float], tally: T
                 started = time.perf_counter()
                 page = await http.get(base + saved.headers["location"])
                 tally.page.append(time.perf_counter() - started)
+                tally.prefilled += 'id="prefill-note"' in page.text
         except Exception as exc:
             tally.errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -129,18 +139,66 @@ class StoreWatch(threading.Thread):
             time.sleep(0.1)
 
 
+def page_pass(ids: list[str], links: dict[str, str], args, tax, rng: random.Random, store, watch) -> dict:
+    """Every rater at once through the rater page (`args.turns` answers each); the figures of the pass."""
+    from sense7.data.raterpage import Outbox
+
+    tally = Tally()
+    started = time.time()
+
+    async def run_page():
+        await asyncio.gather(*[page_rater(links[r], args.turns, tuple(args.think), tally, random.Random(rng.random()),
+                                          1 + i % tax.levels) for i, r in enumerate(ids)])
+
+    asyncio.run(run_page())
+    submitted = dict(tally.submitted)
+    log(f"rater page: {len(submitted)} submitted, {len(tally.errors)} errors; waiting for delivery")
+    deadline = time.time() + 600
+    outbox = Outbox(store)
+    while time.time() < deadline and (outbox.counts()["undelivered"] or not set(submitted) <= set(watch.seen)):
+        time.sleep(0.5)
+    delivered = {row["task_id"]: row["delivered_at"].replace(tzinfo=timezone.utc).timestamp()
+                 for row in outbox.delivered()}
+    figures = {
+        "submissions": len(submitted), "errors": len(tally.errors), "first_errors": tally.errors[:3],
+        "seconds": round(time.time() - started, 1), "pages_prefilled": tally.prefilled,
+        "open_link": summary(tally.open), "page": summary(tally.page), "submit_ack": summary(tally.ack),
+        "submit_to_label_studio": summary([delivered[t] - s for t, s in submitted.items() if t in delivered]),
+        "submit_to_store": summary([watch.seen[t] - s for t, s in submitted.items() if t in watch.seen]),
+        "lost": len([t for t in submitted if t not in watch.seen or t not in delivered])}
+    log(f"rater page: {figures}")
+    return figures
+
+
+def promote_synthetic_version(cfg, tax) -> str:
+    """A version trained on a small synthetic study (none of the bench's raters), promoted: the served
+    version whose posterior live pre-fills update."""
+    from sense7.data.synth import generate
+    from sense7.model.bundle import train_bundle
+    from sense7.model.registry import ModelRegistry
+
+    registry = ModelRegistry(cfg.model_dir)
+    name = registry.next_version()
+    registry.promote(registry.add(train_bundle(generate(60, 10, seed=0, taxonomy=tax).rating_data(), name, tax),
+                                  name).name)
+    log(f"promoted {name} (trained on a synthetic study) for live pre-fills")
+    return name
+
+
 def main() -> None:
     parser = argument_parser(__doc__)
     parser.add_argument("--raters", type=int, default=200)
     parser.add_argument("--turns", type=int, default=3, help="turns each rater submits")
     parser.add_argument("--think", type=float, nargs=2, default=[30.0, 90.0], help="think time range (s)")
     parser.add_argument("--skip-api", action="store_true", help="skip the Label Studio API comparison")
+    parser.add_argument("--live", action="store_true", help="measure what live pre-fills add to a page")
     args = parser.parse_args()
+    args.skip_api = args.skip_api or args.live
 
     cfg = fresh_home("bench-page-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0")
     from sense7.labelstudio.label_sync import LabelSync
 
-    from sense7.data.raterpage import LinkBook, Outbox
+    from sense7.data.raterpage import LinkBook
     from sense7.data.toy_study import make_conversations, make_raters
     from sense7.labelstudio.importer import import_conversations
     from sense7.labelstudio.protocol import rating_result, webhook_headers
@@ -190,31 +248,27 @@ def main() -> None:
         watch = StoreWatch(store)
         watch.start()
         # -- the rater page --------------------------------------------------------------------------------
-        tally = Tally()
         rng = random.Random(0)
-        started = time.time()
+        figures["rater_page"] = page_pass(ids, links, args, tax, rng, store, watch)
+        if args.live:
+            version = promote_synthetic_version(cfg, tax)
+            time.sleep(6)  # the rater page re-checks the registry every 5 s (sense7.rater_page.live)
+            # Each rater-page worker loads the version on the first page that needs it: open a few links
+            # first (their pages are `open_link`, not `page`), so the loads do not land in the page p99.
+            for rater in ids[:4 * cfg.rater_page.workers]:
+                httpx.get(links[rater], follow_redirects=True, timeout=120.0)
+            figures["live_version"] = version
+            figures["rater_page_live"] = page_pass(ids, links, args, tax, rng, store, watch)
+            figures["live_added_page_ms"] = {
+                q: round(figures["rater_page_live"]["page"][q] - figures["rater_page"]["page"][q], 1)
+                for q in ("p50_ms", "p99_ms") if q in figures["rater_page"]["page"]
+                and q in figures["rater_page_live"]["page"]}
+            from sense7.data.study_design import LIVE_KIND, StudyRecords
 
-        async def run_page():
-            await asyncio.gather(*[page_rater(links[r], args.turns, tuple(args.think), tally, random.Random(rng.random()),
-                                              1 + i % tax.levels) for i, r in enumerate(ids)])
-
-        asyncio.run(run_page())
-        submitted = dict(tally.submitted)
-        log(f"rater page: {len(submitted)} submitted, {len(tally.errors)} errors; waiting for delivery")
-        deadline = time.time() + 600
-        outbox = Outbox(store)
-        while time.time() < deadline and (outbox.counts()["undelivered"] or not set(submitted) <= set(watch.seen)):
-            time.sleep(0.5)
-        delivered = {row["task_id"]: row["delivered_at"].replace(tzinfo=timezone.utc).timestamp()
-                     for row in outbox.delivered()}
-        figures["rater_page"] = {
-            "submissions": len(submitted), "errors": len(tally.errors), "first_errors": tally.errors[:3],
-            "seconds": round(time.time() - started, 1),
-            "open_link": summary(tally.open), "page": summary(tally.page), "submit_ack": summary(tally.ack),
-            "submit_to_label_studio": summary([delivered[t] - s for t, s in submitted.items() if t in delivered]),
-            "submit_to_store": summary([watch.seen[t] - s for t, s in submitted.items() if t in watch.seen]),
-            "lost": len([t for t in submitted if t not in watch.seen or t not in delivered])}
-        log(f"rater page: {figures['rater_page']}")
+            recorded = StudyRecords(store).predictions_frame()
+            figures["live_predictions_recorded"] = int((recorded["kind"] == LIVE_KIND).sum()) if len(recorded) else 0
+            log(f"live pre-fills added to a page: {figures['live_added_page_ms']}, "
+                f"{figures['live_predictions_recorded']} live predictions recorded")
 
         # -- the same through Label Studio's API ---------------------------------------------------------------
         if not args.skip_api:

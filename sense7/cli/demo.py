@@ -329,11 +329,62 @@ def _print_where_to_look(cfg: Settings, registry, rating_id: int, result, links:
         rater_id, link = next(iter(sorted(links.items())))
         console.print(f"[bold]Rater page:[/] {link}  (rater {rater_id}'s private link; every rater's in "
                       f"{cfg.home / 'links.csv'})", highlight=False)
+    for line in serving_lines(registry.list_versions()):
+        console.print(line, highlight=False)
     if study_result is not None:
         _print_study(study_result, cfg.home / "study.json")
+        for line in gain_lines(study_result.get("live_gain")):
+            console.print(line, highlight=False)
     if report.exists():
         console.print(f"[bold]Report:[/] {report}", highlight=False)
     console.print(f"Phase timings in {timings}. Stop everything with `sense7 down`.", highlight=False)
+
+
+def serving_lines(versions: list) -> list[str]:
+    """Which version serves and, for each newer version the promotion gate kept out, the two held-out
+    scores that decided it (sense7.research.retraining: macro Spearman of the candidate vs the served)."""
+    from sense7.research.retraining import gate_scores
+
+    serving = next((v for v in versions if v.current), None)
+    if serving is None:
+        return ["[bold]Serving:[/] no version (none was promoted)"]
+    candidate, served = gate_scores(serving.metrics)
+    how = (f" (promoted: held-out macro Spearman {candidate:.3f} vs {served:.3f} of the version it replaced)"
+           if candidate is not None and served is not None else "")
+    lines = [f"[bold]Serving:[/] {serving.name}{how}"]
+    for version in versions:
+        if version.created_at <= serving.created_at or (version.metrics or {}).get("promoted", True):
+            continue
+        candidate, served = gate_scores(version.metrics)
+        if candidate is None or served is None:
+            continue
+        against = ((version.metrics or {}).get("served_on_holdout") or {}).get("version") or serving.name
+        lines.append(f"[bold]Kept out:[/] {version.name} by the promotion gate: held-out macro Spearman "
+                     f"{candidate:.3f} < {served:.3f} of {against}")
+    return lines
+
+
+def gain_lines(gain: dict | None) -> list[str]:
+    """The gain curve of live pre-fills (sense7.research.live_gain, from the study analysis) in a few lines:
+    MAE on hidden-arm ratings of the live, static and generic predictions by the rater's own earlier ratings."""
+    if not gain or not gain.get("bins"):
+        return ["[bold]Live pre-fills:[/] no hidden-arm rating with a live prediction yet"]
+
+    def ci(block: dict) -> str:
+        lo, hi = block.get("ci") or (None, None)
+        return f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+
+    def num(value) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = ["[bold]Live pre-fills:[/] MAE on hidden-arm ratings by the rater's own earlier ratings "
+             "(live = served version + the rater's answers so far; static = served version; 95% CI over raters)"]
+    for b in gain["bins"]:
+        mae = b["mae"]
+        lines.append(f"  {b['own_ratings']:>5} earlier: live {num(mae['live']['value'])}{ci(mae['live'])}  "
+                     f"static {num(mae['static']['value'])}  generic {num(mae['generic']['value'])}  "
+                     f"({b['n']} ratings, {b['n_raters']} raters)")
+    return lines
 
 
 def _planted_habits(rater_ids: list[str], copy_probability: float) -> dict:

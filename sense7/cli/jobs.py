@@ -154,8 +154,9 @@ def sync(
             result = syncer.reconcile()
     console.print(f"{result.seen} annotations read in {time.perf_counter() - started:.1f} s: "
                   f"{result.upserted} new or changed, {result.unchanged} unchanged, {result.deleted} deleted, "
-                  f"{result.profiles} questionnaires, {result.quarantined} quarantined "
-                  "(author not the task's rater; `sense7 ratings quarantined` lists them)")
+                  f"{result.profiles} questionnaires, {result.quarantined} quarantined, {result.held} written in "
+                  "Label Studio under a rater's account without a rater-page submission behind it "
+                  "(`sense7 ratings quarantined` lists them)")
     for problem in result.invalid[:20]:
         console.print(f"[yellow]skipped[/] {problem}", highlight=False)
     if len(result.invalid) > 20:

@@ -1,4 +1,5 @@
-"""`sense7 raters import|invite|revoke|list`: rater traits, and the raters' private rating links."""
+"""`sense7 raters import|invite|revoke|list|withdraw|erase`: rater traits, the raters' private rating links, and
+withdrawal with erasure (sense7.tasks.erasure)."""
 
 from __future__ import annotations
 
@@ -156,6 +157,81 @@ def list_links() -> None:
         console.print(f"{rater_id}\tlink since {created:%Y-%m-%d %H:%M}")
     counts = Outbox(store).counts()
     console.print(f"submissions: {counts['submissions']}, not yet in Label Studio: {counts['undelivered']}")
+
+
+@raters_app.command()
+def withdraw(rater_id: str = typer.Argument(..., help="The rater who withdraws from the study.")) -> None:
+    """Withdraw a rater and erase them now: their link is revoked at once, then their tasks, annotations and
+    attribution account in Label Studio and every row of theirs in the store are deleted, the model is
+    retrained without them (versions trained on them are removed once the new one serves). A receipt
+    without personal data remains (`sense7 raters erase` lists receipts). Withdrawing twice or an unknown
+    id: one error line, nothing changed. Interrupted: `sense7 raters erase --confirm` finishes it."""
+    from sense7.data.participation import WithdrawalError, Withdrawals, staff_user
+
+    store = _store()
+    try:
+        receipt = Withdrawals(store).request(rater_id, staff_user())
+    except WithdrawalError as exc:
+        raise fail(str(exc), 2)
+    store.log_staff("raters withdraw", receipt=receipt)
+    console.print(f"withdrawal recorded (receipt {receipt}); link revoked", highlight=False)
+    _erase([rater_id])
+
+
+@raters_app.command()
+def erase(confirm: bool = typer.Option(False, "--confirm", help="Erase the pending withdrawals now (without it: "
+                                       "list them and the receipts of earlier erasures)."),
+          rater: list[str] = typer.Option(None, "--rater", help="Only these pending raters (repeatable).")) -> None:
+    """Withdrawals asked for on the rater page wait here for staff: list them, and `--confirm` erases them
+    (as `withdraw` does). Re-running after an interruption completes the erasure."""
+    from sense7.data.participation import Withdrawals
+
+    withdrawals = Withdrawals(_store())
+    pending = withdrawals.pending()
+    wanted = list(dict.fromkeys(rater)) if rater else None
+    unknown = sorted(set(wanted or []) - {w["rater_id"] for w in pending})
+    if unknown:
+        raise fail(f"--rater: no pending withdrawal of {', '.join(unknown)}; nothing changed", 2)
+    if not confirm:
+        for w in pending:
+            console.print(f"pending\t{w['rater_id']}\tasked by {w['requested_by']} at "
+                          f"{w['requested_at']:%Y-%m-%d %H:%M} UTC", highlight=False, markup=False)
+        for r in withdrawals.receipts():
+            console.print(f"erased\treceipt {r['receipt']}\tasked by {r['requested_by']} at "
+                          f"{r['requested_at']:%Y-%m-%d %H:%M}, erased {r['erased_at']:%Y-%m-%d %H:%M} UTC by "
+                          f"{r['confirmed_by']}", highlight=False, markup=False)
+        console.print(f"{len(pending)} withdrawal(s) waiting; `sense7 raters erase --confirm` erases them",
+                      highlight=False)
+        return
+    if not pending:
+        console.print("no withdrawal is waiting", highlight=False)
+        return
+    _erase(wanted)
+
+
+def _erase(rater_ids) -> None:
+    from sense7.tasks.erasure import erase_withdrawn
+    from sense7.tasks.runtime import Runtime
+
+    def report(receipt: dict) -> None:
+        store_counts, ls = receipt["store"], receipt["label_studio"]
+        rows = sum(v for k, v in store_counts.items() if k != "staff_log_redacted")
+        console.print(f"erased (receipt {receipt['receipt']}): {rows} store row(s), {ls.get('tasks', 0)} Label "
+                      f"Studio task(s), {ls.get('annotations', 0)} annotation(s), {ls.get('accounts', 0)} "
+                      f"account(s); model versions to remove: {', '.join(receipt['model_versions']) or 'none'}",
+                      highlight=False, markup=False)
+
+    rt = Runtime(settings())
+    try:
+        done = erase_withdrawn(rt, rater_ids, on_erased=report)
+    except Exception as exc:  # Label Studio unreachable, say: the withdrawal stays pending, re-run finishes
+        from sense7.tasks.runtime import describe_error
+
+        raise fail(f"erasure not finished ({describe_error(exc)}); the link stays revoked; "
+                   "`sense7 raters erase --confirm` finishes it", 1)
+    if done:
+        console.print(f"retrain: {done[0].get('retrain', 'not asked')}", highlight=False, markup=False)
+        _store().log_staff("raters erase", receipts=[r["receipt"] for r in done])
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,11 @@
-"""`sense7 ratings import | history | revert | quarantined`: ratings collected elsewhere, every change of a
-synced rating, and its undo.
+"""`sense7 ratings import | history | revert | quarantined | accept`: ratings collected elsewhere, every change
+of a synced rating, its undo, and what is not counted.
 
 Label Studio Community lets any member edit or delete any annotation, so the store keeps each change
 (who, when, before and after); a project manager lists them and reverts one in Label Studio, after which
-the store follows. Quarantined annotations (author not the task's rater) are listed with the reason.
+the store follows. Quarantined annotations (author not the task's rater) are listed with the reason, and so
+are versions written in Label Studio under a rater's account that no rater-page submission stands behind
+(held: never trained on as the rater's until `sense7 ratings accept` says so, which is logged).
 """
 
 from __future__ import annotations
@@ -54,7 +56,24 @@ def _summary(state: dict | None) -> str:
     values = " ".join(f"{k}={v}" for k, v in (state.get("values") or {}).items())
     extra = f" expectation={state['expectation']}" if state.get("expectation") else ""
     who = state.get("rater_id") or f"quarantined ({state.get('quarantine')})"
+    held = state.get("held")
+    if held and state.get("rater_id"):
+        kept = " ".join(f"{k}={v}" for k, v in (held.get("values") or {}).items())
+        extra += f" [not counted: {kept} by user {held.get('changed_by')}]"
     return f"{who}: {values}{extra}"
+
+
+def _author(row: dict) -> str:
+    """Who wrote a change: the rater page (a rater's submission), a Label Studio user, or a command."""
+    via = row.get("via")
+    user = row["changed_by"] if row["changed_by"] is not None else "?"
+    if via == "rater page":
+        return f"the rater page (account {user})"
+    if via == "label studio":
+        return f"user {user} in Label Studio"
+    if via:
+        return via
+    return f"user {user}"  # recorded before sources were kept
 
 
 @ratings_app.command("history")
@@ -79,7 +98,7 @@ def history(
             console.print_json(json.dumps({**row, "changed_at": row["changed_at"].isoformat()}, default=str))
             continue
         console.print(f"#{row['id']} {row['changed_at']:%Y-%m-%d %H:%M:%S} annotation {row['annotation_id']} "
-                      f"{row['change']} by user {row['changed_by'] if row['changed_by'] is not None else '?'}: "
+                      f"{row['change']} by {_author(row)}: "
                       f"{_summary(row['old'])} -> {_summary(row['new'])}", highlight=False, markup=False)
     if not rows and not as_json:
         console.print("no changes recorded")
@@ -118,6 +137,34 @@ def quarantined() -> None:
                       f"{row['conversation_id']} turn {row['turn_index']}): {row['quarantine']}",
                       highlight=False, markup=False)
     console.print(f"{len(rows)} quarantined annotation(s); they are kept, never trained on")
+    held = Store(settings().store_url).held()
+    for row in held:
+        if row["rater_id"] is None:  # quarantined: listed above
+            continue
+        version = row["held"]
+        values = " ".join(f"{k}={v}" for k, v in (version.get("values") or {}).items())
+        console.print(f"annotation {row['annotation_id']} (task {row['task_id']}, rater {row['rater_id']}): "
+                      f"not counted: {values} ({version.get('reason')})", highlight=False, markup=False)
+    if held:
+        console.print(f"{len(held)} version(s) written in Label Studio under a rater's account, not counted as "
+                      "the rater's; `sense7 ratings accept ID` counts one (logged)", highlight=False, markup=False)
+
+
+@ratings_app.command("accept")
+def accept(annotations: list[int] = typer.Argument(..., help="Label Studio annotation ids (see `sense7 ratings quarantined`).")) -> None:
+    """Count what Label Studio holds for these annotations as their rater's own rating, although no
+    rater-page submission stands behind it (a staff correction, a rating entered for a rater). Logged
+    (`sense7 ratings history --staff`); all or nothing."""
+    from sense7.data.store import Store
+
+    try:
+        done = Store(settings().store_url).accept_held(list(dict.fromkeys(annotations)))
+    except LookupError as exc:
+        raise fail(str(exc))
+    for row in done:
+        values = " ".join(f"{k}={v}" for k, v in row["values"].items())
+        console.print(f"annotation {row['annotation_id']}: counted as rater {row['rater_id']}'s ({values})",
+                      highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -43,7 +43,12 @@ def release(
         store = _store(cfg, create=False)
         if store is None:
             raise ReleaseError(f"no study store at {cfg.store_url}: nothing to release (nothing was written)")
-        built = build_release(store.rating_data(tax), tax, k=k)
+        # Participants' choices (sense7.data.participation): conversations left out of a release or of the
+        # study, and raters whose withdrawal is not erased yet, are not released.
+        from sense7.data.participation import ConversationChoices, Withdrawals
+
+        built = build_release(store.rating_data(tax), tax, k=k, exclude_raters=Withdrawals(store).pending_raters(),
+                              exclude_conversations=ConversationChoices(store).out_of_release())
         originals = _originals(cfg, tax, create=False)
         written = write_release(built, out, verify=lambda folder: check_release(folder, originals, k=k))
     except ReleaseError as exc:

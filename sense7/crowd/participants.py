@@ -78,6 +78,7 @@ class Studies:
     def save(self, study: CrowdStudy, pool: list) -> None:
         """Store the study and its pool (conversations with texts), in one transaction: a study whose pool
         changed keeps the slots of conversations still in it."""
+        from sense7.data.store import contexts as conversation_contexts
         from sense7.data.store import conversations as conversation_texts
 
         rows = [{"study_id": study.study_id, "conversation_id": c.conversation_id,
@@ -90,6 +91,11 @@ class Studies:
                 "is_open": bool(current.is_open) if current else False, "updated_at": _now()}], ["study_id"])
             conn.execute(crowd_pool.delete().where(crowd_pool.c.study_id == study.study_id))
             conn.execute(crowd_pool.insert(), rows)
+            # The pool's owner keeps a context row: erasing a participant (sense7.data.participation) then
+            # never takes a pool conversation's text with them.
+            self.store.upsert_rows(conn, conversation_contexts, [
+                {"conversation_id": c.conversation_id, "rater_id": c.rater_id, "context": dict(c.context)}
+                for c in pool], ["conversation_id", "rater_id"])
             self.store.upsert_rows(conn, conversation_texts, [
                 {"conversation_id": c.conversation_id,
                  "messages": [{"role": m.role, "content": m.content} for m in c.messages]} for c in pool],

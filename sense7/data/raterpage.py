@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import and_, func, select, update
 
-from sense7.data.store import Store, instructed_answers, rater_links, rater_tasks, submissions
+from sense7.data.store import Store, conversation_choices, instructed_answers, rater_links, rater_tasks, submissions
 
 TOKEN_BYTES = 32  # 256 random bits per link
 
@@ -106,14 +106,19 @@ class RaterQueue:
             return bool(conn.scalar(select(func.count()).select_from(rater_tasks)
                                     .where(rater_tasks.c.rater_id == rater_id)))
 
-    def items(self, rater_id: str) -> list[QueueItem]:
-        """The rater's queue in order (profile first), each with its latest answer."""
+    def items(self, rater_id: str, left_out: bool = False) -> list[QueueItem]:
+        """The rater's queue in order (profile first), each with its latest answer; turns of conversations the
+        rater left out of the study (sense7.data.participation) are not in it (`left_out=True`: they are)."""
         with self.store.engine.connect() as conn:
             rows = conn.execute(select(rater_tasks).where(rater_tasks.c.rater_id == rater_id)
                                 .order_by(rater_tasks.c.position)).mappings().all()
             latest = _latest_answers(conn, rater_id)
+            out = set() if left_out else {cid for (cid,) in conn.execute(
+                select(conversation_choices.c.conversation_id).where(
+                    conversation_choices.c.rater_id == rater_id, conversation_choices.c.in_study.is_(False)))}
         return [QueueItem(r["task_id"], r["kind"], r["position"], r["conversation_id"], r["turn_index"],
-                          r["data"], r["prediction"], latest.get(r["task_id"], r["answer"])) for r in rows]
+                          r["data"], r["prediction"], latest.get(r["task_id"], r["answer"])) for r in rows
+                if r["conversation_id"] is None or r["conversation_id"] not in out]
 
 
 def _latest_answers(conn, rater_id: str) -> dict[int, dict]:
@@ -202,6 +207,22 @@ class Outbox:
             return conn.scalar(select(submissions.c.annotation_id).where(
                 submissions.c.rater_id == rater_id, submissions.c.task_id == task_id,
                 submissions.c.annotation_id.is_not(None)).limit(1))
+
+    def revisions(self, rater_id: str | None = None, task_id: int | None = None) -> dict[tuple[str, int], list[dict]]:
+        """(rater, task) -> every submitted revision, oldest first (revision, kind, result, submitted_at,
+        delivered_at, annotation_id): what the sync checks an annotation credited to a rater against."""
+        query = select(submissions.c.rater_id, submissions.c.task_id, submissions.c.revision, submissions.c.kind,
+                       submissions.c.result, submissions.c.submitted_at, submissions.c.delivered_at,
+                       submissions.c.annotation_id).order_by(submissions.c.revision)
+        if rater_id is not None:
+            query = query.where(submissions.c.rater_id == rater_id)
+        if task_id is not None:
+            query = query.where(submissions.c.task_id == task_id)
+        found: dict[tuple[str, int], list[dict]] = {}
+        with self.store.engine.connect() as conn:
+            for row in conn.execute(query).mappings():
+                found.setdefault((row["rater_id"], row["task_id"]), []).append(dict(row))
+        return found
 
     def mark_failed(self, key: str, error: str) -> None:
         with self.store.engine.begin() as conn:

@@ -76,6 +76,11 @@ annotations = Table(
     # The task key of the turn this annotation rates again (a test-retest repeat, sense7.data.study_design): kept
     # for rater quality, never trained on and never counted as a second rating of the turn.
     Column("repeat_of", String(300), nullable=True),
+    # A version Label Studio holds that is not counted as the rater's (issue 23): written there, not by the
+    # rater page, and not accepted (`sense7 ratings accept`). {"rater_id" (the rater it claims), "values",
+    # "expectation", "comment", "changed_by", "reason"}; the ratings rows keep what counts (the delivered
+    # version), or the annotation is quarantined when nothing of the rater's stands behind it.
+    Column("held", JSON(none_as_null=True), nullable=True),
 )
 
 # Every change of a synced rating, oldest first: who (Label Studio user id), when, the state before and
@@ -91,6 +96,21 @@ rating_history = Table(
     Column("ls_updated_at", String(64), nullable=True),
     Column("old", JSON, nullable=True),
     Column("new", JSON, nullable=True),
+    # Who wrote the change: "rater page" (a delivered submission stands behind it), "label studio" (staff,
+    # or anyone with a Label Studio account: changed_by is that user), "sense7 ratings accept".
+    Column("via", String(32), nullable=True),
+)
+
+# Label Studio versions staff accepted as the rater's own (`sense7 ratings accept`): the sync counts an
+# annotation whose result equals one of these, as it counts one a rater-page submission stands behind.
+accepted_versions = Table(
+    "accepted_versions", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("annotation_id", Integer, nullable=False, index=True),
+    Column("rater_id", String(200), nullable=False),
+    Column("version", JSON, nullable=False),  # {"values", "expectation", "comment"}
+    Column("accepted_at", DateTime(timezone=True), nullable=False),
+    Column("actor", String(200), nullable=False),
 )
 
 ratings = Table(
@@ -219,6 +239,35 @@ instructed_answers = Table(
     Column("answered_at", DateTime(timezone=True), nullable=False),
 )
 
+# -- participants' rights (sense7.data.participation) ---------------------------------------------------
+# Each participant's choice per conversation of theirs, made on the rater page before (or while) rating:
+# out of the study (not rated, not trained on, not released) and/or out of a release (rated, not released).
+# The latest choice and when it was made; changeable at any time (README: participants' rights).
+conversation_choices = Table(
+    "conversation_choices", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("conversation_id", String(200), primary_key=True),
+    Column("in_study", Boolean, nullable=False),
+    Column("in_release", Boolean, nullable=False),
+    Column("chosen_at", DateTime(timezone=True), nullable=False),
+)
+
+# Withdrawals: requested (the rater page's button or `sense7 raters withdraw`), then erased. While pending,
+# rater_id says whom to erase; the erasure's last transaction sets it to NULL, so what remains is a receipt
+# without personal data: who asked (participant | the staff user), when, when erased, counts.
+withdrawals = Table(
+    "withdrawals", metadata,
+    Column("receipt", String(32), primary_key=True),      # random, names nobody
+    Column("rater_id", String(200), nullable=True, unique=True),
+    Column("requested_by", String(200), nullable=False),  # "participant" or the staff user who ran the command
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("confirmed_by", String(200), nullable=True),
+    Column("erased_at", DateTime(timezone=True), nullable=True),
+    Column("counts", JSON, nullable=True),                # rows deleted per table, Label Studio objects deleted
+    Column("model_versions", JSON, nullable=True),        # versions trained on their data, removed once replaced
+    Column("retrain", String(300), nullable=True),        # the retrain job queued, or why it was not
+)
+
 # -- crowd studies (sense7.crowd): strangers from a recruitment platform, under pseudonymous rater ids ------
 # A study as `sense7 crowd init` stored it (the validated study file, the consent text and its hash).
 crowd_studies = Table(
@@ -301,6 +350,22 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _actor() -> str:
+    """The operating-system user running this command (the staff log's `actor`)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment (some containers)
+        return "unknown"
+
+
+def _version(state: dict) -> dict:
+    """The part of an annotation's state that says what it rates: {"values", "expectation", "comment"}."""
+    return {"values": {k: int(v) for k, v in sorted((state.get("values") or {}).items())},
+            "expectation": state.get("expectation"), "comment": state.get("comment")}
+
+
 class Store:
     """Thin, explicit data access; no ORM sessions to leak between threads or Celery tasks."""
 
@@ -321,7 +386,8 @@ class Store:
     # Columns added after a store's first release: (table, column, SQL type) added to older databases.
     _ADDED_COLUMNS = (("annotations", "author_id", "INTEGER"), ("annotations", "quarantine", "VARCHAR(300)"),
                       ("annotations", "lead_time", "FLOAT"), ("annotations", "created_at", "VARCHAR(64)"),
-                      ("annotations", "repeat_of", "VARCHAR(300)"), ("recorded_predictions", "own_ratings", "INTEGER"))
+                      ("annotations", "repeat_of", "VARCHAR(300)"), ("recorded_predictions", "own_ratings", "INTEGER"),
+                      ("annotations", "held", "JSON"), ("rating_history", "via", "VARCHAR(32)"))
 
     def _add_missing_columns(self) -> None:
         from sqlalchemy import inspect, text
@@ -454,16 +520,19 @@ class Store:
                           expectation: str | None = None, comment: str | None = None, *,
                           author_id: int | None = None, changed_by: int | None = None,
                           quarantine: str | None = None, lead_time: float | None = None,
-                          created_at: str | None = None, repeat_of: str | None = None) -> bool:
+                          created_at: str | None = None, repeat_of: str | None = None,
+                          held: dict | None = None, via: str | None = None) -> bool:
         """Insert or update one annotation with its ratings, keeping the change in the history. Returns
         False when nothing changed (the same or an older version was already stored), so a replayed
-        webhook is a no-op. `quarantine`: why no rater is credited (then rater_id must be None)."""
+        webhook is a no-op. `quarantine`: why no rater is credited (then rater_id must be None). `held`:
+        the version Label Studio holds when it is not what counts (see the `held` column); `values` are
+        then what counts. `via`: who wrote the change (the history's `via`)."""
         with self.engine.begin() as conn:
             current = conn.execute(select(annotations.c.updated_at, annotations.c.deleted, annotations.c.rater_id,
-                                          annotations.c.quarantine)
+                                          annotations.c.quarantine, annotations.c.held)
                                    .where(annotations.c.annotation_id == annotation_id)).first()
             if (current and not current.deleted and current.updated_at >= updated_at and current.rater_id == rater_id
-                    and current.quarantine == quarantine):
+                    and current.quarantine == quarantine and current.held == held):
                 return False
             old = self._state(conn, annotation_id) if current and not current.deleted else None
             self.upsert_rows(conn, annotations, [{
@@ -471,18 +540,19 @@ class Store:
                 "turn_index": turn_index, "rater_id": rater_id, "updated_at": updated_at,
                 "expectation": expectation, "comment": comment, "deleted": False, "author_id": author_id,
                 "quarantine": quarantine, "lead_time": lead_time, "created_at": created_at,
-                "repeat_of": repeat_of}], ["annotation_id"])
+                "repeat_of": repeat_of, "held": held}], ["annotation_id"])
             conn.execute(delete(ratings).where(ratings.c.annotation_id == annotation_id))
             if values:
                 conn.execute(ratings.insert(), [{"annotation_id": annotation_id, "control": k, "value": int(v)}
                                                 for k, v in values.items()])
             new = {"values": {k: int(v) for k, v in sorted(values.items())}, "expectation": expectation,
-                   "comment": comment, "rater_id": rater_id, "quarantine": quarantine, "author_id": author_id}
+                   "comment": comment, "rater_id": rater_id, "quarantine": quarantine, "author_id": author_id,
+                   "held": held}
             if old != new:
                 conn.execute(rating_history.insert().values(
                     annotation_id=annotation_id, task_id=task_id, change="updated" if old else "created",
                     changed_by=changed_by if changed_by is not None else author_id, changed_at=_now(),
-                    ls_updated_at=updated_at, old=old, new=new))
+                    ls_updated_at=updated_at, old=old, new=new, via=via))
         return True
 
     @staticmethod
@@ -494,7 +564,7 @@ class Store:
                                    .where(ratings.c.annotation_id == annotation_id)).all())
         return {"values": {k: int(v) for k, v in sorted(values.items())}, "expectation": row["expectation"],
                 "comment": row["comment"], "rater_id": row["rater_id"], "quarantine": row["quarantine"],
-                "author_id": row["author_id"]}
+                "author_id": row["author_id"], "held": row["held"]}
 
     def has_ratings_from(self, conversation_id: str, message_index: int) -> bool:
         """Whether a turn of the conversation at or after `message_index` has a live or imported rating."""
@@ -517,7 +587,7 @@ class Store:
                 task_id = conn.scalar(select(annotations.c.task_id).where(annotations.c.annotation_id == annotation_id))
                 conn.execute(rating_history.insert().values(
                     annotation_id=annotation_id, task_id=task_id, change="deleted", changed_by=changed_by,
-                    changed_at=_now(), old=old, new=None))
+                    changed_at=_now(), old=old, new=None, via="label studio"))
         return result.rowcount > 0
 
     def history(self, annotation_id: int | None = None, rater_id: str | None = None,
@@ -536,14 +606,8 @@ class Store:
         return rows
 
     def log_staff(self, action: str, **detail) -> None:
-        import getpass
-
-        try:
-            actor = getpass.getuser()
-        except Exception:  # no user name in this environment (some containers)
-            actor = "unknown"
         with self.engine.begin() as conn:
-            conn.execute(staff_log.insert().values(at=_now(), actor=actor, action=action, detail=detail))
+            conn.execute(staff_log.insert().values(at=_now(), actor=_actor(), action=action, detail=detail))
 
     def staff_entries(self) -> list[dict]:
         with self.engine.connect() as conn:
@@ -558,6 +622,76 @@ class Store:
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(query).mappings()]
 
+    def held(self) -> list[dict]:
+        """Live annotations whose Label Studio version is not counted as their rater's (written there, not by
+        the rater page): annotation_id, task_id, conversation_id, turn_index, rater_id (credited now, None
+        when quarantined), held ({"rater_id" claimed, "values", ..., "changed_by", "reason"})."""
+        query = (select(annotations.c.annotation_id, annotations.c.task_id, annotations.c.conversation_id,
+                        annotations.c.turn_index, annotations.c.rater_id, annotations.c.held)
+                 .where(annotations.c.deleted.is_(False), annotations.c.held.is_not(None))
+                 .order_by(annotations.c.annotation_id))
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(query).mappings() if r["held"] is not None]
+
+    def accepted_versions(self, annotation_id: int | None = None) -> dict[int, list[dict]]:
+        """annotation_id -> the versions staff accepted for it, oldest first ({"values", "expectation",
+        "comment", "rater_id", "accepted_at"})."""
+        query = select(accepted_versions).order_by(accepted_versions.c.id)
+        if annotation_id is not None:
+            query = query.where(accepted_versions.c.annotation_id == annotation_id)
+        found: dict[int, list[dict]] = {}
+        with self.engine.connect() as conn:
+            for row in conn.execute(query).mappings():
+                found.setdefault(row["annotation_id"], []).append(
+                    {**row["version"], "rater_id": row["rater_id"], "accepted_at": row["accepted_at"]})
+        return found
+
+    def record_accepted(self, annotation_id: int, rater_id: str, version: dict, actor: str | None = None) -> None:
+        """A version counted as `rater_id`'s by a staff decision (a revert of sense7's, say) without a held
+        change to move: the sync counts it from now on."""
+        with self.engine.begin() as conn:
+            conn.execute(accepted_versions.insert().values(
+                annotation_id=annotation_id, rater_id=rater_id, version=_version(version), accepted_at=_now(),
+                actor=actor or _actor()))
+
+    def accept_held(self, annotation_ids: list[int]) -> list[dict]:
+        """Count each annotation's held Label Studio version as its rater's (`sense7 ratings accept`): all or
+        nothing. LookupError (naming the id) for an unknown annotation or one with nothing held. Returns
+        what was accepted: annotation_id, rater_id, values. Each is a history entry and a staff-log line."""
+        actor = _actor()
+        done = []
+        with self.engine.begin() as conn:
+            for annotation_id in annotation_ids:
+                row = conn.execute(select(annotations).where(annotations.c.annotation_id == annotation_id,
+                                                             annotations.c.deleted.is_(False))).mappings().first()
+                if row is None:
+                    raise LookupError(f"annotation {annotation_id}: not in the store (see `sense7 ratings quarantined`)")
+                held = row["held"]
+                if not held:
+                    why = f"quarantined ({row['quarantine']})" if row["quarantine"] else "already counted as is"
+                    raise LookupError(f"annotation {annotation_id}: nothing held to accept: {why}")
+                old = self._state(conn, annotation_id)
+                values = {k: int(v) for k, v in (held.get("values") or {}).items()}
+                conn.execute(update(annotations).where(annotations.c.annotation_id == annotation_id).values(
+                    rater_id=held["rater_id"], quarantine=None, held=None, expectation=held.get("expectation"),
+                    comment=held.get("comment")))
+                conn.execute(delete(ratings).where(ratings.c.annotation_id == annotation_id))
+                if values:
+                    conn.execute(ratings.insert(), [{"annotation_id": annotation_id, "control": k, "value": v}
+                                                    for k, v in values.items()])
+                conn.execute(accepted_versions.insert().values(
+                    annotation_id=annotation_id, rater_id=held["rater_id"], version=_version(held),
+                    accepted_at=_now(), actor=actor))
+                new = self._state(conn, annotation_id)
+                conn.execute(rating_history.insert().values(
+                    annotation_id=annotation_id, task_id=row["task_id"], change="accepted", changed_by=None,
+                    changed_at=_now(), ls_updated_at=row["updated_at"], old=old, new=new,
+                    via="sense7 ratings accept"))
+                conn.execute(staff_log.insert().values(at=_now(), actor=actor, action="ratings accept", detail={
+                    "annotation": annotation_id, "rater": held["rater_id"], "changed_by": held.get("changed_by")}))
+                done.append({"annotation_id": annotation_id, "rater_id": held["rater_id"], "values": values})
+        return done
+
     def annotation_versions(self, include_deleted: bool = False) -> dict[int, str]:
         """annotation_id -> updated_at, for reconciliation against the Label Studio API."""
         query = select(annotations.c.annotation_id, annotations.c.updated_at)
@@ -566,12 +700,13 @@ class Store:
         with self.engine.connect() as conn:
             return dict(conn.execute(query).all())
 
-    def annotation_states(self) -> dict[int, tuple[str, str | None]]:
-        """annotation_id -> (updated_at, rater_id) of live annotations: what a sync compares against."""
-        query = select(annotations.c.annotation_id, annotations.c.updated_at, annotations.c.rater_id).where(
-            annotations.c.deleted.is_(False))
+    def annotation_states(self) -> dict[int, tuple]:
+        """annotation_id -> (updated_at, rater_id, quarantine, held) of live annotations: what a sync
+        compares against."""
+        query = select(annotations.c.annotation_id, annotations.c.updated_at, annotations.c.rater_id,
+                       annotations.c.quarantine, annotations.c.held).where(annotations.c.deleted.is_(False))
         with self.engine.connect() as conn:
-            return {aid: (updated, rater) for aid, updated, rater in conn.execute(query)}
+            return {aid: (updated, rater, quarantine, held) for aid, updated, rater, quarantine, held in conn.execute(query)}
 
     def ratings_frame(self) -> pd.DataFrame:
         """Long frame of live ratings (deleted annotations excluded): RATING_COLUMNS."""

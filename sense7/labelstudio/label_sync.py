@@ -12,6 +12,14 @@ rater, or is a rater other than the task's own, is *quarantined*: stored with th
 trained on. A questionnaire answer changes traits only when the rater it asks about wrote it. (Staff who
 enter a paper form use `sense7 ratings import`: an explicit, logged entry.) Every change is kept in the
 store's rating history.
+
+Label Studio cannot tell who wrote under an account (every account is staff, and the delivery job writes
+with the service token): so an annotation credited to a rater counts as theirs only when a rater-page
+submission stands behind it (the outbox, sense7.data.raterpage.Outbox: same task, same result, compared as
+parsed levels, expectation and comment) or staff accepted that version (`sense7 ratings accept`, logged).
+Anything else written there is *held*: kept with its author and reason, shown in the history as a Label
+Studio change, never trained on as the rater's. What counts instead is the rater's last delivered (or
+accepted) version of that annotation; with none, the annotation is quarantined.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 from label_studio_sdk.core.api_error import ApiError
 
+from sense7.data.raterpage import Outbox
 from sense7.labelstudio.client import list_tasks
 from sense7.labelstudio.protocol import (
     ensure_webhook,
@@ -44,6 +53,7 @@ class SyncResult:
     credited: int = 0      # new or changed rows credited to a rater (what counts toward a retrain)
     invalid: list[str] = field(default_factory=list)  # annotation id + reason, skipped
     profiles: int = 0      # questionnaire answers written to rater traits
+    held: int = 0          # versions credited to a rater's account that no submission stands behind (not counted)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -56,6 +66,24 @@ def _seconds(value) -> float | None:
     except (TypeError, ValueError):
         return None
     return seconds if 0 <= seconds < 10 ** 7 else None
+
+
+# The history's `via`: who wrote a change.
+VIA_RATER_PAGE = "rater page"
+VIA_LABEL_STUDIO = "label studio"
+VIA_ACCEPTED = "sense7 ratings accept"
+
+
+def rating_version(result: list[dict], taxonomy: Taxonomy) -> dict:
+    """What a rating annotation says, in the one form results are compared in ("same result"): the levels
+    per control, the expectation answer and the comment (item order, ids and ignored items do not count)."""
+    values, expectation, comment = parse_annotation(result or [], taxonomy)
+    return {"values": dict(sorted(values.items())), "expectation": expectation, "comment": comment}
+
+
+def _naive(moment):
+    """Store times compared across tables (SQLite gives them without a zone, PostgreSQL with UTC)."""
+    return moment.replace(tzinfo=None) if moment is not None and moment.tzinfo else moment
 
 
 def parse_profile_result(result: list[dict], taxonomy: Taxonomy) -> tuple[dict, list[str]]:
@@ -81,7 +109,9 @@ class LabelSync:
         self._emails: dict[int, str] = {} if user_emails is None else user_emails
         # Loaded once per reconciliation so that 10,000 annotations cost no per-row lookups:
         self._rater_by_email: dict[str, str] | None = None
-        self._stored: dict[int, tuple[str, str | None]] | None = None  # annotation id -> (updated_at, rater)
+        self._stored: dict[int, tuple] | None = None  # annotation id -> (updated_at, rater, quarantine, held)
+        self._submitted: dict[tuple[str, int], list[dict]] | None = None  # (rater, task) -> outbox revisions
+        self._accepted: dict[int, list[dict]] | None = None  # annotation id -> versions staff accepted
 
     @classmethod
     def from_runtime(cls, rt) -> "LabelSync":
@@ -129,6 +159,42 @@ class LabelSync:
             return None, f"rater {rater} answered a task of rater {owner}"
         return rater, None
 
+    # -- what stands behind an annotation ----------------------------------------------------------------
+    def _revisions(self, rater: str, task_id: int) -> list[dict]:
+        if self._submitted is not None:
+            return self._submitted.get((rater, task_id), [])
+        return Outbox(self.store).revisions(rater, task_id).get((rater, task_id), [])
+
+    def _accepted_versions(self, annotation_id: int) -> list[dict]:
+        if self._accepted is not None:
+            return self._accepted.get(annotation_id, [])
+        return self.store.accepted_versions(annotation_id).get(annotation_id, [])
+
+    def standing(self, rater: str, task_id: int, annotation_id: int, version: dict,
+                 parse=None) -> tuple[str | None, dict | None]:
+        """(who wrote this version, None) when it counts as `rater`'s: VIA_RATER_PAGE when a submission of
+        theirs for the task has it (the newest delivered one, or a newer one on its way: delivery writes
+        before it marks), VIA_ACCEPTED when staff accepted it for this annotation. Otherwise (None, what
+        counts instead): the newer of their last version delivered to this annotation and the last accepted
+        one, or None. `parse`: result list -> version (rating_version by default)."""
+        parse = parse or (lambda result: rating_version(result, self.taxonomy))
+        revisions = [r for r in self._revisions(rater, task_id) if r["annotation_id"] in (None, annotation_id)]
+        delivered = [r for r in revisions if r["delivered_at"] is not None]
+        newest = delivered[-1] if delivered else None
+        behind = ([newest] if newest else []) + [r for r in revisions if r["delivered_at"] is None
+                                                  and (newest is None or r["revision"] > newest["revision"])]
+        if any(parse(r["result"]) == version for r in behind):
+            return VIA_RATER_PAGE, None
+        accepted = [a for a in self._accepted_versions(annotation_id) if a["rater_id"] == rater]
+        if any({k: a.get(k) for k in version} == version for a in accepted):
+            return VIA_ACCEPTED, None
+        options = []
+        if newest is not None:
+            options.append((_naive(newest["delivered_at"]), parse(newest["result"])))
+        if accepted:
+            options.append((_naive(accepted[-1]["accepted_at"]), {k: accepted[-1].get(k) for k in version}))
+        return None, (max(options, key=lambda option: option[0])[1] if options else None)
+
     # -- one annotation --------------------------------------------------------------------------------
     def apply(self, annotation: dict, task_data: dict, project: int, result: SyncResult) -> None:
         """Write one annotation (as Label Studio returns it) to the store."""
@@ -150,19 +216,36 @@ class LabelSync:
             result.invalid.append(f"annotation {ann_id}: {exc}")
             return
         rater, quarantine = self.attribution(annotation.get("completed_by"), task_data)
+        task_id = int(annotation["task"])
+        author = user_id(annotation.get("completed_by"))
+        changer = user_id(annotation.get("updated_by")) or author
+        version = {"values": dict(sorted(values.items())), "expectation": expectation, "comment": comment}
+        counted, held, via = version, None, VIA_LABEL_STUDIO
+        if rater is not None:
+            via, instead = self.standing(rater, task_id, ann_id, version)
+            if via is None:  # written in Label Studio under the rater's account: not the rater's word
+                via = VIA_LABEL_STUDIO
+                reason = (f"written in Label Studio by user {changer}, not on the rater page: no submission of "
+                          f"rater {rater} for task {task_id} has this result")
+                held = {"rater_id": rater, **version, "changed_by": changer, "reason": reason}
+                result.held += 1
+                if instead is not None:
+                    counted = instead  # the rater's own last version keeps counting
+                else:
+                    rater, quarantine = None, reason
         result.quarantined += quarantine is not None
         updated_at = iso_time(annotation.get("updated_at"))
-        if self._stored is not None and self._stored.get(ann_id) == (updated_at, rater):
+        if self._stored is not None and self._stored.get(ann_id) == (updated_at, rater, quarantine, held):
             result.unchanged += 1  # the same version is stored: skip the write transaction
             return
-        author = user_id(annotation.get("completed_by"))
         changed = self.store.upsert_annotation(
-            ann_id, int(annotation["task"]), conversation_id, turn_index, rater,
-            updated_at, values, expectation, comment, author_id=author, quarantine=quarantine,
-            changed_by=user_id(annotation.get("updated_by")) or author, lead_time=_seconds(annotation.get("lead_time")),
+            ann_id, task_id, conversation_id, turn_index, rater,
+            updated_at, counted["values"], counted["expectation"], counted["comment"], author_id=author,
+            quarantine=quarantine, held=held, via=via,
+            changed_by=author if via == VIA_RATER_PAGE else changer, lead_time=_seconds(annotation.get("lead_time")),
             created_at=iso_time(annotation.get("created_at")) if annotation.get("created_at") else None,
             repeat_of=task_data.get("repeat_of") or None)
-        result.credited += bool(changed and rater is not None)
+        result.credited += bool(changed and rater is not None and held is None)  # a held change adds nothing
         if changed:
             result.upserted += 1
         else:
@@ -173,6 +256,13 @@ class LabelSync:
         if bad:  # the valid answers are still kept
             result.invalid.append(f"profile annotation {annotation['id']}: invalid answer for {', '.join(bad)}")
         rater, quarantine = self.attribution(annotation.get("completed_by"), task_data)
+        if rater is not None:
+            via, _ = self.standing(rater, int(annotation["task"]), int(annotation["id"]), answers,
+                                   parse=lambda result: parse_profile_result(result, self.taxonomy)[0])
+            if via is None:
+                rater = None
+                quarantine = (f"written in Label Studio by user {user_id(annotation.get('updated_by'))}, not on the "
+                              f"rater page: no questionnaire submission has these answers")
         if rater is None:  # nobody's traits change on a stranger's word
             result.quarantined += 1
             result.invalid.append(f"profile annotation {annotation['id']}: {quarantine}")
@@ -274,12 +364,20 @@ class LabelSync:
         result = rating_result(before["values"], self.taxonomy, before.get("expectation"), before.get("comment"))
         if current is not None:
             self.client.annotations.update(ann_id, result=result)
+            self._accept_restored(ann_id, before)
             return self.sync_annotation(ann_id)
         if entry["task_id"] is None:
             raise LookupError(f"change #{change_id} does not record its task: it cannot be re-created")
         created = self.client.annotations.create(entry["task_id"], result=result,
                                                  completed_by=before.get("author_id"))
+        self._accept_restored(created.id, before)
         return self.sync_annotation(created.id)
+
+    def _accept_restored(self, annotation_id: int, before: dict) -> None:
+        """A revert restores what counted as a rater's: an explicit staff command, so that version keeps
+        counting as theirs (an accepted version) although no submission of the rater page has it now."""
+        if before.get("rater_id"):
+            self.store.record_accepted(annotation_id, before["rater_id"], before)
 
     # -- reconciliation --------------------------------------------------------------------------------
     # Tasks per Label Studio request during a reconciliation. One export request for the whole project
@@ -303,10 +401,12 @@ class LabelSync:
         self._load_users()
         self._rater_by_email = {email: rid for rid, email in self.store.rater_emails().items()}
         self._stored = self.store.annotation_states()
+        self._submitted = Outbox(self.store).revisions()
+        self._accepted = self.store.accepted_versions()
         try:
             return self._reconcile(result)
         finally:
-            self._rater_by_email = self._stored = None
+            self._rater_by_email = self._stored = self._submitted = self._accepted = None
 
     def _reconcile(self, result: SyncResult) -> SyncResult:
         live: set[int] = set()

@@ -242,6 +242,17 @@ class ModelRegistry:
         fsync_dir(self.model_dir)
         return self._describe(self.path(version), version)
 
+    def remove(self, version: str) -> bool:
+        """Delete one version (never the current one: RegistryError). True when it was there."""
+        check_version_name(version)
+        if version == self.current():
+            raise RegistryError(f"{version} is being served: promote another version first")
+        path = self.path(version)
+        if not path.exists():
+            return False
+        shutil.rmtree(path)
+        return True
+
     def prune(self, keep: int = 3) -> list[str]:
         """Delete all but the newest `keep` complete versions (never the current one) and stale staging
         directories (older than an hour: a trainer may still be writing a younger one)."""

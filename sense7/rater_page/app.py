@@ -30,6 +30,8 @@ from limits import parse as parse_limit
 from limits.storage import storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
+from sense7.data.participation import (PARTICIPANT, ConversationChoices, WithdrawalError, Withdrawals,
+                                       awaiting_choice, own_conversations)
 from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
 from sense7.data.store import Store
 from sense7.labelstudio.protocol import profile_result, rating_result
@@ -137,6 +139,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     store = store or Store(settings.store_url)
     links, queue, outbox = LinkBook(store), RaterQueue(store), Outbox(store)
     instructed_answers = InstructedAnswers(store)
+    choices = ConversationChoices(store)
     live_prefills = LivePrefills(settings.model_dir, store, tax)  # this rater's answers so far, at once
     page = settings.rater_page
     guesses = LinkGuesses(limiter_storage, page.link_attempts)
@@ -218,6 +221,10 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     @app.get("/")
     def next_item():
         rater = current_rater()
+        # Donated conversations (an assistant's data export) are shown to their participant before any rating:
+        # each can be left out of the study or of a release (sense7.data.participation).
+        if awaiting_choice(store, rater):
+            return redirect(url_for("your_conversations"), code=303)
         items = queue.items(rater)
         for item in items:
             if item.answer is None:
@@ -329,6 +336,52 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
             except Exception as exc:  # the worker's periodic delivery will pick it up
                 log.warning("could not queue a delivery (%s); the periodic one will deliver it",
                             type(exc).__name__)
+
+    @app.get("/conversations")
+    def your_conversations():
+        rater = current_rater()
+        return render_template("conversations.html", conversations=own_conversations(store, rater), problems=[])
+
+    @app.post("/conversations/choice")
+    def choose_conversation():
+        """One conversation's choice; a conversation that is not this rater's: the bare 404."""
+        rater = current_rater()
+        wanted = request.form.get("conversation")
+        if wanted not in {c["conversation_id"] for c in own_conversations(store, rater)}:
+            abort(404)
+        study, release = request.form.get("study"), request.form.get("release")
+        if study not in ("in", "out") or release not in ("in", "out"):
+            return render_template("conversations.html", conversations=own_conversations(store, rater),
+                                   problems=["study" if study not in ("in", "out") else "release"]), 422
+        choices.choose(rater, wanted, in_study=study == "in", in_release=release == "in")
+        return redirect(url_for("your_conversations"), code=303)
+
+    @app.post("/conversations/confirm")
+    def confirm_conversations():
+        """Seen, and nothing (more) to leave out: the rest stay in the study and in a release."""
+        rater = current_rater()
+        choices.confirm(rater, [c["conversation_id"] for c in own_conversations(store, rater)])
+        return redirect(url_for("next_item"), code=303)
+
+    @app.get("/withdraw")
+    def withdraw():
+        current_rater()
+        return render_template("withdraw.html")
+
+    @app.post("/withdraw")
+    def withdraw_now():
+        """The link is revoked in the same transaction that records the withdrawal: the next request with
+        this cookie or the link is a bare 404. Staff confirm the erasure (`sense7 raters erase --confirm`)."""
+        rater = current_rater()
+        try:
+            Withdrawals(store).request(rater, PARTICIPANT)
+        except WithdrawalError:  # a second post racing the first: the link is already revoked
+            abort(404)
+        session.clear()
+        return render_template("message.html", title="You have withdrawn from this study",
+                               text="Your link no longer works. The study's staff will erase your answers, "
+                                    "your questionnaire and your conversations; nothing that identifies you is "
+                                    "kept. Thank you for your time.")
 
     @app.get("/done")
     def done():

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 
 import numpy as np
 import pandas as pd
 
-from sense7.data.conversations import task_key
 from sense7.data.items import task_columns, trait_table
+from sense7.data.conversations import task_key
+from sense7.data.rater_answers import is_repeat, queue_task_datas, rated_items
 from sense7.data.raterpage import QueueItem
 from sense7.data.store import Store
 from sense7.data.study_design import HIDDEN, LIVE_KIND, StudyRecords, live_version
@@ -33,29 +33,6 @@ from sense7.model.live import LivePredictor, LiveUnsupported
 from sense7.model.registry import ModelRegistry
 
 log = logging.getLogger(__name__)
-
-
-def _is_repeat(item: QueueItem) -> bool:
-    return bool((item.data or {}).get("repeat"))
-
-
-def task_datas(rater_id: str, items: list[QueueItem]) -> dict[int, dict]:
-    """task id -> the Label Studio task data of each original rating turn of the queue (what the model
-    reads: ids, texts and "Response n of m" within the conversation)."""
-    turns = defaultdict(list)
-    for item in items:
-        if item.kind == "rating" and not _is_repeat(item):
-            turns[item.conversation_id].append(item)
-    out = {}
-    for conversation, group in turns.items():
-        group = sorted(group, key=lambda i: int(i.turn_index))
-        for number, item in enumerate(group, start=1):
-            out[item.task_id] = {"task_key": task_key(conversation, int(item.turn_index), rater_id),
-                                 "conversation_id": conversation, "turn_index": int(item.turn_index),
-                                 "rater_id": rater_id, "position": f"Response {number} of {len(group)}",
-                                 "history": (item.data or {}).get("history") or [],
-                                 "turn": (item.data or {}).get("turn") or []}
-    return out
 
 
 class LivePrefills:
@@ -124,7 +101,7 @@ class LivePrefills:
     def prefill(self, rater_id: str, items: list[QueueItem], item: QueueItem) -> dict | None:
         """The live pre-fill of an unanswered rating turn ({"version", "values", "own_ratings"}), recorded
         first; None when the page should show what it showed before (hidden arm: recorded, None)."""
-        if item.kind != "rating" or _is_repeat(item) or item.conversation_id is None:
+        if item.kind != "rating" or is_repeat(item) or item.conversation_id is None:
             return None
         predictor = self.predictor()
         if predictor is None:
@@ -141,9 +118,8 @@ class LivePrefills:
 
     def _record(self, predictor: LivePredictor, rater_id: str, items: list[QueueItem], item: QueueItem,
                 key: str, version: str) -> dict | None:
-        datas = task_datas(rater_id, items)
-        rated = [i for i in items if i.task_id in datas and i.task_id != item.task_id
-                 and (i.answer or {}).get("values")]
+        datas = queue_task_datas(rater_id, items)
+        rated = [i for i in rated_items(datas, items) if i.task_id != item.task_id]
         if not rated or item.task_id not in datas:
             return None
         controls = predictor.compiled.controls

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
+from sense7.data.participation import Withdrawals, drop_left_out
 from sense7.model.registry import STAGING_PREFIX, ModelRegistry, RegistryError
 from sense7.research.metrics import macro_metrics, point_metrics
 from sense7.taxonomy import Taxonomy
@@ -103,6 +104,15 @@ def _primary(metrics: dict | None) -> float:
     return 0.0 if value is None else float(value)
 
 
+def gate_scores(metrics: dict | None) -> tuple[float | None, float | None]:
+    """(candidate, served) held-out scores the promotion gate compared, from a version's recorded metrics
+    (`Retrainer.run`); None where absent (no served version to beat, or metrics of another kind)."""
+    metrics = metrics or {}
+    candidate = _primary(metrics.get("holdout")) if metrics.get("holdout") else None
+    served = _primary(metrics.get("served_on_holdout")) if metrics.get("served_on_holdout") else None
+    return candidate, served
+
+
 @dataclass
 class RetrainResult:
     status: str           # "promoted" | "kept" (candidate worse) | "skipped"
@@ -141,6 +151,19 @@ class Retrainer:
                     removed.append(path.name)
         return removed
 
+    def remove_withdrawn_versions(self) -> list[str]:
+        """Delete the versions trained on erased raters' data (sense7.data.participation's receipts) that are
+        not served; the served one goes once a new version replaces it."""
+        withdrawals = Withdrawals(self.store)
+        stale = withdrawals.versions_to_remove()
+        current = self.registry.current()
+        removed = [v for v in sorted(stale) if v != current]
+        for version in removed:
+            self.registry.remove(version)
+        if removed:
+            withdrawals.mark_removed(set(removed))
+        return removed
+
     def _excluded_raters(self) -> set[str]:
         """Raters the quality policy leaves out of training (flagged, with training = "exclude")."""
         if self.quality is None or self.quality.training != "exclude":
@@ -155,7 +178,10 @@ class Retrainer:
 
         self.clean_staging()
         serving = self.registry.current()
-        data = self.store.rating_data(self.taxonomy)
+        # Conversations their participants left out of the study are never trained on.
+        data = drop_left_out(self.store.rating_data(self.taxonomy), self.store)
+        withdrawn = Withdrawals(self.store).versions_to_remove()  # trained on erased raters' data
+        self.remove_withdrawn_versions()
         excluded = self._excluded_raters()
         if excluded:
             data = replace(data, ratings=data.ratings[~data.ratings["rater_id"].isin(excluded)])
@@ -176,7 +202,7 @@ class Retrainer:
         levels = list(range(1, self.taxonomy.levels + 1))
         candidate = score_bundle(bundle, X_test, Y_test, levels)
         served = None
-        if serving:
+        if serving and serving not in withdrawn:  # a version trained on erased data is replaced whatever it scores
             try:
                 served = score_bundle(self.registry.load(serving), X_test, Y_test, levels)
             except RegistryError as exc:
@@ -196,6 +222,7 @@ class Retrainer:
         if promote:
             self.registry.promote(version)
         self.registry.prune(self.keep_versions)
+        self.remove_withdrawn_versions()
         now_serving = self.registry.current()
         why = (f"held-out macro Spearman {_primary(candidate):.3f} vs served "
                f"{'none' if served is None else f'{_primary(served):.3f}'}")

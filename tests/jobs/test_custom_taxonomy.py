@@ -15,7 +15,7 @@ import requests
 from sense7.model.registry import ModelRegistry
 from sense7.taxonomy import TURN_TAG, load_taxonomy
 from tests.conftest import SEVEN_POINT_CONTROLS, write_seven_point_taxonomy
-from tests.jobs.helpers import WARM, ensure_users, make_conversations, make_raters, project_tasks, wait_for
+from tests.jobs.helpers import WARM, annotate, ensure_users, make_conversations, make_raters, project_tasks, wait_for
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -62,16 +62,15 @@ def test_study_taxonomy_setting_drives_the_whole_stack(job_stack, tmp_path):
     ratings = {r.get("name"): r.get("maxRating") for r in ET.fromstring(label_config).iter("Rating")}
     assert ratings == dict.fromkeys(SEVEN_POINT_CONTROLS, "7")
 
-    # Raters annotate in Label Studio as themselves.
+    # Raters answer on the rater page; their submissions are delivered as their accounts.
     users = ensure_users(rt.client, raters)
     tasks = project_tasks(rt.client, rt.rating_project)
     assert len(tasks) == 54
     bias = {r["rater_id"]: b for r, b in zip(raters, (-1, 0, 1))}
     for task in tasks:
         rater = task.data["rater_id"]
-        rt.client.annotations.create(task.id, result=seven_point_result(task.data["turn"][0]["content"],
-                                                                        bias[rater], tax),
-                                     completed_by=users[rater])
+        annotate(rt.client, task, users[rater], store=rt.store,
+                 result=seven_point_result(task.data["turn"][0]["content"], bias[rater], tax))
 
     # Sync (reconcile) and retrain on the worker, which reads the same setting.
     job_stack.start_worker()

@@ -42,7 +42,7 @@ def test_annotations_made_while_redis_is_down_arrive_after_reconciliation(job_st
     tasks = project_tasks(rt.client, rt.rating_project)
     made = {}
     for i, task in enumerate(tasks[:20]):
-        made[annotate(rt.client, task, users[task.data["rater_id"]]).id] = task.data["rater_id"]
+        made[annotate(rt.client, task, users[task.data["rater_id"]], store=rt.store).id] = task.data["rater_id"]
     # Every webhook reached the backend, which could not enqueue: nothing can have been stored.
     assert stored_raters(rt.store) == {}
     assert "event handler failed" in (job_stack.tmp / "logs" / "backend.log").read_text()
@@ -62,7 +62,7 @@ def test_same_webhook_three_times_gives_one_row(job_stack):
     job_stack.start_backend()
     job_stack.start_worker()
     task = next(t for t in project_tasks(rt.client, rt.rating_project) if t.data["rater_id"] == "d2")
-    ann = annotate(rt.client, task, users["d2"])
+    ann = annotate(rt.client, task, users["d2"], store=rt.store)
     body = {"action": "ANNOTATION_CREATED", "project": {"id": rt.rating_project},
             "annotation": {"id": ann.id, "task": task.id}}
     headers = {"X-Sense7-Secret": rt.settings.webhook_secret}
@@ -94,7 +94,7 @@ def test_same_webhook_three_times_gives_one_row(job_stack):
 def test_label_studio_unreachable_job_retries_then_succeeds(job_stack):
     rt, raters, users = seed(job_stack, prefix="u")
     tasks = project_tasks(rt.client, rt.rating_project)
-    made = {annotate(rt.client, t, users[t.data["rater_id"]]).id for t in tasks[:5]}
+    made = {annotate(rt.client, t, users[t.data["rater_id"]], store=rt.store).id for t in tasks[:5]}
     ls = urlparse(rt.settings.ls_url)
     proxy = TcpProxy(free_port(), ls.hostname, ls.port)
     # The worker reaches Label Studio only through the proxy, which is down when the job starts.

@@ -55,7 +55,7 @@ def test_webhook_sync_retrain_and_preannotate(job_stack):
     # Each rater rates their own tasks; the rater comes from completed_by (user -> email -> rater).
     for i, task in enumerate(tasks[:30]):
         rater = task.data["rater_id"]
-        ann = annotate(rt.client, task, users[rater], bias=i % 3 - 1)
+        ann = annotate(rt.client, task, users[rater], bias=i % 3 - 1, store=rt.store)
         expected[ann.id] = rater
 
     # Only the webhooks carry these: no reconciliation is scheduled in this test.

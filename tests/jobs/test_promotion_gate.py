@@ -52,3 +52,22 @@ def test_the_same_candidate_is_promoted_when_the_gate_allows_it(served_and_spoil
     store, registry, tax = served_and_spoiled
     result = Retrainer(store, registry, tax, tolerance=2.0).run("test: gate relaxed")
     assert result.status == "promoted" and registry.current() == result.version != "v1"
+
+
+def test_the_demo_names_the_served_version_and_the_scores_that_kept_a_candidate_out(served_and_spoiled):
+    """`sense7 demo`'s final lines (sense7.cli.demo.serving_lines) from the registry after a real gate run:
+    which version serves, and the candidate kept out with the two held-out scores that decided it."""
+    from sense7.cli.demo import serving_lines
+
+    store, registry, tax = served_and_spoiled
+    result = Retrainer(store, registry, tax).run("test: worse candidate")
+    candidate = result.metrics["holdout"]["macro"]["spearman"]
+    served = result.metrics["served_on_holdout"]["macro"]["spearman"]
+    lines = serving_lines(registry.list_versions())
+    assert lines == ["[bold]Serving:[/] v1",
+                     f"[bold]Kept out:[/] {result.version} by the promotion gate: held-out macro Spearman "
+                     f"{candidate:.3f} < {served:.3f} of v1"]
+    promoted = Retrainer(store, registry, tax, tolerance=2.0).run("test: gate relaxed")
+    lines = serving_lines(registry.list_versions())
+    assert lines[0].startswith(f"[bold]Serving:[/] {promoted.version} (promoted: held-out macro Spearman ")
+    assert len(lines) == 1  # the earlier candidate is older than the served version: no longer news

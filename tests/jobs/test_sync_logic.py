@@ -41,20 +41,28 @@ def test_reconcile_is_idempotent_and_follows_updates_and_deletions(synced):
     syncer, raters, users = synced
     client, store = syncer.client, syncer.store
     tasks = project_tasks(client, syncer.rating_project)
-    anns = [annotate(client, t, users[t.data["rater_id"]]) for t in tasks[:6]]
+    anns = [annotate(client, t, users[t.data["rater_id"]], store=store) for t in tasks[:6]]
     first = syncer.reconcile()
-    assert (first.seen, first.upserted, first.unchanged, first.deleted) == (6, 6, 0, 0)
+    assert (first.seen, first.upserted, first.unchanged, first.deleted, first.quarantined) == (6, 6, 0, 0, 0)
     again = syncer.reconcile()
     assert (again.upserted, again.unchanged) == (0, 6)
 
-    # An update in Label Studio (new updated_at) replaces the stored values.
+    def overall():
+        frame = store.ratings_frame()
+        return frame[(frame["conversation_id"] == tasks[0].data["conversation_id"])
+                     & (frame["turn_index"] == tasks[0].data["turn_index"])
+                     & (frame["dimension"] == "overall")]["rating"].tolist()
+
+    delivered = overall()
+    # A staff update in Label Studio (new updated_at) is recorded as held; the rater's rating stays.
     client.annotations.update(anns[0].id, result=rating_result("no such text", bias=3))
     updated = syncer.reconcile()
-    assert (updated.upserted, updated.unchanged) == (1, 5)
-    frame = store.ratings_frame()
-    row = frame[(frame["conversation_id"] == tasks[0].data["conversation_id"])
-                & (frame["turn_index"] == tasks[0].data["turn_index"]) & (frame["dimension"] == "overall")]
-    assert row["rating"].tolist() == [5]
+    assert (updated.upserted, updated.unchanged, updated.held) == (1, 5, 1)
+    assert overall() == delivered != [5]
+    assert syncer.reconcile().upserted == 0  # stable: the held version is not rewritten every pass
+    # The rater answers again on the page: delivered over the staff version, it counts again.
+    annotate(client, tasks[0], users[tasks[0].data["rater_id"]], bias=3, store=store)
+    assert syncer.reconcile().upserted == 1 and overall() == [5] and store.held() == []
 
     # Deleted in Label Studio -> marked deleted here, and gone from the training data.
     client.annotations.delete(anns[1].id)
@@ -71,7 +79,7 @@ def test_single_annotation_sync_fetches_the_truth_and_maps_the_rater(synced):
     client = syncer.client
     task = project_tasks(client, syncer.rating_project)[0]
     owner = task.data["rater_id"]
-    ann = annotate(client, task, users[owner])
+    ann = annotate(client, task, users[owner], store=syncer.store)
     result = syncer.sync_annotation(ann.id)
     assert result.upserted == 1 and result.quarantined == 0
     assert syncer.store.annotation_versions() == {ann.id: iso_time(client.annotations.get(ann.id).updated_at)}
@@ -94,7 +102,7 @@ def test_attribution_is_never_guessed_a_strangers_annotation_is_quarantined(sync
     owner = tasks[2].data["rater_id"]
     other = next(r["rater_id"] for r in raters if r["rater_id"] != owner)
     by_other = annotate(client, tasks[2], users[other])
-    by_owner = annotate(client, tasks[3], users[tasks[3].data["rater_id"]])
+    by_owner = annotate(client, tasks[3], users[tasks[3].data["rater_id"]], store=store)
     client.annotations.create(tasks[1].id, result=[], was_cancelled=True, completed_by=users[raters[0]["rater_id"]])
     result = syncer.reconcile()
     assert (result.upserted, result.quarantined) == (3, 2)
@@ -131,22 +139,25 @@ def test_edits_and_deletions_keep_history_and_revert_restores_them(synced):
     client, store = syncer.client, syncer.store
     task = project_tasks(client, syncer.rating_project)[0]
     owner = task.data["rater_id"]
-    ann = annotate(client, task, users[owner])
+    ann = annotate(client, task, users[owner], store=store)
     syncer.sync_annotation(ann.id)
     original = store.ratings_frame().sort_values("dimension").reset_index(drop=True)
     client.annotations.update(ann.id, result=rating_result("no such text", bias=3))
     syncer.sync_annotation(ann.id)
-    edited = store.ratings_frame()
-    assert not edited.sort_values("dimension").reset_index(drop=True).equals(original)
+    # The staff edit is history (held, by the staff member), not the rater's rating.
+    assert store.ratings_frame().sort_values("dimension").reset_index(drop=True).equals(original)
     changes = store.history(annotation_id=ann.id)
     assert [c["change"] for c in changes] == ["created", "updated"]
+    assert [c["via"] for c in changes] == ["rater page", "label studio"]
     assert changes[1]["old"]["values"] == {r.dimension: r.rating for r in original.itertuples()}
     assert changes[1]["old"]["rater_id"] == changes[1]["new"]["rater_id"] == owner
+    assert changes[1]["new"]["held"]["values"]["overall"] == 5
 
     # Revert the edit: Label Studio gets the old result back, the store follows, history grows.
     syncer.revert(changes[1]["id"])
     assert store.ratings_frame().sort_values("dimension").reset_index(drop=True).equals(original)
     assert [c["change"] for c in store.history(annotation_id=ann.id)] == ["created", "updated", "updated"]
+    assert store.held() == []
 
     # A deletion is kept too, and reverting it re-creates the rating with its rater as author.
     client.annotations.delete(ann.id)
@@ -175,7 +186,15 @@ def test_questionnaire_answers_become_traits_and_bad_answers_are_named(synced):
         return {"from_name": key, "to_name": PROFILE_OBJECT_TAG, "type": "choices", "value": {"choices": [value]}}
 
     result = [choice("age_band", "35-44"), choice("tipi_1", "6"), choice("tipi_2", "9"), choice("llm_use", "daily")]
-    client.annotations.create(task.id, result=result, completed_by=users[rater])
+    # Written in Label Studio under the rater's account with no rater-page submission: not the rater's word.
+    before = syncer.store.raters_frame([rater]).loc[rater].to_dict()
+    forged = client.annotations.create(task.id, result=result, completed_by=users[rater])
+    outcome = syncer.reconcile()
+    assert (outcome.profiles, outcome.quarantined) == (0, 1)
+    assert syncer.store.raters_frame([rater]).loc[rater].to_dict() == before
+    client.annotations.delete(forged.id)
+    # Answered on the rater page (the outbox) and delivered: their traits.
+    annotate(client, task, users[rater], store=syncer.store, result=result, kind="profile")
     outcome = syncer.reconcile()
     assert outcome.profiles == 1
     assert any("tipi_2" in problem for problem in outcome.invalid), outcome.invalid
@@ -211,3 +230,108 @@ def test_label_studio_errors_leave_the_job_without_headers(label_studio):
     assert "headers" in str(caught.value)  # the SDK's own text: response headers, cookies included
     converted = as_retryable(caught.value)
     assert isinstance(converted, LabelStudioError) and str(converted) == "Label Studio answered HTTP 404"
+
+
+# -- issue 23 item 1: attribution that cannot be forged from Label Studio ---------------------------------
+
+def _cli(monkeypatch, tmp_path, store, *args):
+    from typer.testing import CliRunner
+
+    from sense7.cli import app
+
+    monkeypatch.setenv("SENSE7_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SENSE7_STORE_URL", store.url)
+    return CliRunner().invoke(app, list(args))
+
+
+def _training(store, owner: str) -> dict:
+    """What a retrain would learn from `owner`: {(conversation, turn, dimension): rating}."""
+    ratings = store.rating_data(TAXONOMY).ratings
+    mine = ratings[ratings["rater_id"] == owner]
+    return {(r.conversation_id, int(r.turn_index), r.dimension): int(r.rating) for r in mine.itertuples()}
+
+
+def test_a_forged_post_under_a_raters_account_is_quarantined_until_accepted(synced, tmp_path, monkeypatch):
+    """The probe: staff POST an annotation on rater X's task with completed_by = X's attribution account.
+    Label Studio answers 201 and credits X, but no rater-page submission stands behind it: quarantined with
+    the reason (webhook path and reconciliation alike), never trained on, the history names the staff user;
+    `sense7 ratings accept` (logged; an unknown id is one error line and writes nothing) makes it count."""
+    from sense7.labelstudio.label_sync import SyncResult
+
+    syncer, raters, users = synced
+    client, store = syncer.client, syncer.store
+    task = project_tasks(client, syncer.rating_project)[0]
+    owner, staff = task.data["rater_id"], client.users.whoami().id
+    forged = annotate(client, task, users[owner])  # straight into Label Studio: no outbox submission
+    assert user_id_of(client.annotations.get(forged.id).completed_by) == users[owner]  # Label Studio credits X
+    result = syncer.sync_named([(syncer.rating_project, task.id, forged.id)], [], SyncResult())  # the webhook's drain
+    assert (result.upserted, result.quarantined, result.held, result.credited) == (1, 1, 1, 0)
+    [row] = store.quarantined()
+    assert row["annotation_id"] == forged.id
+    assert row["quarantine"] == (f"written in Label Studio by user {staff}, not on the rater page: no submission "
+                                 f"of rater {owner} for task {task.id} has this result")
+    assert store.ratings_frame().empty and _training(store, owner) == {}
+    [change] = store.history(annotation_id=forged.id)
+    assert (change["via"], change["changed_by"], change["new"]["rater_id"]) == ("label studio", staff, None)
+    again = syncer.reconcile()  # the periodic reconciliation agrees, and is stable
+    assert (again.upserted, again.quarantined) == (0, 1) and len(store.quarantined()) == 1
+
+    before = store.snapshot()
+    refused = _cli(monkeypatch, tmp_path, store, "ratings", "accept", str(forged.id), "987654321")
+    assert refused.exit_code == 1 and "error: annotation 987654321: not in the store" in " ".join(refused.output.split())
+    assert store.snapshot() == before  # all or nothing: the known id was not accepted either
+    listed = _cli(monkeypatch, tmp_path, store, "ratings", "quarantined")
+    assert f"annotation {forged.id} " in listed.output and "not on the rater page" in " ".join(listed.output.split())
+
+    accepted = _cli(monkeypatch, tmp_path, store, "ratings", "accept", str(forged.id))
+    assert accepted.exit_code == 0, accepted.output
+    assert f"annotation {forged.id}: counted as rater {owner}'s" in " ".join(accepted.output.split())
+    assert store.quarantined() == [] and len(_training(store, owner)) > 0
+    [entry] = store.staff_entries()
+    assert entry["action"] == "ratings accept" and entry["detail"]["annotation"] == forged.id
+    assert store.history(annotation_id=forged.id)[-1]["via"] == "sense7 ratings accept"
+    settled = syncer.reconcile()  # Label Studio still holds the accepted version: nothing changes
+    assert (settled.upserted, settled.quarantined, settled.held) == (0, 0, 0)
+    # Accepting again is refused: nothing is held any more.
+    twice = _cli(monkeypatch, tmp_path, store, "ratings", "accept", str(forged.id))
+    assert twice.exit_code == 1 and f"annotation {forged.id}: nothing held to accept" in " ".join(twice.output.split())
+
+
+def test_a_staff_change_to_a_delivered_rating_stays_the_staff_members_until_accepted(synced, tmp_path, monkeypatch):
+    """A staff PATCH of a rater's delivered annotation: the history keeps it as the staff member's (the
+    delivery as the rater page's), the rater's delivered rating is what a retrain learns until accepted."""
+    syncer, raters, users = synced
+    client, store = syncer.client, syncer.store
+    task = project_tasks(client, syncer.rating_project)[1]
+    owner, staff = task.data["rater_id"], client.users.whoami().id
+    delivered = annotate(client, task, users[owner], store=store)  # the rater page's path
+    assert syncer.sync_annotation(delivered.id).credited == 1
+    rated = _training(store, owner)
+    assert rated and rated[(task.data["conversation_id"], task.data["turn_index"], "overall")] != 5
+    client.annotations.update(delivered.id, result=rating_result("no such text", bias=3))  # staff PATCH
+    changed = syncer.sync_annotation(delivered.id)
+    assert (changed.upserted, changed.held, changed.quarantined, changed.credited) == (1, 1, 0, 0)
+    assert _training(store, owner) == rated  # the delivered rating, not the staff's
+    first, second = store.history(annotation_id=delivered.id)
+    assert (first["change"], first["via"], first["changed_by"]) == ("created", "rater page", users[owner])
+    assert (second["change"], second["via"], second["changed_by"]) == ("updated", "label studio", staff)
+    assert second["new"]["held"]["changed_by"] == staff and second["new"]["held"]["values"]["overall"] == 5
+    shown = _cli(monkeypatch, tmp_path, store, "ratings", "history", "--annotation", str(delivered.id))
+    text = " ".join(shown.output.split())  # the console wraps long lines
+    assert f"created by the rater page (account {users[owner]})" in text
+    assert f"updated by user {staff} in Label Studio" in text and "[not counted: " in text
+    assert syncer.reconcile().upserted == 0 and _training(store, owner) == rated
+
+    accepted = _cli(monkeypatch, tmp_path, store, "ratings", "accept", str(delivered.id))
+    assert accepted.exit_code == 0, accepted.output
+    now = _training(store, owner)
+    assert {k: v for k, v in now.items() if k[2] != TAXONOMY.expectation_key} == \
+        {k: 5 for k in rated if k[2] != TAXONOMY.expectation_key}
+    assert store.held() == [] and [e["action"] for e in store.staff_entries()] == ["ratings accept"]
+    assert syncer.reconcile().upserted == 0 and _training(store, owner) == now
+
+
+def user_id_of(value) -> int | None:
+    from sense7.labelstudio.protocol import user_id
+
+    return user_id(value)

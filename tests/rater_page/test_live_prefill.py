@@ -198,6 +198,14 @@ def test_the_study_analysis_draws_the_gain_curve(tmp_path, trained):
     print_study(result)  # the table of `sense7 analyze --study`
     html = render_study_report(result)
     assert "the gain curve" in html and "data:image/png;base64," in html
+    # `sense7 demo`'s final lines: the same curve, one line per bin, live / static / generic.
+    from sense7.cli.demo import gain_lines
+
+    lines = gain_lines(result["live_gain"])
+    assert len(lines) == 3 and "Live pre-fills" in lines[0]
+    assert lines[1].split()[:4] == ["0", "earlier:", "live", "3.00"] and "static 3.00  generic 2.00" in lines[1]
+    assert "3-5 earlier: live " + f"{expected_live:.2f}" in lines[2] and "static 3.00  generic 2.00" in lines[2]
+    assert gain_lines(None) == ["[bold]Live pre-fills:[/] no hidden-arm rating with a live prediction yet"]
 
 
 def test_an_older_store_gains_the_own_ratings_column(tmp_path):

@@ -89,7 +89,8 @@ def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_k
     found = wait_for(arrived, timeout=120, what="two annotations in Label Studio")
     account = {x["completed_by"] if isinstance(x["completed_by"], int) else x["completed_by"]["id"] for x in found}
     assert len(account) == 1
-    email = rt.client.users.get(account.pop()).email
+    pg1_account = account.pop()
+    email = rt.client.users.get(pg1_account).email
     assert email == "pg1@raters.test"
     assert all(x["lead_time"] and x["lead_time"] > 0 for x in found)
     wait_for(lambda: {tid for tid, (rater, _) in stored(rt).items() if rater == "pg1"} >= {t.id for t in tasks},
@@ -105,6 +106,9 @@ def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_k
     assert len([x for x in label_studio_annotations(rt, rt.rating_project) if x["task"] == tasks[0].id]) == 1
     changes = [h["change"] for h in rt.store.history(annotation_id=annotation_id)]
     assert changes == ["created", "updated"]
+    # Delivered answers say who wrote them: the rater page (as the rater's account), not a staff user.
+    written = [(h["via"], h["changed_by"]) for h in rt.store.history(annotation_id=annotation_id)]
+    assert written == [("rater page", pg1_account)] * 2 and rt.store.quarantined() == [] and rt.store.held() == []
     assert Outbox(rt.store).counts() == {"submissions": 4, "undelivered": 0}
     # Nothing of the conversations, the answers' comments or the link's secret in any process's log.
     logs = "\n".join(proc.log_file.read_text(errors="replace") for proc in s.stack.procs)
