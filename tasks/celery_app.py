@@ -26,7 +26,8 @@ from sense7.settings import JobSettings, Settings
 QUEUES = {names.SYNC_PENDING: "sense7.sync", names.SYNC_ANNOTATION: "sense7.sync",
           names.DELETE_ANNOTATIONS: "sense7.sync", names.RECONCILE: "sense7.reconcile",
           names.RETRAIN: "sense7.train", names.PREANNOTATE: "sense7.preannotate",
-          names.DELIVER: "sense7.deliver", names.REFRESH_QUEUES: "sense7.deliver"}
+          names.DELIVER: "sense7.deliver", names.REFRESH_QUEUES: "sense7.deliver",
+          names.CROWD_PREPARE: "sense7.crowd", names.CROWD_EXPIRE: "sense7.crowd"}
 
 _lock = threading.Lock()
 _app: Celery | None = None
@@ -40,6 +41,8 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
         "deliver-submissions": {"task": names.DELIVER, "schedule": jobs.deliver_interval},
         # New tasks and fresh predictions reach the raters' queue copies (opening a link reads only those).
         "refresh-rater-queues": {"task": names.REFRESH_QUEUES, "schedule": jobs.rater_queue_interval},
+        # Crowd participants whose lease ended give their unfinished conversations back to the pool.
+        "crowd-expire-leases": {"task": names.CROWD_EXPIRE, "schedule": 60.0},
         "scheduled-retrain": {"task": names.RETRAIN, "schedule": jobs.retrain_interval,
                               "kwargs": {"reason": "schedule"}},
     }
@@ -51,7 +54,7 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
     annotations = {name: {**retry, **sync_limits}
                    for name in (names.SYNC_PENDING, names.SYNC_ANNOTATION, names.DELETE_ANNOTATIONS,
                                 names.RECONCILE, names.PREANNOTATE, names.DELIVER,
-                                 names.REFRESH_QUEUES)}
+                                 names.REFRESH_QUEUES, names.CROWD_PREPARE, names.CROWD_EXPIRE)}
     annotations[names.RETRAIN] = {"soft_time_limit": jobs.retrain_soft_limit,
                                   "time_limit": jobs.retrain_time_limit}
     return {

@@ -31,6 +31,10 @@ def status(json_out: bool = typer.Option(False, "--json", help="print the status
     with label_studio_errors(cfg):
         assigned = _assigned(cfg)
     result = study_status(Store(cfg.store_url), assigned, cfg.quality)
+    from sense7.cli.crowd import status_lines
+    from sense7.crowd.lifecycle import status as crowd_status
+
+    result["crowd"] = crowd_status(Store(cfg.store_url))  # crowd studies: coverage, leases, outcomes
     if json_out:
         print(json.dumps(result, indent=1, allow_nan=False))
         return
@@ -45,6 +49,8 @@ def status(json_out: bool = typer.Option(False, "--json", help="print the status
     console.print(f"{totals['raters']} raters, {totals['done']} of {totals['assigned']} tasks done, "
                   f"{totals['flagged']} flagged. Pre-fill arms: "
                   + ", ".join(f"{arm} {a['done']} of {a['tasks']} done" for arm, a in arms.items()), highlight=False)
+    for line in status_lines(result["crowd"]):
+        console.print(line, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -208,6 +208,9 @@ ERASURE = {
     "instructed_answers": "rater", "conversation_choices": "rater", "accepted_versions": "rater",
     "annotations": "annotation", "ratings": "annotation", "rating_history": "history",
     "conversations": "conversation", "staff_log": "redact", "study_values": "none", "withdrawals": "receipt",
+    # crowd studies (sense7.crowd): the participant's rows, their platform id (completions) included
+    "crowd_participants": "rater", "crowd_slots": "rater", "crowd_released": "rater", "crowd_completions": "rater",
+    "crowd_studies": "none", "crowd_pool": "none",
 }
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     create_engine,
     delete,
     select,
@@ -265,6 +266,81 @@ withdrawals = Table(
     Column("counts", JSON, nullable=True),                # rows deleted per table, Label Studio objects deleted
     Column("model_versions", JSON, nullable=True),        # versions trained on their data, removed once replaced
     Column("retrain", String(300), nullable=True),        # the retrain job queued, or why it was not
+)
+
+# -- crowd studies (sense7.crowd): strangers from a recruitment platform, under pseudonymous rater ids ------
+# A study as `sense7 crowd init` stored it (the validated study file, the consent text and its hash).
+crowd_studies = Table(
+    "crowd_studies", metadata,
+    Column("study_id", String(100), primary_key=True),
+    Column("config", JSON, nullable=False),
+    Column("is_open", Boolean, nullable=False, default=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# The study's pool: which conversations want K raters each (texts live in `conversations`).
+crowd_pool = Table(
+    "crowd_pool", metadata,
+    Column("study_id", String(100), primary_key=True),
+    Column("conversation_id", String(200), primary_key=True),
+    Column("turns", Integer, nullable=False),
+    Column("context", JSON, nullable=False),
+)
+
+# One row per participant, keyed by the pseudonymous rater id (a keyed hash of the platform id): never the
+# platform id itself. `seat` (unique per study, NULL for a decline) is how the participant cap is enforced
+# atomically: two entries racing for the last seat cannot both insert it.
+crowd_participants = Table(
+    "crowd_participants", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("study_id", String(100), nullable=False, index=True),
+    Column("state", String(20), nullable=False),   # declined | checking | rating | completed | screened_out |
+    Column("seat", Integer, nullable=True),        # abandoned | full
+    Column("consent", String(10), nullable=False),  # agreed | declined
+    Column("consent_version", String(64), nullable=False),  # sha256 of the consent text
+    Column("consent_at", DateTime(timezone=True), nullable=False),
+    Column("resume_hash", String(64), nullable=True, unique=True),
+    Column("check_attempts", Integer, nullable=False, default=0),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("study_id", "seat"),
+)
+
+# Overlap control: one row per (conversation, slot) taken, slot in 0..K-1, so the primary key itself
+# refuses a K+1-th rater and a second taker of the same slot (compare-and-set, sense7.crowd.assignment).
+crowd_slots = Table(
+    "crowd_slots", metadata,
+    Column("study_id", String(100), primary_key=True),
+    Column("conversation_id", String(200), primary_key=True),
+    Column("slot", Integer, primary_key=True, autoincrement=False),
+    Column("rater_id", String(200), nullable=False, index=True),
+    Column("taken_at", DateTime(timezone=True), nullable=False),
+    Column("done_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("study_id", "conversation_id", "rater_id"),
+)
+
+# Slots given back (a lease expired, a participant abandoned): counted by `sense7 status`.
+crowd_released = Table(
+    "crowd_released", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("study_id", String(100), nullable=False, index=True),
+    Column("conversation_id", String(200), nullable=False),
+    Column("rater_id", String(200), nullable=False),
+    Column("released_at", DateTime(timezone=True), nullable=False),
+)
+
+# The ONLY table holding platform ids: what the study team needs to approve payments
+# (`sense7 crowd completions`, written 0600). Nothing else in sense7 stores or logs them.
+crowd_completions = Table(
+    "crowd_completions", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("study_id", String(100), nullable=False, index=True),
+    Column("platform_id", String(100), nullable=False),
+    Column("platform_study", String(100), nullable=True),
+    Column("platform_session", String(100), nullable=True),
+    Column("outcome", String(20), nullable=False),  # entered | completed | screened_out | abandoned | full
+    Column("entered_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
 )
 
 RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]

@@ -116,13 +116,14 @@ def profile_answer(form, taxonomy: Taxonomy) -> tuple[dict, list[str]]:
 
 
 def create_app(settings: Settings, refresh_queue=None, request_delivery=None, taxonomy: Taxonomy | None = None,
-               store: Store | None = None, limiter_storage: str = "memory://") -> Flask:
+               store: Store | None = None, limiter_storage: str = "memory://", request_prepare=None) -> Flask:
     """The rater page for these settings.
 
     refresh_queue(rater_id) -> bool: copies the rater's tasks from Label Studio into the store (False when
     Label Studio cannot be reached: the copy already there is used). request_delivery(): asks the worker to
     deliver the outbox (a submission is durable before it is called; failures are only logged).
-    limiter_storage: where failed link openings are counted (Redis, so that every worker counts them)."""
+    limiter_storage: where failed link openings are counted (Redis, so that every worker counts them).
+    request_prepare(study, rater): asks the worker for a crowd participant's tasks (sense7.rater_page.crowd)."""
     app = Flask(__name__)
     app.config.update(
         SECRET_KEY=local_secret(settings.home, "rater_page_secret"),
@@ -385,11 +386,19 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     @app.get("/done")
     def done():
         rater = current_rater()
+        crowd = session.get("crowd")
+        if isinstance(crowd, dict) and isinstance(crowd.get("study"), str):  # the study's finish page
+            return redirect(url_for("crowd.finish_visit", study_id=crowd["study"]), code=303)
         items = queue.items(rater)
         open_items = [i for i in items if i.answer is None]
         return render_template("done.html", remaining=len(open_items), code=page.completion_code,
                                url=page.completion_url, total=sum(i.kind == "rating" for i in items))
 
+    from sense7.rater_page.crowd import crowd_blueprint
+
+    app.register_blueprint(crowd_blueprint(
+        settings, store, LinkGuesses(limiter_storage, page.link_attempts, "sense7-crowd-entries"), guesses,
+        request_prepare))
     return app
 
 
@@ -399,14 +408,14 @@ class LinkGuesses:
 
     NAMESPACE = "sense7-link-guesses"
 
-    def __init__(self, storage_uri: str, rate: str):
-        self.limit = parse_limit(rate)
+    def __init__(self, storage_uri: str, rate: str, namespace: str = NAMESPACE):
+        self.limit, self.namespace = parse_limit(rate), namespace
         self.window = MovingWindowRateLimiter(storage_from_string(storage_uri))
 
     def fail(self, address: str) -> bool:
         """Count one failed opening from `address`; False when it is over the limit (answer 429)."""
         try:
-            return self.window.hit(self.limit, self.NAMESPACE, address)
+            return self.window.hit(self.limit, self.namespace, address)
         except Exception as exc:  # Redis down: a 256-bit secret is not guessed in the meantime
             log.warning("link-guess counter unavailable (%s)", type(exc).__name__)
             return True

@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAYERS = {
     "sense7.settings": 0, "sense7.taxonomy": 0, "sense7.processes": 0, "sense7.files": 0, "sense7.labeling_config": 0,
     "sense7.data": 1,
+    "sense7.crowd": 1.5,  # crowd studies: participants, assignment (store only, never Label Studio)
     "sense7.model": 2, "sense7.labelstudio": 2,
     "sense7.research": 3,
     "sense7.tasks": 4, "sense7.ml_backend": 4, "sense7.rater_page": 4,
@@ -32,13 +33,13 @@ LAYERS = {
 # module (the same code that answers /predict) through its pre-annotator, never with its Flask app.
 # The rater page asks for deliveries (tasks.delivery) and counts failed link openings in the jobs' Redis.
 ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"), ("sense7.tasks", "sense7.ml_backend.preannotate"),
-                    ("sense7.rater_page", "sense7.tasks.delivery"), ("sense7.rater_page", "sense7.tasks.redis_local")}
+                    ("sense7.rater_page", "sense7.tasks.delivery"), ("sense7.rater_page", "sense7.tasks.crowd"), ("sense7.rater_page", "sense7.tasks.redis_local")}
 
 
 def _package_dirs() -> dict[str, Path]:
     """Every installed sense7 package and the folder it is read from (mapped folders included)."""
     names = ["sense7", "sense7.cli", "sense7.data", "sense7.labelstudio", "sense7.model", "sense7.research",
-             "sense7.labeling_config", "sense7.ml_backend", "sense7.tasks", "sense7.rater_page"]
+             "sense7.labeling_config", "sense7.ml_backend", "sense7.tasks", "sense7.rater_page", "sense7.crowd"]
     return {name: Path(importlib.util.find_spec(name).origin).parent for name in names}
 
 

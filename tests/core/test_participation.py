@@ -71,6 +71,17 @@ def _fill_rater_rows(store: Store, rater: str, conversation: str, task_id: int) 
         "arm": "shown", "kind": "personalized", "levels": {"overall": 4}, "expected": {"overall": 4.0},
         "generic_levels": {"overall": 3}, "generic_expected": {"overall": 3.0}}])
     store.log_staff("import", raters=[rater], file=f"{rater}.jsonl", conversations=1)
+    now = datetime.now(timezone.utc)
+    with store.engine.begin() as conn:  # a crowd participant's rows (sense7.crowd)
+        conn.execute(store_module.crowd_participants.insert().values(
+            rater_id=rater, study_id="s", state="rating", seat=task_id, consent="agreed", consent_version="v",
+            consent_at=now, resume_hash=f"{task_id:064d}", check_attempts=0))
+        conn.execute(store_module.crowd_slots.insert().values(study_id="s", conversation_id=conversation, slot=0,
+                                                              rater_id=rater, taken_at=now))
+        conn.execute(store_module.crowd_released.insert().values(study_id="s", conversation_id=conversation,
+                                                                 rater_id=rater, released_at=now))
+        conn.execute(store_module.crowd_completions.insert().values(
+            rater_id=rater, study_id="s", platform_id=f"PID{task_id}", outcome="entered", entered_at=now))
     return secret
 
 
@@ -82,7 +93,7 @@ def test_erasing_a_rater_deletes_every_row_of_theirs_and_leaves_a_receipt_and_th
     tables_with_rows = {name for name, rows in before.items() if any("leaver7" in r for r in rows)}
     # Every table but the study's seed and the withdrawals holds a row of theirs here: the scan means something.
     assert tables_with_rows >= set(participation.ERASURE) - {"study_values", "withdrawals", "ratings",
-                                                             "rating_history"}
+                                                             "rating_history", "crowd_studies", "crowd_pool"}
     receipt = Withdrawals(store).request("leaver7", "participant")
     assert LinkBook(store).rater_for(secret) is None  # revoked with the request
     done = erase_rater_rows(store, "leaver7", account_id=700, confirmed_by="staff", model_versions=["v1"])

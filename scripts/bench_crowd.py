@@ -1,0 +1,288 @@
+"""Benchmark a crowd study (issue 24) against the real stack on this machine: Label Studio (SQLite), a
+private Redis, the ML backend receiving webhooks, a Celery worker with beat (concurrency 2) and the rater
+page (gunicorn), the demo's topology.
+
+P simulated participants (default 500) arrive as a Poisson process over --window seconds (default 600), each
+with its own Prolific id and browser session: 5% decline the consent, 5% fail the comprehension check twice,
+10% abandon midway (their lease then ends and their unfinished conversations go back to the pool), the rest
+answer the questionnaire and rate N = 3 conversations (K = 3 raters each) at a human pace (--think, 20-60 s
+per turn). Every human wait (arrivals, think times, the lease) is divided by --compress (stated in the
+output); the server's own times are never compressed.
+
+Measured: entry -> first turn (from the entry URL to the first task page, the participant clicking through
+consent and check at once: server time plus waiting for the worker to create their tasks), page (GET of a
+task page), submit acknowledged (the POST), submit -> Label Studio (the outbox's delivered time) and ->
+store (polled every 100 ms), lost submissions, slots beyond K (must be 0), the pool's coverage spread at the
+end, abandoned slots and whether each was taken again, participants turned away (pool full).
+
+    .venv/bin/python scripts/bench_crowd.py [--participants 500] [--window 600] [--compress 10] [--out f.json]
+
+A smoke run: --participants 20 --window 60 --compress 20. Prints one JSON document (also written to --out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+import re
+import threading
+import time
+from datetime import timezone
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from benchkit import argument_parser, emit, fresh_home, label_studio_and_broker, logger
+
+CSRF = re.compile(r'name="csrf_token" value="([^"]*)"')
+HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
+ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
+
+log = logger("bench_crowd")
+
+
+def summary(values) -> dict:
+    values = np.asarray(values, dtype=float)
+    if not values.size:
+        return {"n": 0}
+    return {"n": int(values.size), "p50_ms": round(float(np.percentile(values, 50)) * 1000, 1),
+            "p99_ms": round(float(np.percentile(values, 99)) * 1000, 1),
+            "max_ms": round(float(values.max()) * 1000, 1)}
+
+
+class Tally:
+    def __init__(self):
+        self.first_turn, self.page, self.ack, self.errors = [], [], [], []
+        self.outcomes: dict[str, int] = {}
+        self.submitted: dict[int, float] = {}  # task id -> wall time the POST was acknowledged
+
+    def outcome(self, name: str) -> None:
+        self.outcomes[name] = self.outcomes.get(name, 0) + 1
+
+
+def study_file(folder: Path, pool: int, k: int, n: int, cap: int, lease: int, tax) -> Path:
+    from sense7.data.toy_study import make_conversations
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "consent.md").write_text("# Consent\n\nYou will rate replies of an AI assistant.\n")
+    conversations = make_conversations(["pool"], per_rater=pool, turns=1, prefix="crowd")
+    import json
+
+    with open(folder / "pool.jsonl", "w") as fh:
+        for c in conversations:
+            fh.write(json.dumps({"conversation_id": c.conversation_id, "rater_id": "pool", "context": c.context,
+                                 "messages": [{"role": m.role, "content": m.content} for m in c.messages]}) + "\n")
+    path = folder / "study.yaml"
+    path.write_text(f"""study: bench
+consent: consent.md
+comprehension:
+  - question: What does "Continuity" mean here?
+    choices: ["The reply follows on from what was said", "The reply is long"]
+    answer: 1
+raters_per_conversation: {k}
+conversations_per_participant: {n}
+lease_minutes: {lease}
+participant_cap: {cap}
+codes:
+  completion: DONE
+  no_consent: NOCONS
+  screen_out: SCREEN
+pool: pool.jsonl
+""")
+    return path
+
+
+async def participant(base: str, pid: str, kind: str, arrive: float, think: tuple[float, float],
+                      tally: Tally, rng: random.Random, form_values: dict, profile_values: dict) -> None:
+    await asyncio.sleep(arrive)
+    async with httpx.AsyncClient(base_url=base, timeout=120.0) as http:
+        try:
+            started = time.perf_counter()
+            page = await http.get(f"/s/bench?PROLIFIC_PID={pid}&STUDY_ID=benchstudy&SESSION_ID=s{pid[:6]}")
+            if page.status_code != 200 or "I agree" not in page.text:
+                tally.outcome(f"entry {page.status_code}")
+                return
+            choice = "decline" if kind == "decline" else "agree"
+            answer = await http.post("/s/bench/consent", data={"csrf_token": CSRF.search(page.text).group(1),
+                                                               "consent": choice})
+            if kind == "decline":
+                tally.outcome("declined" if "NOCONS" in answer.text else "decline failed")
+                return
+            page = await http.get("/s/bench/check")
+            token = CSRF.search(page.text).group(1)
+            attempts = 2 if kind == "screen" else 1
+            for _ in range(attempts):
+                answer = await http.post("/s/bench/check", data={"csrf_token": token,
+                                                                 "q1": "2" if kind == "screen" else "1"})
+            if kind == "screen":
+                tally.outcome("screened_out" if "SCREEN" in answer.text else "screen failed")
+                return
+            if answer.status_code != 303:
+                tally.outcome("full" if "full" in answer.text else f"check {answer.status_code}")
+                return
+            deadline = time.monotonic() + 300
+            while True:  # the "preparing" page refreshes itself
+                wait = await http.get("/s/bench/wait")
+                if wait.status_code == 303:
+                    break
+                if wait.status_code != 200 or time.monotonic() > deadline:
+                    raise RuntimeError(f"preparing answered HTTP {wait.status_code}")
+                await asyncio.sleep(0.5)
+            page = await http.get("/", follow_redirects=True)
+            if "/profile" in str(page.url):
+                form = {**dict(HIDDEN.findall(page.text)), **profile_values}
+                page = await http.post("/profile", data=form, follow_redirects=True)
+            tally.first_turn.append(time.perf_counter() - started)
+            turns_done = 0
+            while True:
+                action = ACTION.search(page.text)
+                if action is None:
+                    break
+                if kind == "abandon" and turns_done >= 1:
+                    tally.outcome("abandoned")
+                    return
+                await asyncio.sleep(rng.uniform(*think))
+                form = {**dict(HIDDEN.findall(page.text)), **form_values}
+                started = time.perf_counter()
+                saved = await http.post(action.group(1), data=form)
+                tally.ack.append(time.perf_counter() - started)
+                if saved.status_code != 303:
+                    raise RuntimeError(f"submit answered HTTP {saved.status_code}")
+                tally.submitted[int(action.group(1).rsplit("/", 1)[1])] = time.time()
+                turns_done += 1
+                started = time.perf_counter()
+                page = await http.get(saved.headers["location"], follow_redirects=True)
+                tally.page.append(time.perf_counter() - started)
+            tally.outcome("completed" if "DONE" in page.text else "finish failed")
+        except Exception as exc:
+            tally.errors.append(f"{type(exc).__name__}: {exc}")
+
+
+class StoreWatch(threading.Thread):
+    """First time each task id has an annotation in the store (polled every 100 ms)."""
+
+    def __init__(self, store):
+        super().__init__(daemon=True)
+        self.store, self.seen, self.running = store, {}, True
+
+    def run(self) -> None:
+        from sqlalchemy import select
+
+        from sense7.data.store import annotations
+
+        while self.running:
+            with self.store.engine.connect() as conn:
+                ids = [r[0] for r in conn.execute(select(annotations.c.task_id))]
+            now = time.time()
+            for task_id in ids:
+                self.seen.setdefault(task_id, now)
+            time.sleep(0.1)
+
+
+def slot_figures(store, k: int) -> dict:
+    from sqlalchemy import func, select
+
+    from sense7.data.store import crowd_released, crowd_slots
+
+    with store.engine.connect() as conn:
+        per = dict(conn.execute(select(crowd_slots.c.conversation_id, func.count())
+                                .group_by(crowd_slots.c.conversation_id)).all())
+        released = conn.execute(select(crowd_released.c.conversation_id, crowd_released.c.released_at)).all()
+        later = dict(conn.execute(select(crowd_slots.c.conversation_id, func.max(crowd_slots.c.taken_at))
+                                  .group_by(crowd_slots.c.conversation_id)).all())
+    reused = sum(1 for r in released if r.conversation_id in later and later[r.conversation_id] >= r.released_at)
+    return {"over_k": sum(1 for v in per.values() if v > k), "released": len(released),
+            "released_then_taken_again": reused}
+
+
+def main() -> None:
+    parser = argument_parser(__doc__)
+    parser.add_argument("--participants", type=int, default=500)
+    parser.add_argument("--window", type=float, default=600.0, help="arrivals over this many (human) seconds")
+    parser.add_argument("--think", type=float, nargs=2, default=[20.0, 60.0], help="seconds per turn (human)")
+    parser.add_argument("--compress", type=float, default=10.0, help="human waits divided by this")
+    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--n", type=int, default=3)
+    parser.add_argument("--pool", type=int, default=None, help="default: 85%% of the slots the completers need")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    cfg = fresh_home("bench-crowd-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0",
+                     SENSE7_RATER_PAGE_LINK_LIMIT="100000 per minute")
+    from sense7.crowd.lifecycle import assignments_of, install_study
+    from sense7.crowd.participants import Participants, Studies
+    from sense7.data.raterpage import Outbox
+    from sense7.labelstudio.label_sync import LabelSync
+    from sense7.labelstudio.protocol import webhook_headers
+    from sense7.stack import Stack
+    from sense7.taxonomy import study_taxonomy
+
+    tax = study_taxonomy(cfg)
+    rng = random.Random(args.seed)
+    p = args.participants
+    pool = args.pool or max(1, math.ceil(0.85 * p * 0.8 * args.n / args.k))
+    # The shortest lease the study file takes is 1 minute; compressed runs see it at that length.
+    figures: dict = {"machine": f"{os.cpu_count()} cores", "participants": p, "window_s": args.window,
+                     "think_s": args.think, "compress": args.compress, "k": args.k, "n": args.n, "pool": pool,
+                     "lease_minutes": 1, "note": "arrivals and think times divided by `compress`; server times real"}
+    kinds = ["decline"] * round(0.05 * p) + ["screen"] * round(0.05 * p) + ["abandon"] * round(0.10 * p)
+    kinds += ["complete"] * (p - len(kinds))
+    rng.shuffle(kinds)
+    arrivals, t = [], 0.0
+    for _ in range(p):
+        t += rng.expovariate(p / args.window)
+        arrivals.append(t / args.compress)
+    think = (args.think[0] / args.compress, args.think[1] / args.compress)
+    form_values = {**{c: "3" for c in tax.controls}, tax.expectation_key: tax.expectation_values[0]}
+    profile_values = {f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in tax.profile_fields}
+    with Stack(cfg) as stack:
+        client, rating, profile, store = label_studio_and_broker(stack, tax)
+        study, _ = install_study(store, study_file(Path(cfg.home) / "study", pool, args.k, args.n, p, 1, tax), tax)
+        Studies(store).set_open("bench", True)
+        stack.start_backend()
+        LabelSync(client, store, tax, rating, profile).ensure_webhooks(f"{cfg.backend_url}/webhook",
+                                                                      webhook_headers(cfg))
+        stack.start_worker(beat=True, extra_args=("--without-gossip", "--without-mingle"))
+        stack.start_rater_page()
+        base = stack.rater_page.url
+        log(f"stack up: pool {pool}, {p} participants arriving over {args.window / args.compress:.0f} s")
+        watch = StoreWatch(store)
+        watch.start()
+        tally = Tally()
+        started = time.time()
+
+        async def run():
+            await asyncio.gather(*[participant(base, f"{i:024x}", kinds[i], arrivals[i], think, tally,
+                                               random.Random(rng.random()), form_values, profile_values)
+                                   for i in range(p)])
+
+        asyncio.run(run())
+        submitted = dict(tally.submitted)
+        log(f"{len(submitted)} submitted, {len(tally.errors)} errors; waiting for delivery and lease expiry")
+        deadline = time.time() + 600
+        outbox = Outbox(store)
+        participants = Participants(store, study)
+        while time.time() < deadline and (outbox.counts()["undelivered"] or not set(submitted) <= set(watch.seen)
+                                          or participants.counts()["rating"]):
+            time.sleep(0.5)
+        delivered = {row["task_id"]: row["delivered_at"].replace(tzinfo=timezone.utc).timestamp()
+                     for row in outbox.delivered()}
+        figures.update({
+            "seconds": round(time.time() - started, 1), "outcomes": tally.outcomes, "errors": len(tally.errors),
+            "first_errors": tally.errors[:3], "submissions": len(submitted),
+            "entry_to_first_turn": summary(tally.first_turn), "page": summary(tally.page),
+            "submit_ack": summary(tally.ack),
+            "submit_to_label_studio": summary([delivered[t] - s for t, s in submitted.items() if t in delivered]),
+            "submit_to_store": summary([watch.seen[t] - s for t, s in submitted.items() if t in watch.seen]),
+            "lost": len([t for t in submitted if t not in watch.seen or t not in delivered]),
+            "coverage": assignments_of(store, study).coverage(), "participants_by_state": participants.counts(),
+            **slot_figures(store, args.k)})
+        watch.running = False
+    emit(figures, args.out)
+
+
+if __name__ == "__main__":
+    main()

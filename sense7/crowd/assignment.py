@@ -1,0 +1,158 @@
+"""Overlap control: which conversations of the pool a participant rates.
+
+`AssignmentPolicy` is the rule, pure: least-covered conversations first, never a conversation the
+participant already had, never beyond K raters per conversation; taking slots one participant at a time
+this way keeps the pool's coverage within 1 while slots remain. `Assignments` applies it to the store: a
+taken slot is a row keyed (study, conversation, slot number in 0..K-1), so two entries racing for the
+last slot both try to insert the same key and the store refuses one (a compare-and-set, never a read
+then a blind write); the loser reads again and picks again. Leases: a participant's unfinished
+conversations go back to the pool when their lease expires (`expire`); finished ones stay counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from sense7.data.store import Store, crowd_participants, crowd_pool, crowd_released, crowd_slots
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class AssignmentPolicy:
+    """K raters per conversation, N conversations per participant."""
+
+    raters_per_conversation: int
+    conversations_per_participant: int
+
+    def choose(self, taken: dict[str, set[int]], rater_id: str, exclude: frozenset | set = frozenset()
+               ) -> list[tuple[str, int]]:
+        """(conversation, free slot number) for up to N conversations: the least covered first (coverage =
+        slots taken), ties broken by a hash of (rater, conversation) so that simultaneous participants
+        spread over equally covered conversations instead of all racing for the same one. `taken` maps
+        every conversation of the pool to the slot numbers already held; `exclude`: conversations this
+        participant had."""
+        def order(conversation: str) -> tuple:
+            tie = hashlib.sha256(f"{rater_id}\0{conversation}".encode()).hexdigest()
+            return len(taken[conversation]), tie
+
+        open_ = [c for c in taken if c not in exclude and len(taken[c]) < self.raters_per_conversation]
+        chosen = sorted(open_, key=order)[:self.conversations_per_participant]
+        return [(c, min(set(range(self.raters_per_conversation)) - taken[c])) for c in chosen]
+
+
+class Assignments:
+    """The store-backed owner of a study's slots."""
+
+    def __init__(self, store: Store, study_id: str, policy: AssignmentPolicy):
+        self.store, self.study_id, self.policy = store, study_id, policy
+
+    def taken(self, conn=None) -> dict[str, set[int]]:
+        """Every pool conversation -> its slot numbers held (in a lease or finished)."""
+        def read(c):
+            pool = c.execute(select(crowd_pool.c.conversation_id).where(crowd_pool.c.study_id == self.study_id))
+            found: dict[str, set[int]] = {r.conversation_id: set() for r in pool}
+            for row in c.execute(select(crowd_slots.c.conversation_id, crowd_slots.c.slot)
+                                 .where(crowd_slots.c.study_id == self.study_id)):
+                if row.conversation_id in found:  # a conversation dropped from the pool is never offered again
+                    found[row.conversation_id].add(row.slot)
+            return found
+        if conn is not None:
+            return read(conn)
+        with self.store.engine.connect() as c:
+            return read(c)
+
+    def of(self, rater_id: str) -> list[str]:
+        """The conversations this participant holds (in a lease or finished), by id."""
+        with self.store.engine.connect() as conn:
+            return [r.conversation_id for r in conn.execute(
+                select(crowd_slots.c.conversation_id).where(crowd_slots.c.study_id == self.study_id,
+                                                            crowd_slots.c.rater_id == rater_id)
+                .order_by(crowd_slots.c.conversation_id))]
+
+    def assign(self, rater_id: str, attempts: int = 50) -> list[str]:
+        """Take up to N slots for this participant at once (all or, after a lost race, again from a fresh
+        read); returns the conversations ([] when the pool has no slot left). A participant who already
+        holds slots gets those back and nothing more: one assignment per participant."""
+        for _ in range(attempts):
+            held = self.of(rater_id)
+            if held:
+                return held
+            choice = self.policy.choose(self.taken(), rater_id)
+            if not choice:
+                return []
+            now = _now()
+            rows = [{"study_id": self.study_id, "conversation_id": c, "slot": slot, "rater_id": rater_id,
+                     "taken_at": now, "done_at": None} for c, slot in choice]
+            try:
+                with self.store.engine.begin() as conn:
+                    conn.execute(crowd_slots.insert(), rows)
+            except (IntegrityError, OperationalError):  # someone took one of these slots first: pick again
+                continue
+            return sorted(c for c, _ in choice)
+        raise RuntimeError(f"could not assign conversations after {attempts} concurrent attempts")
+
+    def finish(self, rater_id: str, conversations) -> int:
+        """Mark these conversations of the participant rated (they stay counted whatever happens later)."""
+        with self.store.engine.begin() as conn:
+            done = conn.execute(update(crowd_slots).where(
+                crowd_slots.c.study_id == self.study_id, crowd_slots.c.rater_id == rater_id,
+                crowd_slots.c.conversation_id.in_(list(conversations)), crowd_slots.c.done_at.is_(None))
+                .values(done_at=_now()))
+        return done.rowcount
+
+    def release(self, rater_id: str, keep=()) -> list[str]:
+        """Give back this participant's unfinished conversations except `keep` (which are marked rated);
+        returns those given back. They go to later participants; the ratings given stay where they are."""
+        self.finish(rater_id, keep)
+        now = _now()
+        with self.store.engine.begin() as conn:
+            open_ = [r.conversation_id for r in conn.execute(select(crowd_slots.c.conversation_id).where(
+                crowd_slots.c.study_id == self.study_id, crowd_slots.c.rater_id == rater_id,
+                crowd_slots.c.done_at.is_(None)))]
+            if open_:
+                conn.execute(delete(crowd_slots).where(
+                    crowd_slots.c.study_id == self.study_id, crowd_slots.c.rater_id == rater_id,
+                    crowd_slots.c.conversation_id.in_(open_), crowd_slots.c.done_at.is_(None)))
+                conn.execute(crowd_released.insert(), [
+                    {"study_id": self.study_id, "conversation_id": c, "rater_id": rater_id, "released_at": now}
+                    for c in open_])
+        return open_
+
+    def coverage(self) -> dict:
+        """Pool coverage: per conversation (done, in a lease), and totals."""
+        taken = {c: [0, 0] for c in self.taken()}
+        with self.store.engine.connect() as conn:
+            for row in conn.execute(select(crowd_slots.c.conversation_id, crowd_slots.c.done_at)
+                                    .where(crowd_slots.c.study_id == self.study_id)):
+                taken.setdefault(row.conversation_id, [0, 0])[0 if row.done_at else 1] += 1
+            released = conn.scalar(select(func.count()).select_from(crowd_released)
+                                   .where(crowd_released.c.study_id == self.study_id))
+        done = [d for d, _ in taken.values()]
+        held = [d + o for d, o in taken.values()]
+        k = self.policy.raters_per_conversation
+        return {"conversations": len(taken), "raters_per_conversation": k,
+                "slots": k * len(taken), "rated": sum(done), "in_lease": sum(o for _, o in taken.values()),
+                "fully_covered": sum(d >= k for d in done),
+                "spread": (max(held) - min(held)) if held else 0,
+                "released": int(released or 0)}
+
+
+def lease_end(minutes: int, start: datetime | None = None) -> datetime:
+    return (start or _now()) + timedelta(minutes=minutes)
+
+
+def expired_participants(store: Store, now: datetime | None = None) -> list[tuple[str, str]]:
+    """(study, rater) of participants still rating whose lease has ended."""
+    now = now or _now()
+    with store.engine.connect() as conn:
+        return [(r.study_id, r.rater_id) for r in conn.execute(
+            select(crowd_participants.c.study_id, crowd_participants.c.rater_id).where(
+                crowd_participants.c.state == "rating", crowd_participants.c.lease_until < now))]

@@ -1,0 +1,110 @@
+"""A participant's way through a crowd study once seated: assigned after the check, finished when every
+assigned turn is answered, or abandoned when the lease ends (unfinished conversations go back to the pool,
+the ratings given stay). The rater page and the worker call these; nothing here talks to Label Studio."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sense7.crowd.assignment import AssignmentPolicy, Assignments, expired_participants, lease_end
+from sense7.crowd.participants import Participants, Studies
+from sense7.crowd.study import CrowdStudy
+from sense7.data.conversations import Conversation, Message
+from sense7.data.raterpage import LinkBook, RaterQueue
+from sense7.data.store import Store
+
+
+def assignments_of(store: Store, study: CrowdStudy) -> Assignments:
+    return Assignments(store, study.study_id,
+                       AssignmentPolicy(study.raters_per_conversation, study.conversations_per_participant))
+
+
+def start_rating(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | None:
+    """A participant who passed the check: their conversations (taken now, leased) or None when the pool
+    has no slot left (the participant is then `full`). Idempotent: a second call returns the same ones."""
+    participants = Participants(store, study)
+    conversations = assignments_of(store, study).assign(rater_id)
+    if not conversations:
+        participants.move(rater_id, "checking", "full")
+        return None
+    participants.move(rater_id, "checking", "rating", lease_until=lease_end(study.lease_minutes))
+    return conversations
+
+
+def rated_conversations(store: Store, rater_id: str) -> set[str]:
+    """Conversations whose every turn in the rater's queue has an answer (the page's or Label Studio's)."""
+    by_conversation: dict[str, list[bool]] = {}
+    for item in RaterQueue(store).items(rater_id):
+        if item.kind == "rating" and item.conversation_id is not None:
+            by_conversation.setdefault(item.conversation_id, []).append(item.answer is not None)
+    return {c for c, answered in by_conversation.items() if all(answered)}
+
+
+def finish(store: Store, study: CrowdStudy, rater_id: str) -> bool:
+    """Complete a participant whose every assigned turn is answered (True, also when already completed)."""
+    participants = Participants(store, study)
+    current = participants.get(rater_id)
+    if current is None:
+        return False
+    if current.state == "completed":
+        return True
+    items = RaterQueue(store).items(rater_id)
+    if current.state != "rating" or not items or any(i.answer is None for i in items):
+        return False
+    assignments_of(store, study).finish(rater_id, assignments_of(store, study).of(rater_id))
+    return participants.move(rater_id, "rating", "completed") or participants.get(rater_id).state == "completed"
+
+
+@dataclass
+class Expired:
+    participants: int = 0
+    released: int = 0
+
+
+def expire_leases(store: Store, now=None) -> Expired:
+    """Participants whose lease ended: fully rated conversations stay counted, the others go back to the
+    pool, the participant is `abandoned` and their rater-page link revoked (a replayed form gets 404)."""
+    studies, links, result = Studies(store), LinkBook(store), Expired()
+    for study_id, rater_id in expired_participants(store, now):
+        found = studies.get(study_id)
+        if found is None:
+            continue
+        study = found[0]
+        if not Participants(store, study).move(rater_id, "rating", "abandoned"):
+            continue  # finished in the meantime
+        links.revoke(rater_id)
+        result.released += len(assignments_of(store, study).release(rater_id, keep=rated_conversations(store, rater_id)))
+        result.participants += 1
+    return result
+
+
+def conversations_for(store: Store, study: CrowdStudy, rater_id: str) -> list[Conversation]:
+    """The participant's assigned conversations, as conversations of theirs (what the importer takes):
+    the pool's texts and contexts under the pseudonymous rater id."""
+    pool = Studies(store).pool(study.study_id)
+    texts = store.conversations_by_id()
+    return [Conversation(c, rater_id, [Message(m.role, m.content) for m in texts[c]], dict(pool[c]["context"]))
+            for c in assignments_of(store, study).of(rater_id) if c in texts and c in pool]
+
+
+def status(store: Store) -> list[dict]:
+    """Per crowd study: open or closed, the pool's coverage and the participants' counts."""
+    studies, out = Studies(store), []
+    for study_id in studies.ids():
+        study, is_open = studies.get(study_id)
+        out.append({"study": study_id, "open": is_open, "cap": study.participant_cap,
+                    "coverage": assignments_of(store, study).coverage(),
+                    "participants": Participants(store, study).counts()})
+    return out
+
+
+def install_study(store: Store, path, taxonomy) -> tuple[CrowdStudy, int]:
+    """Validate a study file and its pool (every problem as file:line: field: reason, nothing written on
+    error), then store both; returns (study, conversations in the pool). A new study starts closed."""
+    from sense7.data.formats import read_conversations
+    from sense7.crowd.study import load_study
+
+    study = load_study(path)
+    pool = read_conversations(study.pool_path, taxonomy)
+    Studies(store).save(study, pool)
+    return study, len(pool)

@@ -1,0 +1,226 @@
+"""The crowd study file: a YAML file next to the study's taxonomy, validated into a `CrowdStudy`.
+
+```yaml
+study: empathy-pilot                 # [a-z0-9-], the URL's /s/<study>
+platform:                            # the entry URL's parameter names (Prolific's by default)
+  participant_param: PROLIFIC_PID
+  study_param: STUDY_ID
+  session_param: SESSION_ID
+consent: consent.md                  # Markdown, relative to this file; its SHA-256 is the consent version
+comprehension:                       # at least one; two attempts to answer all of them right
+  - question: What does "Continuity" mean here?
+    choices: [The reply follows on from what was said, The reply is long]
+    answer: 1                        # 1-based index into choices
+raters_per_conversation: 3           # K
+conversations_per_participant: 3     # N
+lease_minutes: 60
+participant_cap: 200
+codes:                               # each a code, a URL, or both (the URL wins for the redirect)
+  completion: C1A2B3
+  completion_url: https://app.prolific.com/submissions/complete?cc=C1A2B3
+  no_consent: NOCONSENT
+  screen_out: SCREENOUT
+pool: pool.jsonl                     # conversations (any format `sense7 import` reads), relative to this file
+```
+
+Every problem is reported as file:line: field: reason (sense7.data.formats.FormatError), all at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from sense7.data.formats import FormatError, Problem
+
+STUDY_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
+CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+PROLIFIC = {"participant_param": "PROLIFIC_PID", "study_param": "STUDY_ID", "session_param": "SESSION_ID"}
+KNOWN_KEYS = {"study", "platform", "consent", "comprehension", "raters_per_conversation",
+              "conversations_per_participant", "lease_minutes", "participant_cap", "codes", "pool"}
+CODE_KEYS = ("completion", "completion_url", "no_consent", "no_consent_url", "screen_out", "screen_out_url")
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    choices: list[str]
+    answer: int  # 1-based
+
+
+@dataclass(frozen=True)
+class CrowdStudy:
+    study_id: str
+    consent_text: str
+    consent_version: str
+    questions: list[Question]
+    raters_per_conversation: int
+    conversations_per_participant: int
+    lease_minutes: int
+    participant_cap: int
+    codes: dict = field(default_factory=dict)
+    platform: dict = field(default_factory=lambda: dict(PROLIFIC))
+    pool_path: str | None = None  # only while initializing; the pool itself is stored apart
+
+    def to_config(self) -> dict:
+        config = asdict(self)
+        config.pop("pool_path")
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> "CrowdStudy":
+        return cls(**{**config, "questions": [Question(**q) for q in config["questions"]]})
+
+    def redirect_for(self, outcome: str) -> tuple[str | None, str | None]:
+        """(code, URL) of an outcome: completion, no_consent or screen_out."""
+        return self.codes.get(outcome) or None, self.codes.get(f"{outcome}_url") or None
+
+
+def _lines(node, path=()) -> dict[tuple, int]:
+    """key path -> 1-based line of every mapping key and sequence item in the YAML node tree."""
+    found = {path: node.start_mark.line + 1}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            found.update(_lines(value, path + (key.value,)))
+            found[path + (key.value,)] = key.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found.update(_lines(item, path + (index,)))
+    return found
+
+
+def load_study(path: str | Path) -> CrowdStudy:
+    """Read and validate a study file; raises FormatError listing every problem (file:line: field: reason)."""
+    path = Path(path)
+    problems: list[Problem] = []
+
+    def problem(where: tuple, name: str, reason: str) -> None:
+        line = None
+        for end in range(len(where), -1, -1):  # the nearest enclosing key that has a line
+            if where[:end] in lines:
+                line = lines[where[:end]]
+                break
+        problems.append(Problem(str(path), line, name, reason))
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        node = yaml.compose(text)
+        raw = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FormatError([Problem(str(path), None, "file", f"cannot be read ({type(exc).__name__})")]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise FormatError([Problem(str(path), mark.line + 1 if mark else None, "file",
+                                   f"not valid YAML ({getattr(exc, 'problem', None) or 'syntax'})")]) from None
+    if not isinstance(raw, dict):
+        raise FormatError([Problem(str(path), 1, "file", "must be a mapping of the study's settings")])
+    lines = _lines(node)
+    for key in sorted(set(raw) - KNOWN_KEYS, key=str):
+        problem((key,), str(key), "unknown setting")
+
+    study_id = raw.get("study")
+    if not isinstance(study_id, str) or not STUDY_ID.fullmatch(study_id):
+        problem(("study",), "study", "must be lowercase letters, digits and '-' (at most 63)")
+
+    platform = dict(PROLIFIC)
+    given = raw.get("platform") or {}
+    if not isinstance(given, dict):
+        problem(("platform",), "platform", "must be a mapping of parameter names")
+        given = {}
+    for key, value in given.items():
+        if key not in PROLIFIC:
+            problem(("platform", key), f"platform.{key}", "unknown setting")
+        elif not isinstance(value, str) or not PARAM_NAME.fullmatch(value):
+            problem(("platform", key), f"platform.{key}", "must be a URL parameter name")
+        else:
+            platform[key] = value
+
+    consent_text, consent_version = "", ""
+    consent = raw.get("consent")
+    if not isinstance(consent, str) or not consent:
+        problem(("consent",), "consent", "must name the consent Markdown file")
+    else:
+        try:
+            consent_text = (path.parent / consent).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problem(("consent",), "consent", f"{consent} cannot be read ({type(exc).__name__})")
+        else:
+            if not consent_text.strip():
+                problem(("consent",), "consent", f"{consent} is empty")
+            consent_version = hashlib.sha256(consent_text.encode()).hexdigest()
+
+    questions = []
+    raw_questions = raw.get("comprehension")
+    if not isinstance(raw_questions, list) or not raw_questions:
+        problem(("comprehension",), "comprehension", "must list at least one question")
+        raw_questions = []
+    for i, q in enumerate(raw_questions):
+        where, name = ("comprehension", i), f"comprehension[{i + 1}]"
+        if not isinstance(q, dict) or set(q) - {"question", "choices", "answer"}:
+            problem(where, name, "must have question, choices and answer only")
+            continue
+        choices = q.get("choices")
+        if not isinstance(q.get("question"), str) or not q["question"].strip():
+            problem(where + ("question",), f"{name}.question", "must be a text")
+        if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) and c for c in choices):
+            problem(where + ("choices",), f"{name}.choices", "must list at least two texts")
+            continue
+        answer = q.get("answer")
+        if isinstance(answer, bool) or not isinstance(answer, int) or not 1 <= answer <= len(choices):
+            problem(where + ("answer",), f"{name}.answer", f"must be the number of the right choice (1-{len(choices)})")
+            continue
+        questions.append(Question(q["question"].strip(), list(choices), answer))
+
+    def whole(key: str, lowest: int, highest: int) -> int:
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
+            problem((key,), key, f"must be a whole number from {lowest} to {highest}")
+            return lowest
+        return value
+
+    k = whole("raters_per_conversation", 1, 100)
+    n = whole("conversations_per_participant", 1, 1000)
+    lease = whole("lease_minutes", 1, 24 * 60)
+    cap = whole("participant_cap", 1, 1_000_000)
+
+    codes = {}
+    raw_codes = raw.get("codes")
+    if not isinstance(raw_codes, dict):
+        problem(("codes",), "codes", "must give completion, no_consent and screen_out codes or URLs")
+        raw_codes = {}
+    for key, value in raw_codes.items():
+        where, name = ("codes", key), f"codes.{key}"
+        if key not in CODE_KEYS:
+            problem(where, name, "unknown setting")
+        elif key.endswith("_url"):
+            if not isinstance(value, str) or not re.fullmatch(r"https?://[^\s<>\"']{1,500}", value):
+                problem(where, name, "must be an http(s) URL")
+            else:
+                codes[key] = value
+        elif not isinstance(value, str) or not CODE.fullmatch(value):
+            problem(where, name, "must be letters, digits, '-' or '_' (at most 64)")
+        else:
+            codes[key] = value
+    for outcome in ("completion", "no_consent", "screen_out"):
+        if raw_codes is not None and outcome not in codes and f"{outcome}_url" not in codes \
+                and not any(p.field.startswith(f"codes.{outcome}") for p in problems):
+            problem(("codes",), f"codes.{outcome}", "missing: give a code, a URL or both")
+
+    pool = raw.get("pool")
+    pool_path = None
+    if not isinstance(pool, str) or not pool:
+        problem(("pool",), "pool", "must name the pool's conversations file")
+    elif not (path.parent / pool).is_file():
+        problem(("pool",), "pool", f"{pool} does not exist")
+    else:
+        pool_path = str(path.parent / pool)
+
+    if problems:
+        raise FormatError(sorted(problems, key=lambda p: p.line or 0))
+    return CrowdStudy(study_id, consent_text, consent_version, questions, k, n, lease, cap, codes, platform,
+                      pool_path)

@@ -1,0 +1,265 @@
+"""The rater page's crowd-study routes (a Flask blueprint registered by sense7.rater_page.app).
+
+    /s/<study>?PROLIFIC_PID=..&STUDY_ID=..&SESSION_ID=..  -> consent (agree | decline)
+        decline -> the no-consent code or redirect (only the answer, its version and time are recorded)
+        agree   -> comprehension check (two attempts; failing twice -> return your submission: the
+                   screen-out code or redirect, never rejected) -> slots taken (sense7.crowd), a rater-page
+                   link issued into this session, the worker creates the tasks -> "preparing" until the
+                   queue copy is there -> the ordinary rater page (questionnaire, turns) -> finish: the
+                   completion code or redirect.
+
+Who is who: the platform id becomes a pseudonymous rater id (sense7.crowd.participants); only the session
+cookie (same browser) or the resume code (another browser) reopens a participant's visit. A platform id
+that has entered before, without either, gets the resume form and nothing else. Malformed platform ids get
+one plain "this link is not valid" page; an unknown study the bare 404 of every unknown URL. New entries are
+counted per client address (the app's `limits` limiter in Redis; addresses through
+SENSE7_TRUSTED_PROXIES) and stop at the study's participant cap; resume-code failures count like failed
+link openings. Nothing here logs a platform id (nothing is logged per request at all).
+"""
+
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, abort, redirect, render_template, request, session, url_for
+from markdown_it import MarkdownIt
+from markupsafe import Markup
+
+from sense7.crowd.lifecycle import finish, start_rating
+from sense7.crowd.participants import (AlreadyEntered, CapReached, Participant, Participants, Studies,
+                                       pseudonymous_id, study_secret, valid_platform_id)
+from sense7.crowd.study import CrowdStudy
+from sense7.data.raterpage import LinkBook, RaterQueue, token_hash
+
+ASK_AGAIN = 30.0  # (s) a participant still "preparing" after this asks the worker again (idempotent job)
+PARAM_FIELDS = (("participant_param", "platform_id"), ("study_param", "platform_study"),
+                ("session_param", "platform_session"))
+
+
+def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> Blueprint:
+    """entries / guesses: per-address counters (`fail(address) -> bool`, False = over the limit) of new
+    entries and of failed resume codes. request_prepare(study, rater): asks the worker for the tasks."""
+    bp = Blueprint("crowd", __name__, url_prefix="/s")
+    studies, links, queue = Studies(store), LinkBook(store), RaterQueue(store)
+    markdown = MarkdownIt("commonmark", {"html": False})  # the consent file's raw HTML is shown as text
+    page = settings.rater_page
+
+    def address() -> str:
+        return page.trusted_proxies.client(request.remote_addr, request.headers.get("X-Forwarded-For"))
+
+    def study_or_404(study_id: str) -> tuple[CrowdStudy, bool]:
+        found = studies.get(study_id)
+        if found is None:
+            abort(404)
+        return found
+
+    def current(study: CrowdStudy) -> Participant | None:
+        """This session's participant of the study (None: none, another study's, or gone)."""
+        held = session.get("crowd")
+        if not isinstance(held, dict) or held.get("study") != study.study_id:
+            return None
+        return Participants(store, study).get(held.get("rater"))
+
+    def message(title: str, text: str, status: int = 200, **extra):
+        return render_template("crowd_message.html", title=title, text=text, **extra), status
+
+    def not_valid():
+        return message("This link is not valid",
+                       "Please open the study from the recruitment platform's page again.", 400)
+
+    def ending(study: CrowdStudy, outcome: str, title: str, text: str):
+        """The platform's code for this outcome, and its URL when the study gives one: the page goes there by
+        itself (a meta refresh, and a link). Not an HTTP redirect: these pages often answer a form, and the
+        page's CSP (form-action 'self') makes browsers refuse a form's redirect chain leaving the site."""
+        code, url = study.redirect_for(outcome)
+        return message(title, text, code=code, url=url)
+
+    def continue_as(study: CrowdStudy, who: Participant):
+        state, sid = who.state, study.study_id
+        if state == "checking":
+            return redirect(url_for("crowd.check", study_id=sid), code=303)
+        if state == "rating":
+            return redirect(url_for("crowd.wait", study_id=sid), code=303)
+        if state == "completed":
+            return redirect(url_for("crowd.finish_visit", study_id=sid), code=303)
+        if state == "screened_out":
+            return ending(study, "screen_out", "Thank you for your time",
+                          "The answers to the questions about the instructions were not right twice, so this "
+                          "study cannot continue. Please return your submission on the platform (you will not "
+                          "be rejected), using this code if asked:")
+        if state == "declined":
+            return ending(study, "no_consent", "You chose not to take part",
+                          "Nothing about you was kept. Please return to the platform, using this code if asked:")
+        if state == "full":
+            return message("This study is full", "There is no conversation left to rate. Please return your "
+                           "submission on the platform; you will not be rejected.", 403)
+        return message("Your time for this study has run out",
+                       "The answers you gave are kept. Please return to the platform.", 403)
+
+    def entered_before(study: CrowdStudy):
+        return render_template("crowd_resume.html", study=study, problem=None,
+                               known=True), 200
+
+    @bp.get("/<study_id>")
+    def entry(study_id: str):
+        study, is_open = study_or_404(study_id)
+        names = study.platform
+        given = {field: request.args.get(names[param]) for param, field in PARAM_FIELDS}
+        who = current(study)
+        secret = study_secret(settings.home, study.study_id)
+        if who is not None and (given["platform_id"] is None or (
+                valid_platform_id(given["platform_id"])
+                and pseudonymous_id(secret, study.study_id, given["platform_id"]) == who.rater_id)):
+            return continue_as(study, who)
+        if not valid_platform_id(given["platform_id"]) or any(
+                value is not None and not valid_platform_id(value) for value in given.values()):
+            return not_valid()
+        rater = pseudonymous_id(secret, study.study_id, given["platform_id"])
+        if Participants(store, study).get(rater) is not None:
+            return entered_before(study)  # a platform id alone never opens anyone's visit
+        if not is_open:
+            return message("This study is closed", "It is not taking new participants. Thank you for your "
+                           "interest; please return to the platform.", 403)
+        if Participants(store, study).seated() >= study.participant_cap:
+            return message("This study is full", "It has all the participants it needs. Thank you for your "
+                           "interest; please return to the platform.", 403)
+        if not entries.fail(address()):
+            abort(429)
+        session.clear()
+        session["crowd_entry"] = {"study": study.study_id, **given}
+        return render_template("crowd_consent.html", study=study, consent=Markup(markdown.render(study.consent_text)))
+
+    @bp.post("/<study_id>/consent")
+    def consent(study_id: str):
+        study, is_open = study_or_404(study_id)
+        entry_ = session.get("crowd_entry")
+        if not isinstance(entry_, dict) or entry_.get("study") != study.study_id \
+                or not valid_platform_id(entry_.get("platform_id")):
+            abort(404)
+        choice = request.form.get("consent")
+        if choice not in ("agree", "decline"):
+            abort(422)
+        participants = Participants(store, study)
+        rater = pseudonymous_id(study_secret(settings.home, study.study_id), study.study_id, entry_["platform_id"])
+        session.pop("crowd_entry", None)
+        try:
+            if choice == "decline":
+                participants.decline(rater)  # the answer, its version and time: nothing else
+                session["crowd"] = {"study": study.study_id, "rater": rater}
+                return continue_as(study, participants.get(rater))
+            if not is_open:
+                return message("This study is closed", "It is not taking new participants. Please return to "
+                               "the platform.", 403)
+            code = participants.agree(rater, {field: entry_.get(field) for _, field in PARAM_FIELDS})
+        except AlreadyEntered:
+            return entered_before(study)
+        except CapReached:
+            return message("This study is full", "It has all the participants it needs. Thank you for your "
+                           "interest; please return to the platform.", 403)
+        session["crowd"] = {"study": study.study_id, "rater": rater}
+        session["resume_code"] = code
+        session.permanent = True
+        return redirect(url_for("crowd.check", study_id=study.study_id), code=303)
+
+    def render_check(study: CrowdStudy, who: Participant, answers: dict, wrong: bool, status: int = 200):
+        return render_template("crowd_check.html", study=study, answers=answers, wrong=wrong,
+                               attempts_left=2 - who.check_attempts,
+                               resume_code=session.get("resume_code")), status
+
+    @bp.get("/<study_id>/check")
+    def check(study_id: str):
+        study, _ = study_or_404(study_id)
+        who = current(study)
+        if who is None:
+            abort(404)
+        if who.state != "checking":
+            return continue_as(study, who)
+        return render_check(study, who, {}, wrong=who.check_attempts > 0)
+
+    @bp.post("/<study_id>/check")
+    def answer_check(study_id: str):
+        study, _ = study_or_404(study_id)
+        who = current(study)
+        if who is None:
+            abort(404)
+        if who.state != "checking":
+            return continue_as(study, who)
+        answers = {}
+        for number, question in enumerate(study.questions, start=1):
+            raw = request.form.get(f"q{number}")
+            if isinstance(raw, str) and raw.isascii() and raw.isdigit() and 1 <= int(raw) <= len(question.choices):
+                answers[number] = int(raw)
+        if len(answers) < len(study.questions):
+            return render_check(study, who, answers, wrong=False, status=422)
+        participants = Participants(store, study)
+        if all(answers[n] == q.answer for n, q in enumerate(study.questions, start=1)):
+            if start_rating(store, study, who.rater_id) is None:
+                return continue_as(study, participants.get(who.rater_id))
+            open_rating(study, who.rater_id)
+            return redirect(url_for("crowd.wait", study_id=study.study_id), code=303)
+        if participants.failed_check(who.rater_id, who.check_attempts) == "checking":
+            return render_check(study, participants.get(who.rater_id), {}, wrong=True)
+        return continue_as(study, participants.get(who.rater_id))
+
+    def open_rating(study: CrowdStudy, rater: str) -> None:
+        """This session becomes the participant's rater-page session (a fresh link, never shown: the
+        session holds its hash), and the worker is asked for their tasks."""
+        session["link"] = token_hash(links.issue(rater, rotate=True))
+        if request_prepare is not None and not queue.has(rater):
+            request_prepare(study.study_id, rater)
+
+    @bp.get("/<study_id>/wait")
+    def wait(study_id: str):
+        study, _ = study_or_404(study_id)
+        who = current(study)
+        if who is None:
+            abort(404)
+        if who.state != "rating":
+            return continue_as(study, who)
+        if links.rater_for_hash(session.get("link") or "") != who.rater_id:
+            abort(404)
+        if queue.has(who.rater_id):
+            return redirect(url_for("next_item"), code=303)
+        asked = session.get("prepare_asked")
+        now = time.time()
+        if request_prepare is not None and (not isinstance(asked, (int, float)) or now - asked > ASK_AGAIN):
+            session["prepare_asked"] = now  # a job lost with a worker is asked for again, not every second
+            if asked is not None:
+                request_prepare(study.study_id, who.rater_id)
+        return render_template("crowd_wait.html", study=study, resume_code=session.get("resume_code"))
+
+    @bp.get("/<study_id>/finish")
+    def finish_visit(study_id: str):
+        study, _ = study_or_404(study_id)
+        who = current(study)
+        if who is None:
+            abort(404)
+        if who.state not in ("rating", "completed"):
+            return continue_as(study, who)
+        if not finish(store, study, who.rater_id):
+            return redirect(url_for("next_item"), code=303)
+        return ending(study, "completion", "Thank you!",
+                      "All your answers are saved. Please go back to the platform and enter this completion code:")
+
+    @bp.get("/<study_id>/resume")
+    def resume_form(study_id: str):
+        study, _ = study_or_404(study_id)
+        return render_template("crowd_resume.html", study=study, problem=None, known=False)
+
+    @bp.post("/<study_id>/resume")
+    def resume(study_id: str):
+        study, _ = study_or_404(study_id)
+        who = Participants(store, study).by_resume_code(request.form.get("code"))
+        if who is None:
+            if not guesses.fail(address()):
+                abort(429)
+            return render_template("crowd_resume.html", study=study, known=False,
+                                   problem="This code is not right. Please check it and try again."), 404
+        session.clear()
+        session.permanent = True
+        session["crowd"] = {"study": study.study_id, "rater": who.rater_id}
+        if who.state == "rating":
+            open_rating(study, who.rater_id)
+        return continue_as(study, who)
+
+    return bp

@@ -1,0 +1,159 @@
+"""The assignment policy (pure) and its store-backed owner: K, N, no repeats, balance within 1, expired
+leases given back and reused, and two entries racing for the last slot."""
+
+from __future__ import annotations
+
+import random
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from sense7.crowd.assignment import AssignmentPolicy, Assignments
+from sense7.crowd.lifecycle import assignments_of, expire_leases, install_study, start_rating
+from sense7.crowd.participants import Participants, Studies
+from sense7.data.store import Store
+from sense7.taxonomy import load_taxonomy
+from tests.crowd.helpers import write_study
+
+TAX = load_taxonomy()
+
+
+def _simulate(policy: AssignmentPolicy, pool: int, participants: int) -> dict[str, set[int]]:
+    taken = {f"c{i}": set() for i in range(pool)}
+    for p in range(participants):
+        chosen = policy.choose(taken, f"r{p}")
+        assert len({c for c, _ in chosen}) == len(chosen)  # never the same conversation twice
+        for c, slot in chosen:
+            assert slot not in taken[c]
+            taken[c].add(slot)
+        held = [len(s) for s in taken.values()]
+        assert max(held) <= policy.raters_per_conversation  # never beyond K
+        assert max(held) - min(held) <= 1  # balanced within 1 while slots remain
+    return taken
+
+
+@pytest.mark.parametrize("k,n,pool", [(3, 3, 10), (2, 4, 7), (1, 1, 5), (5, 2, 3)])
+def test_policy_gives_n_least_covered_conversations_never_beyond_k(k, n, pool):
+    policy = AssignmentPolicy(k, n)
+    taken = _simulate(policy, pool, participants=(k * pool) // n)
+    # Once the pool is full, nobody gets anything.
+    for _ in range(3):
+        chosen = policy.choose(taken, "late")
+        for c, slot in chosen:
+            taken[c].add(slot)
+    assert all(len(s) == k for s in taken.values())
+    assert policy.choose(taken, "one-more") == []
+
+
+def test_policy_excludes_what_the_participant_had_and_fills_holes_first():
+    policy = AssignmentPolicy(3, 2)
+    taken = {"a": {0, 2}, "b": {0}, "c": {0, 1, 2}, "d": set()}
+    assert policy.choose(taken, "x") == [("d", 0), ("b", 1)] or policy.choose(taken, "x") == [("d", 0), ("b", 1)]
+    assert [c for c, _ in policy.choose(taken, "x", exclude={"d"})] == ["b", "a"]
+    assert ("a", 1) in policy.choose({"a": {0, 2}}, "y")  # the freed slot number is reused
+
+
+@pytest.fixture
+def study_store(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    study, n = install_study(store, write_study(tmp_path / "s", pool=6, k=2, n=2, cap=100), TAX)
+    assert n == 6
+    return store, study
+
+
+def _seat(store, study, rater: str):
+    Participants(store, study).agree(rater, {"platform_id": f"PID{rater}", "platform_study": None,
+                                             "platform_session": None})
+    return start_rating(store, study, rater)
+
+
+def test_store_assignments_k_n_and_one_assignment_per_participant(study_store):
+    store, study = study_store
+    got = {f"r{i}": _seat(store, study, f"r{i}") for i in range(6)}
+    assert all(len(v) == 2 for v in got.values())
+    coverage = assignments_of(store, study).coverage()
+    assert coverage["in_lease"] == 12 and coverage["spread"] == 0
+    assert _seat(store, study, "r99") is None  # pool full: 6 conversations x K=2
+    assert Participants(store, study).get("r99").state == "full"
+    # Asking again returns the same conversations, nothing more.
+    assert assignments_of(store, study).assign("r0") == got["r0"]
+    assert assignments_of(store, study).coverage()["in_lease"] == 12
+
+
+def test_expired_leases_give_back_unrated_conversations_to_later_participants(study_store):
+    store, study = study_store
+    first = _seat(store, study, "gone")
+    for i in range(5):
+        _seat(store, study, f"r{i}")
+    assert _seat(store, study, "late") is None  # full
+    later = datetime.now(timezone.utc) + timedelta(minutes=study.lease_minutes + 1)
+    expired = expire_leases(store, later)
+    assert (expired.participants, expired.released) == (6, 12)  # nothing rated: every slot given back
+    assert Participants(store, study).get("gone").state == "abandoned"
+    assert assignments_of(store, study).coverage()["released"] == 12
+    again = _seat(store, study, "new")
+    assert again and set(again) <= {f"pool{i:03d}" for i in range(6)}
+    assert first  # the abandoned participant's conversations were among those reusable
+
+
+def test_two_entries_racing_for_the_last_slot_never_both_get_it(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    study, _ = install_study(store, write_study(tmp_path / "s", pool=1, k=1, n=1, cap=100), TAX)
+    owner = Assignments(store, study.study_id, AssignmentPolicy(1, 1))
+    results, barrier = {}, threading.Barrier(8)
+
+    def enter(name):
+        barrier.wait()
+        results[name] = owner.assign(name)
+
+    threads = [threading.Thread(target=enter, args=(f"t{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [n for n, got in results.items() if got]
+    assert len(winners) == 1 and results[winners[0]] == ["pool000"]
+    assert owner.coverage()["in_lease"] == 1
+
+
+def test_random_interleavings_keep_k_and_balance(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    study, _ = install_study(store, write_study(tmp_path / "s", pool=9, k=3, n=3, cap=1000), TAX)
+    owner = assignments_of(store, study)
+    rng = random.Random(4)
+    for i in range(9):
+        owner.assign(f"r{i}")
+        held = [len(s) for s in owner.taken().values()]
+        assert max(held) - min(held) <= 1 and max(held) <= 3
+    assert owner.assign("extra") == []
+    for i in rng.sample(range(9), 3):
+        owner.release(f"r{i}")
+    assert owner.coverage()["released"] == 9
+    for i in range(3):
+        assert len(owner.assign(f"n{i}")) == 3
+    assert all(len(s) == 3 for s in owner.taken().values())
+
+
+def test_cap_is_atomic_for_racing_entries(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    study, _ = install_study(store, write_study(tmp_path / "s", cap=3), TAX)
+    participants, outcomes, barrier = Participants(store, study), [], threading.Barrier(10)
+
+    def enter(i):
+        from sense7.crowd.participants import CapReached
+
+        barrier.wait()
+        try:
+            participants.agree(f"x{i}", {"platform_id": f"P{i}", "platform_study": None, "platform_session": None})
+            outcomes.append("in")
+        except CapReached:
+            outcomes.append("full")
+
+    threads = [threading.Thread(target=enter, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("in") == 3 and participants.seated() == 3
+    assert Studies(store).get("pilot")[1] is False  # a new study starts closed

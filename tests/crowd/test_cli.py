@@ -1,0 +1,61 @@
+"""`sense7 crowd init|open|close|status|completions`: a bad study file is one clear error per problem
+(file:line: field) with nothing stored; completions is the only export of platform ids, written 0600."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from sense7.crowd.lifecycle import start_rating
+from sense7.crowd.participants import Participants, Studies
+from sense7.data.store import Store
+from tests.crowd.helpers import write_study
+
+SENSE7 = Path(sys.executable).parent / "sense7"
+
+
+def _run(tmp_path, *args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SENSE7_")}
+    env.update({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_STORE_URL": f"sqlite:///{tmp_path / 'store.db'}"})
+    return subprocess.run([str(SENSE7), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_bad_study_file_names_file_line_and_field_and_stores_nothing(tmp_path):
+    path = write_study(tmp_path / "s", extra="colour: blue\n")
+    text = path.read_text().replace("answer: 2", "answer: 9").replace("lease_minutes: 60", "lease_minutes: soon")
+    path.write_text(text)
+    done = _run(tmp_path, "crowd", "init", str(path))
+    assert done.returncode == 2
+    assert f"{path}:9: comprehension[2].answer: must be the number of the right choice (1-2)" in done.stderr
+    assert f"{path}:12: lease_minutes:" in done.stderr and f"{path}:20: colour: unknown setting" in done.stderr
+    assert "nothing was imported" in done.stderr and "Traceback" not in done.stderr
+    assert Studies(Store(f"sqlite:///{tmp_path / 'store.db'}")).ids() == []
+
+
+def test_init_open_status_and_completions_0600_with_completed_participants_only(tmp_path):
+    path = write_study(tmp_path / "s")
+    init = _run(tmp_path, "crowd", "init", str(path))
+    assert init.returncode == 0, init.stderr
+    assert "PROLIFIC_PID={{%PROLIFIC_PID%}}" in init.stdout
+    assert stat.S_IMODE((tmp_path / "home" / "secrets" / "crowd_pilot").stat().st_mode) == 0o600
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    assert Studies(store).get("pilot")[1] is False
+    assert _run(tmp_path, "crowd", "open", "pilot").returncode == 0 and Studies(store).get("pilot")[1] is True
+    study = Studies(store).get("pilot")[0]
+    participants = Participants(store, study)
+    for rater, pid in [("pilot-pa", "PIDDONE1"), ("pilot-pb", "PIDHALF2")]:
+        participants.agree(rater, {"platform_id": pid, "platform_study": "S1", "platform_session": "X"})
+        start_rating(store, study, rater)
+    participants.move("pilot-pa", "rating", "completed")
+    out = tmp_path / "completions.csv"
+    done = _run(tmp_path, "crowd", "completions", "pilot", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    body = out.read_text()
+    assert "PIDDONE1" in body and "PIDHALF2" not in body
+    status = _run(tmp_path, "crowd", "status")
+    assert "1 completed, 1 rating" in status.stdout.replace("\n", " ") and "PID" not in status.stdout
+    assert _run(tmp_path, "crowd", "close", "nosuch").returncode == 2

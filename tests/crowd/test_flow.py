@@ -1,0 +1,267 @@
+"""The crowd flow on the rater page (the Flask app in the test process, on a real store): entry with
+Prolific's parameters, consent, the comprehension check, the rater page, the finish; and every page
+attacked as a stranger (made-up ids, another participant's platform id, a closed study, past the cap,
+replayed forms after a lease expired, participant A's session with B's task ids): 4xx and nothing learned.
+
+The worker's part (creating the tasks in Label Studio and copying the queue) is test_real_stack's; here
+the queue copy is written as that job writes it, so that these tests need no Label Studio."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+from urllib.parse import urlencode
+
+import pytest
+from sqlalchemy import select
+
+from sense7.crowd.lifecycle import conversations_for, expire_leases, install_study
+from sense7.crowd.participants import Participants, Studies
+from sense7.data.raterpage import RaterQueue
+from sense7.data.store import Store, crowd_completions, crowd_participants, metadata
+from sense7.labelstudio.protocol import rating_tasks
+from sense7.rater_page.app import create_app
+from sense7.settings import Settings
+from sense7.taxonomy import load_taxonomy
+from tests.crowd.helpers import write_study
+
+TAX = load_taxonomy()
+PID_A, PID_B = "5f3a9c0d1e2b4a6c8d0e1f2a", "60b1c2d3e4f5a6b7c8d9e0f1"
+
+
+class Flow:
+    def __init__(self, tmp_path, cap=50, pool=6, k=2, n=2):
+        self.store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+        self.store = Store(self.store_url)
+        self.study, _ = install_study(self.store, write_study(tmp_path / "s", cap=cap, pool=pool, k=k, n=n), TAX)
+        Studies(self.store).set_open("pilot", True)
+        self.settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_STORE_URL": self.store_url})
+        self.prepared: list[tuple[str, str]] = []
+        self.next_id = 1000
+        self.app = create_app(self.settings, taxonomy=TAX, store=self.store, request_prepare=self.prepare)
+        self.app.testing = True
+
+    def prepare(self, study_id: str, rater_id: str) -> None:
+        """What the worker's job leaves in the store: the queue copy of the participant's new tasks."""
+        self.prepared.append((study_id, rater_id))
+        items = [{"task_id": self.next_id, "kind": "profile", "position": -1, "conversation_id": None,
+                  "turn_index": None, "data": {}, "prediction": None, "answer": None}]
+        tasks = [t for c in conversations_for(self.store, self.study, rater_id) for t in rating_tasks(c)]
+        for position, task in enumerate(tasks, start=1):
+            d = task["data"]
+            items.append({"task_id": self.next_id + position, "kind": "rating", "position": position - 1,
+                          "conversation_id": d["conversation_id"], "turn_index": d["turn_index"],
+                          "data": {"history": d["history"], "turn": d["turn"], "repeat": False, "instructed": None},
+                          "prediction": None, "answer": None})
+        self.next_id += 100
+        RaterQueue(self.store).replace(rater_id, items)
+
+    def client(self, address="10.0.0.1"):
+        client = self.app.test_client()
+        client.environ_base["REMOTE_ADDR"] = address
+        return client
+
+
+def entry_url(pid, study="pilot", **extra) -> str:
+    return f"/s/{study}?" + urlencode({"PROLIFIC_PID": pid, "STUDY_ID": "65aa11bb22cc33dd44ee55ff",
+                                       "SESSION_ID": "sess" + pid[:8], **extra})
+
+
+def csrf(html: str) -> str:
+    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+
+
+def enter_and_consent(client, pid) -> str:
+    page = client.get(entry_url(pid))
+    assert page.status_code == 200 and "I agree" in page.get_data(as_text=True)
+    answer = client.post("/s/pilot/consent", data={"csrf_token": csrf(page.get_data(as_text=True)), "consent": "agree"})
+    assert answer.status_code == 303 and answer.headers["Location"].endswith("/s/pilot/check")
+    return client.get("/s/pilot/check").get_data(as_text=True)
+
+
+def pass_check(client, html, right=True):
+    form = {"csrf_token": csrf(html), "q1": "1" if right else "2", "q2": "2"}
+    return client.post("/s/pilot/check", data=form)
+
+
+def rate_everything(client) -> list[int]:
+    """Questionnaire then every turn through the ordinary rater page; the task ids rated."""
+    rated = []
+    response = client.get("/")
+    for _ in range(50):
+        location = response.headers.get("Location", "")
+        if "/profile" in location:
+            html = client.get("/profile").get_data(as_text=True)
+            form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1"}
+            for fld in TAX.profile_fields:
+                form[fld.key] = str(fld.choices[0] if fld.type == "choice" else fld.min)
+            response = client.post("/profile", data=form)
+        elif "/task/" in location:
+            task_id = int(location.rsplit("/", 1)[1])
+            html = client.get(f"/task/{task_id}").get_data(as_text=True)
+            form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
+                    TAX.expectation_key: TAX.expectation_values[-1], **{c: "3" for c in TAX.controls}}
+            response = client.post(f"/task/{task_id}", data=form)
+            rated.append(task_id)
+        else:
+            return rated
+        assert response.status_code == 303
+        response = client.get("/")
+    raise AssertionError("never finished")
+
+
+def test_a_participant_consents_fails_once_passes_rates_and_returns_with_the_code(tmp_path):
+    flow = Flow(tmp_path)
+    client = flow.client()
+    check = enter_and_consent(client, PID_A)
+    code = re.search(r'id="resume-code">(\w+)<', check).group(1)
+    assert "2 attempts left" not in check
+    again = pass_check(client, check, right=False)
+    assert again.status_code == 200 and "1 attempt left" in again.get_data(as_text=True)
+    passed = pass_check(client, again.get_data(as_text=True))
+    assert passed.headers["Location"].endswith("/s/pilot/wait")
+    assert len(flow.prepared) == 1
+    rater = flow.prepared[0][1]
+    assert client.get("/s/pilot/wait").headers["Location"].endswith("/")
+    rated = rate_everything(client)
+    assert len(rated) == 2 * 2  # N=2 conversations of 2 turns
+    finished = client.get("/done")
+    assert finished.headers["Location"].endswith("/s/pilot/finish")
+    final = client.get("/s/pilot/finish")
+    # The page sends the browser on to the platform by itself (a meta refresh and a link, not an HTTP
+    # redirect, which browsers refuse at the end of a form's redirect chain under form-action 'self').
+    text = final.get_data(as_text=True)
+    assert final.status_code == 200 and "DONE1234" in text
+    assert 'content="0; url=https://app.prolific.com/submissions/complete?cc=DONE1234"' in text
+    participants = Participants(flow.store, flow.study)
+    assert participants.get(rater).state == "completed"
+    assert [r["platform_id"] for r in participants.completions()] == [PID_A]
+    assert participants.completions()[0]["outcome"] == "completed"
+    # Coming back (same browser) with the same link: the finish again, never a second assignment.
+    assert client.get(entry_url(PID_A)).headers["Location"].endswith("/s/pilot/finish")
+    # The platform id is in the completions table and nowhere else in the store.
+    assert PID_A not in dump_without_completions(flow.store)
+    assert code not in dump_without_completions(flow.store)  # only the resume code's hash is kept
+
+
+def dump_without_completions(store) -> str:
+    out = []
+    with store.engine.connect() as conn:
+        for table in metadata.sorted_tables:
+            if table.name != "crowd_completions":
+                out += [repr(tuple(r)) for r in conn.execute(select(table))]
+    return "\n".join(out)
+
+
+def test_decline_records_only_the_answer_and_ends_with_the_no_consent_code(tmp_path):
+    flow = Flow(tmp_path)
+    client = flow.client()
+    page = client.get(entry_url(PID_B)).get_data(as_text=True)
+    declined = client.post("/s/pilot/consent", data={"csrf_token": csrf(page), "consent": "decline"})
+    assert declined.status_code == 200 and "NOCONS99" in declined.get_data(as_text=True)
+    with flow.store.engine.connect() as conn:
+        rows = [dict(r) for r in conn.execute(select(crowd_participants)).mappings()]
+        assert conn.execute(select(crowd_completions)).all() == []
+    assert len(rows) == 1 and rows[0]["consent"] == "declined" and rows[0]["seat"] is None
+    assert rows[0]["consent_version"] == flow.study.consent_version and rows[0]["resume_hash"] is None
+    assert PID_B not in dump_without_completions(flow.store)
+    assert flow.prepared == []
+
+
+def test_failing_the_check_twice_asks_to_return_the_submission_with_the_screen_out_code(tmp_path):
+    flow = Flow(tmp_path)
+    client = flow.client()
+    check = enter_and_consent(client, PID_A)
+    first = pass_check(client, check, right=False)
+    second = pass_check(client, first.get_data(as_text=True), right=False)
+    text = second.get_data(as_text=True)
+    assert second.status_code == 200 and "SCREEN77" in text and "return your submission" in text
+    assert "reject" in text  # "you will not be rejected"
+    assert flow.prepared == []
+    # A replayed right answer after the screen-out changes nothing.
+    replay = pass_check(client, check, right=True)
+    assert "SCREEN77" in replay.get_data(as_text=True)
+    participants = Participants(flow.store, flow.study)
+    assert participants.counts()["screened_out"] == 1 and participants.completions()[0]["outcome"] == "screened_out"
+
+
+def test_strangers_get_nothing(tmp_path):
+    flow = Flow(tmp_path, cap=2)
+    a = flow.client()
+    check = enter_and_consent(a, PID_A)
+    code = re.search(r'id="resume-code">(\w+)<', check).group(1)
+    pass_check(a, check)
+    rater_a = flow.prepared[0][1]
+    a_tasks = [i.task_id for i in RaterQueue(flow.store).items(rater_a)]
+    not_found = flow.client().get("/no-such-page").get_data(as_text=True)
+
+    # Made-up and malformed platform ids: the same plain page.
+    stranger = flow.client("10.0.0.9")
+    for bad in ["", "x" * 65, "<script>", "a b", "ＡＢＣ", "abc;drop"]:
+        response = stranger.get(entry_url(bad))
+        assert response.status_code == 400 and "This link is not valid" in response.get_data(as_text=True)
+    assert stranger.get("/s/pilot").status_code == 400
+    assert stranger.get("/s/nostudy?PROLIFIC_PID=abc").get_data(as_text=True) == not_found
+    # Another participant's platform id, without their session or resume code: the resume form only.
+    other = stranger.get(entry_url(PID_A))
+    text = other.get_data(as_text=True)
+    assert other.status_code == 200 and "resume code" in text and "I agree" not in text
+    for path in ["/", "/profile", "/done", "/s/pilot/check", "/s/pilot/wait", "/s/pilot/finish",
+                 *[f"/task/{t}" for t in a_tasks]]:
+        response = stranger.get(path)
+        assert response.status_code == 404 and response.get_data(as_text=True) == not_found, path
+    # A guessed resume code.
+    html = stranger.get("/s/pilot/resume").get_data(as_text=True)
+    wrong = stranger.post("/s/pilot/resume", data={"csrf_token": csrf(html), "code": "ABCDEFGHJK"})
+    assert wrong.status_code == 404 and rater_a not in wrong.get_data(as_text=True)
+    # Consent posted without an entry: 404.
+    assert stranger.post("/s/pilot/consent", data={"csrf_token": csrf(html), "consent": "agree"}).status_code == 404
+
+    # Participant B (the last seat), holding A's task ids.
+    b = flow.client("10.0.0.2")
+    pass_check(b, enter_and_consent(b, PID_B))
+    rater_b = flow.prepared[1][1]
+    assert b.get("/s/pilot/wait").status_code == 303
+    b_queue = RaterQueue(flow.store).items(rater_b)
+    assert b.get(f"/task/{b_queue[1].task_id}").status_code == 200
+    for task_id in a_tasks:
+        assert b.get(f"/task/{task_id}").status_code == 404
+        assert b.post(f"/task/{task_id}", data={"csrf_token": csrf(html), "revision": "1"}).status_code in (400, 404)
+
+    # Past the cap: a clear page, no seat, no slot.
+    late = flow.client("10.0.0.3").get(entry_url("7" * 24))
+    assert late.status_code == 403 and "full" in late.get_data(as_text=True)
+    assert Participants(flow.store, flow.study).seated() == 2
+    # A closed study.
+    Studies(flow.store).set_open("pilot", False)
+    closed = flow.client("10.0.0.4").get(entry_url("8" * 24))
+    assert closed.status_code == 403 and "closed" in closed.get_data(as_text=True)
+    Studies(flow.store).set_open("pilot", True)
+
+    # The right resume code elsewhere continues A's visit (and only A's).
+    elsewhere = flow.client("10.0.0.5")
+    html = elsewhere.get("/s/pilot/resume").get_data(as_text=True)
+    resumed = elsewhere.post("/s/pilot/resume", data={"csrf_token": csrf(html), "code": code.lower()})
+    assert resumed.status_code == 303 and resumed.headers["Location"].endswith("/s/pilot/wait")
+    assert elsewhere.get(f"/task/{a_tasks[1]}").status_code == 200
+    assert elsewhere.get(f"/task/{b_queue[1].task_id}").status_code == 404
+    # A's first browser lost its rater-page session (one device at a time).
+    assert a.get(f"/task/{a_tasks[1]}").status_code == 404
+
+    # Lease expired: A's forms replayed after it get 404, their conversations go back to the pool.
+    page = elsewhere.get(f"/task/{a_tasks[1]}").get_data(as_text=True)
+    later = datetime.now(timezone.utc) + timedelta(minutes=flow.study.lease_minutes + 1)
+    assert expire_leases(flow.store, later).participants == 2
+    form = {"csrf_token": csrf(page), "revision": "1", "rendered_at": "1",
+            TAX.expectation_key: TAX.expectation_values[-1], **{c: "3" for c in TAX.controls}}
+    assert elsewhere.post(f"/task/{a_tasks[1]}", data=form).status_code == 404
+    assert elsewhere.get("/s/pilot/wait").status_code == 403
+    assert "run out" in elsewhere.get(entry_url(PID_A), follow_redirects=True).get_data(as_text=True)
+
+
+def test_entries_are_rate_limited_per_address(tmp_path):
+    flow = Flow(tmp_path, cap=1000)
+    client = flow.client("10.9.9.9")
+    codes = [client.get(entry_url(f"{i:024x}")).status_code for i in range(40)]
+    assert codes.count(200) == 30 and codes[-1] == 429  # SENSE7_RATER_PAGE_LINK_LIMIT: 30 per minute
+    assert flow.client("10.9.9.8").get(entry_url("f" * 24)).status_code == 200  # others still enter

@@ -1,0 +1,190 @@
+"""A crowd participant through the real stack: Label Studio, Redis, the Celery worker (crowd_prepare,
+delivery, sync), the ML backend receiving webhooks and the rater page under gunicorn.
+
+Label Studio and the store end up holding exactly the participant's ratings under their pseudonymous id
+(with the served model's pre-annotations on the shown-arm tasks), and the platform id is nowhere (Label
+Studio's database and task data, the store's tables but the completions table, every log) but there."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from sqlalchemy import select
+
+from sense7.crowd.lifecycle import install_study
+from sense7.crowd.participants import Participants, Studies
+from sense7.data.store import annotations
+from sense7.labelstudio.label_sync import LabelSync
+from sense7.labelstudio.protocol import webhook_headers
+from sense7.processes import free_port
+from tests.crowd.helpers import write_study
+from tests.crowd.test_flow import dump_without_completions
+from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)
+from tests.rater_page.conftest import start_page
+
+pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
+
+PID = "6a1b2c3d4e5f60718293a4b5"
+
+
+def _csrf(html: str) -> str:
+    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+
+
+def _until(condition, timeout: float = 120.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real_stack(job_stack, tmp_path):
+    from sense7.data import synth
+    from sense7.model.bundle import train_bundle
+    from sense7.model.registry import ModelRegistry
+
+    stack = job_stack
+    rt = stack.runtime()
+    tax = rt.taxonomy
+    registry = ModelRegistry(rt.settings.model_dir)
+    registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=tax).rating_data(), "v1", tax), "v1")
+    registry.promote("v1")
+    study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=4, turns=2, k=2, n=2), tax)
+    Studies(rt.store).set_open(study.study_id, True)
+    stack.start_backend()
+    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
+    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2"})
+    port = free_port()
+    start_page(stack, port)
+    url = f"http://127.0.0.1:{port}"
+
+    browser = requests.Session()
+    consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={PID}&STUDY_ID=65aa11bb22cc33dd44ee55ff&SESSION_ID=s1",
+                          timeout=30)
+    assert consent.status_code == 200 and "Consent" in consent.text
+    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": _csrf(consent.text), "consent": "agree"},
+                         timeout=30)
+    assert "resume-code" in check.text
+    waiting = browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "1", "q2": "2"},
+                           timeout=30, allow_redirects=False)
+    assert waiting.headers["Location"].endswith("/s/pilot/wait")
+    participants = Participants(rt.store, study)
+    rater = next(r for r in [p for p in _participant_ids(rt.store)] if participants.get(r).state == "rating")
+
+    # The worker creates the tasks; the page says "preparing" meanwhile, then continues by itself.
+    _until(lambda: browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers.get(
+        "Location", "").endswith("/"), what="the participant's tasks")
+    response = browser.get(f"{url}/", timeout=30, allow_redirects=False)
+    rated = []
+    for _ in range(30):
+        location = response.headers.get("Location", "")
+        if location.endswith("/profile"):
+            html = browser.get(f"{url}/profile", timeout=30).text
+            form = {"csrf_token": _csrf(html), "revision": "1", "rendered_at": "1",
+                    **{f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in tax.profile_fields}}
+            response = browser.post(f"{url}/profile", data=form, timeout=30, allow_redirects=False)
+        elif "/task/" in location:
+            task_id = int(location.rsplit("/", 1)[1])
+            html = browser.get(f"{url}/task/{task_id}", timeout=30).text
+            form = {"csrf_token": _csrf(html), "revision": "1", "rendered_at": "1",
+                    tax.expectation_key: tax.expectation_values[-1], **{c: "4" for c in tax.controls}}
+            response = browser.post(f"{url}/task/{task_id}", data=form, timeout=30, allow_redirects=False)
+            rated.append(task_id)
+        else:
+            break
+        assert response.status_code == 303
+        response = browser.get(f"{url}/", timeout=30, allow_redirects=False)
+    done = browser.get(f"{url}/done", timeout=30, allow_redirects=False)
+    final = browser.get(f"{url}{done.headers['Location']}" if done.headers["Location"].startswith("/")
+                        else done.headers["Location"], timeout=30, allow_redirects=False)
+    assert 'url=https://app.prolific.com/submissions/complete?cc=DONE1234"' in final.text
+    assert participants.get(rater).state == "completed"
+
+    # Label Studio: tasks for the 2 assigned conversations only, under the pseudonym, each with its answer.
+    tasks = [t for t in rt.client.tasks.list(project=rt.rating_project, fields="all", page_size=1000)]
+    mine = [t for t in tasks if t.data["rater_id"] == rater]
+    assigned = set(participants_conversations(rt.store, rater))
+    assert len(assigned) == 2 and {t.data["conversation_id"] for t in mine} == assigned
+    assert sorted(t.id for t in mine) == sorted(rated)  # repeats (the study design) included
+    assert any(t.predictions for t in mine)  # pre-annotations, as the importer makes them
+    _until(lambda: all(len(rt.client.tasks.get(t.id).annotations or []) == 1 for t in mine),
+           what="delivery to Label Studio")
+    # The store: the synced ratings, all credited to the pseudonym.
+    def synced():
+        with rt.store.engine.connect() as conn:
+            return [r for r in conn.execute(select(annotations.c.rater_id, annotations.c.task_id))]
+    rows = _until(lambda: (lambda r: r if len(r) == len(mine) else None)(synced()), what="sync into the store")
+    assert {r.rater_id for r in rows} == {rater} and {r.task_id for r in rows} == {t.id for t in mine}
+
+    # A participant who abandons: their lease ends, their conversations go to the next participant, whose
+    # tasks are created in Label Studio; the abandoned one's replayed form is refused.
+    gone_browser, gone = _enter_and_pass(url, "7b2c3d4e5f60718293a4b5c6")
+    gone_rater = next(r for r in _participant_ids(rt.store) if r not in (rater,) and participants.get(r).state == "rating")
+    _until(lambda: gone_browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers.get(
+        "Location", "").endswith("/"), what="the second participant's tasks")
+    first_task = gone_browser.get(f"{url}/", timeout=30, allow_redirects=False)
+    profile_page = gone_browser.get(f"{url}/profile", timeout=30).text
+    given_up = set(participants_conversations(rt.store, gone_rater))
+    from datetime import datetime, timedelta, timezone
+
+    from sense7.crowd.lifecycle import expire_leases
+
+    assert expire_leases(rt.store, datetime.now(timezone.utc) + timedelta(minutes=study.lease_minutes + 1)
+                         ).participants == 1
+    assert participants.get(gone_rater).state == "abandoned" and first_task.status_code == 303
+    replay = gone_browser.post(f"{url}/profile", data={"csrf_token": _csrf(profile_page), "revision": "1"},
+                               timeout=30, allow_redirects=False)
+    assert replay.status_code == 404
+    _, _ = _enter_and_pass(url, "8c3d4e5f60718293a4b5c6d7")
+    next_rater = next(r for r in _participant_ids(rt.store) if participants.get(r).state == "rating")
+    assert set(participants_conversations(rt.store, next_rater)) == given_up  # the given-back slots, reused
+    _until(lambda: {t.data["conversation_id"] for t in rt.client.tasks.list(
+        project=rt.rating_project, include="id,data", page_size=1000) if t.data["rater_id"] == next_rater} == given_up,
+        what="the next participant's tasks")
+    tasks = [t for t in rt.client.tasks.list(project=rt.rating_project, fields="all", page_size=1000)]
+
+    # The platform id: in the completions table, nowhere else.
+    pids = [PID, "7b2c3d4e5f60718293a4b5c6", "8c3d4e5f60718293a4b5c6d7"]
+    assert sorted(r["platform_id"] for r in participants.completions()) == sorted(pids)
+    assert [r["platform_id"] for r in participants.completions() if r["outcome"] == "completed"] == [PID]
+    dump = dump_without_completions(rt.store)
+    assert not any(pid in dump for pid in pids)
+    assert not any(pid in repr(t.data) for t in tasks for pid in pids)
+    home = Path(rt.settings.home)
+    for folder in (home, tmp_path):
+        for path in folder.rglob("*"):
+            if path.is_file() and not path.name.startswith("store.sqlite"):
+                assert not any(pid.encode() in path.read_bytes() for pid in pids), path
+
+
+def _enter_and_pass(url: str, pid: str) -> tuple[requests.Session, requests.Response]:
+    browser = requests.Session()
+    consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={pid}", timeout=30)
+    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": _csrf(consent.text), "consent": "agree"},
+                         timeout=30)
+    passed = browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "1", "q2": "2"},
+                          timeout=30, allow_redirects=False)
+    assert passed.headers["Location"].endswith("/s/pilot/wait")
+    return browser, passed
+
+
+def _participant_ids(store) -> list[str]:
+    from sense7.data.store import crowd_participants
+
+    with store.engine.connect() as conn:
+        return [r.rater_id for r in conn.execute(select(crowd_participants.c.rater_id))]
+
+
+def participants_conversations(store, rater) -> list[str]:
+    from sense7.data.store import crowd_slots
+
+    with store.engine.connect() as conn:
+        return [r.conversation_id for r in conn.execute(select(crowd_slots.c.conversation_id)
+                                                        .where(crowd_slots.c.rater_id == rater))]
