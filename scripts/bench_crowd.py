@@ -27,7 +27,6 @@ import math
 import os
 import random
 import re
-import threading
 import time
 from datetime import timezone
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchkit import argument_parser, emit, fresh_home, label_studio_and_broker, logger
+from benchkit import StoreWatch, argument_parser, emit, fresh_home, label_studio_and_broker, logger
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]*)"')
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
@@ -159,27 +158,6 @@ async def participant(base: str, pid: str, kind: str, arrive: float, think: tupl
             tally.outcome("completed" if "DONE" in page.text else "finish failed")
         except Exception as exc:
             tally.errors.append(f"{type(exc).__name__}: {exc}")
-
-
-class StoreWatch(threading.Thread):
-    """First time each task id has an annotation in the store (polled every 100 ms)."""
-
-    def __init__(self, store):
-        super().__init__(daemon=True)
-        self.store, self.seen, self.running = store, {}, True
-
-    def run(self) -> None:
-        from sqlalchemy import select
-
-        from sense7.data.store import annotations
-
-        while self.running:
-            with self.store.engine.connect() as conn:
-                ids = [r[0] for r in conn.execute(select(annotations.c.task_id))]
-            now = time.time()
-            for task_id in ids:
-                self.seen.setdefault(task_id, now)
-            time.sleep(0.1)
 
 
 def slot_figures(store, k: int) -> dict:

@@ -29,14 +29,13 @@ import asyncio
 import os
 import random
 import re
-import threading
 import time
 from datetime import timezone
 
 import httpx
 import numpy as np
 
-from benchkit import argument_parser, emit, fresh_home, label_studio_and_broker, logger
+from benchkit import StoreWatch, argument_parser, emit, fresh_home, label_studio_and_broker, logger
 
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
 ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
@@ -116,27 +115,6 @@ async def api_rater(ls_url: str, token: str, project: int, tasks: list[int], use
 
 
 FORM_VALUES: dict[int, dict] = {}
-
-
-class StoreWatch(threading.Thread):
-    """First time each task id has an annotation in the store (polled every 100 ms)."""
-
-    def __init__(self, store):
-        super().__init__(daemon=True)
-        self.store, self.seen, self.running = store, {}, True
-
-    def run(self) -> None:
-        from sqlalchemy import select
-
-        from sense7.data.store import annotations
-
-        while self.running:
-            with self.store.engine.connect() as conn:
-                ids = [r[0] for r in conn.execute(select(annotations.c.task_id))]
-            now = time.time()
-            for task_id in ids:
-                self.seen.setdefault(task_id, now)
-            time.sleep(0.1)
 
 
 def page_pass(ids: list[str], links: dict[str, str], args, tax, rng: random.Random, store, watch) -> dict:

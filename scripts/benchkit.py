@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -85,3 +86,24 @@ def emit(figures: dict, out: Path | None = None) -> None:
     print(text)
     if out:
         out.write_text(text)
+
+
+class StoreWatch(threading.Thread):
+    """First time each task id has an annotation in the store (polled every 100 ms)."""
+
+    def __init__(self, store):
+        super().__init__(daemon=True)
+        self.store, self.seen, self.running = store, {}, True
+
+    def run(self) -> None:
+        from sqlalchemy import select
+
+        from sense7.data.store import annotations
+
+        while self.running:
+            with self.store.engine.connect() as conn:
+                ids = [r[0] for r in conn.execute(select(annotations.c.task_id))]
+            now = time.time()
+            for task_id in ids:
+                self.seen.setdefault(task_id, now)
+            time.sleep(0.1)

@@ -30,6 +30,7 @@ from sense7.crowd.participants import (AlreadyEntered, CapReached, Participant, 
                                        pseudonymous_id, study_secret, valid_platform_id)
 from sense7.crowd.study import CrowdStudy
 from sense7.data.raterpage import LinkBook, RaterQueue, token_hash
+from sense7.rater_page.app import form_number
 
 ASK_AGAIN = 30.0  # (s) a participant still "preparing" after this asks the worker again (idempotent job)
 PARAM_FIELDS = (("participant_param", "platform_id"), ("study_param", "platform_study"),
@@ -52,6 +53,14 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         if found is None:
             abort(404)
         return found
+
+    def participant_or_404(study_id: str) -> tuple[CrowdStudy, Participant]:
+        """The study and this session's participant of it; anyone else gets the bare 404."""
+        study, _ = study_or_404(study_id)
+        who = current(study)
+        if who is None:
+            abort(404)
+        return study, who
 
     def current(study: CrowdStudy) -> Participant | None:
         """This session's participant of the study (None: none, another study's, or gone)."""
@@ -168,27 +177,21 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
 
     @bp.get("/<study_id>/check")
     def check(study_id: str):
-        study, _ = study_or_404(study_id)
-        who = current(study)
-        if who is None:
-            abort(404)
+        study, who = participant_or_404(study_id)
         if who.state != "checking":
             return continue_as(study, who)
         return render_check(study, who, {}, wrong=who.check_attempts > 0)
 
     @bp.post("/<study_id>/check")
     def answer_check(study_id: str):
-        study, _ = study_or_404(study_id)
-        who = current(study)
-        if who is None:
-            abort(404)
+        study, who = participant_or_404(study_id)
         if who.state != "checking":
             return continue_as(study, who)
         answers = {}
         for number, question in enumerate(study.questions, start=1):
-            raw = request.form.get(f"q{number}")
-            if isinstance(raw, str) and raw.isascii() and raw.isdigit() and 1 <= int(raw) <= len(question.choices):
-                answers[number] = int(raw)
+            choice = form_number(request.form.get(f"q{number}"), 1, len(question.choices))
+            if choice is not None:
+                answers[number] = choice
         if len(answers) < len(study.questions):
             return render_check(study, who, answers, wrong=False, status=422)
         participants = Participants(store, study)
@@ -210,10 +213,7 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
 
     @bp.get("/<study_id>/wait")
     def wait(study_id: str):
-        study, _ = study_or_404(study_id)
-        who = current(study)
-        if who is None:
-            abort(404)
+        study, who = participant_or_404(study_id)
         if who.state != "rating":
             return continue_as(study, who)
         if links.rater_for_hash(session.get("link") or "") != who.rater_id:
@@ -230,10 +230,7 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
 
     @bp.get("/<study_id>/finish")
     def finish_visit(study_id: str):
-        study, _ = study_or_404(study_id)
-        who = current(study)
-        if who is None:
-            abort(404)
+        study, who = participant_or_404(study_id)
         if who.state not in ("rating", "completed"):
             return continue_as(study, who)
         if not finish(store, study, who.rater_id):

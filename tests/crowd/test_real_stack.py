@@ -18,13 +18,10 @@ from sqlalchemy import select
 from sense7.crowd.lifecycle import install_study
 from sense7.crowd.participants import Participants, Studies
 from sense7.data.store import annotations
-from sense7.labelstudio.label_sync import LabelSync
-from sense7.labelstudio.protocol import webhook_headers
-from sense7.processes import free_port
 from tests.crowd.helpers import write_study
 from tests.crowd.test_flow import dump_without_completions
 from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)
-from tests.rater_page.conftest import start_page
+from tests.rater_page.conftest import start_rating_services
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -58,12 +55,7 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
     registry.promote("v1")
     study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=4, turns=2, k=2, n=2), tax)
     Studies(rt.store).set_open(study.study_id, True)
-    stack.start_backend()
-    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
-    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2"})
-    port = free_port()
-    start_page(stack, port)
-    url = f"http://127.0.0.1:{port}"
+    url, _ = start_rating_services(stack, rt)
 
     browser = requests.Session()
     consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={PID}&STUDY_ID=65aa11bb22cc33dd44ee55ff&SESSION_ID=s1",

@@ -10,12 +10,9 @@ import pytest
 
 from sense7.crowd.lifecycle import install_study
 from sense7.crowd.participants import Participants, Studies
-from sense7.labelstudio.label_sync import LabelSync
-from sense7.labelstudio.protocol import webhook_headers
-from sense7.processes import free_port
 from tests.crowd.helpers import write_study
 from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
-from tests.rater_page.conftest import start_page
+from tests.rater_page.conftest import start_rating_services
 
 pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow, NEEDS_CHROMIUM]
 
@@ -37,12 +34,8 @@ def test_participant_consents_fails_once_passes_rates_and_is_sent_back_with_the_
     tax = rt.taxonomy
     study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=3, turns=1, k=1, n=2), tax)
     Studies(rt.store).set_open(study.study_id, True)
-    stack.start_backend()
-    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
-    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2"})
-    port = free_port()
-    start_page(stack, port)
-    entry = f"http://127.0.0.1:{port}/s/pilot?PROLIFIC_PID={{}}&STUDY_ID=65aa11bb22cc33dd44ee55ff&SESSION_ID=x1"
+    url, _ = start_rating_services(stack, rt)
+    entry = f"{url}/s/pilot?PROLIFIC_PID={{}}&STUDY_ID=65aa11bb22cc33dd44ee55ff&SESSION_ID=x1"
     participants = Participants(rt.store, study)
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:

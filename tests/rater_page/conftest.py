@@ -12,6 +12,7 @@ import requests
 
 from sense7.data.raterpage import LinkBook
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+from sense7.labelstudio.label_sync import LabelSync
 from sense7.labelstudio.protocol import webhook_headers
 from sense7.processes import ManagedProcess, free_port
 from tests.jobs.conftest import VENV_BIN, job_stack, redis_server  # noqa: F401  (fixtures)
@@ -67,24 +68,28 @@ def start_page(stack, port: int, extra_env: dict | None = None) -> ManagedProces
     return stack.start(ManagedProcess("rater-page", stack.tmp, up, startup_timeout=60), cmd, env)
 
 
+def start_rating_services(stack, rt, worker_env: dict | None = None,
+                          page_env: dict | None = None) -> tuple[str, ManagedProcess]:
+    """The ML backend with Label Studio's webhooks, a worker with beat delivering every 2 s, and a rater page
+    on a free port: (its URL, its process)."""
+    stack.start_backend()
+    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
+    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2", **(worker_env or {})})
+    port = free_port()
+    return f"http://127.0.0.1:{port}", start_page(stack, port, page_env)
+
+
 def build(stack, per_rater: int = 2, turns: int = 3, worker_env: dict | None = None,
           page_env: dict | None = None) -> RaterPageStack:
     """Two raters (a1, b1) with conversations in Label Studio, questionnaire tasks, webhooks, a worker,
     the backend, the rater page and one link each."""
-    from sense7.labelstudio.label_sync import LabelSync
-
     rt = stack.runtime()
     raters = make_raters(2, prefix="pg")
     rt.store.upsert_raters(raters)
     convs = make_conversations([r["rater_id"] for r in raters], per_rater=per_rater, turns=turns, prefix="pg")
     import_conversations(rt.client, rt.rating_project, convs, rt.store, taxonomy=rt.taxonomy)
     import_profile_tasks(rt.client, rt.profile_project, [r["rater_id"] for r in raters])
-    stack.start_backend()
-    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
-    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2", **(worker_env or {})})
-    port = free_port()
-    page = start_page(stack, port, page_env)
-    url = f"http://127.0.0.1:{port}"
+    url, page = start_rating_services(stack, rt, worker_env, page_env)
     book = LinkBook(rt.store)
     links = {r["rater_id"]: f"{url}/r/{book.issue(r['rater_id'])}" for r in raters}
     return RaterPageStack(stack, rt, url, links, raters, page)
@@ -128,15 +133,9 @@ def serve_study(stack, rater_ids: list[str]) -> tuple[str, dict[str, str]]:
     """The backend receiving webhooks, a worker with beat, the rater page and a link per rater, their
     queues copied: (page URL, rater_id -> link)."""
     from sense7.tasks.delivery import refresh_queues
-    from sense7.labelstudio.label_sync import LabelSync
 
     rt = stack.runtime()
-    stack.start_backend()
-    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
-    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2"})
-    port = free_port()
-    start_page(stack, port)
-    url = f"http://127.0.0.1:{port}"
+    url, _ = start_rating_services(stack, rt)
     book = LinkBook(rt.store)
     links = {r: f"{url}/r/{book.issue(r)}" for r in rater_ids}
     refresh_queues(rt, rater_ids)

@@ -8,7 +8,6 @@ routes are attacked as a stranger and as rater A holding rater B's conversation 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,12 +22,10 @@ from sense7.data.participation import ConversationChoices, Withdrawals
 from sense7.data.raterpage import LinkBook, RaterQueue, token_hash
 from sense7.data.toy_study import make_conversations, turn_level
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
-from sense7.labelstudio.label_sync import LabelSync
-from sense7.labelstudio.protocol import user_id, webhook_headers
+from sense7.labelstudio.protocol import user_id
 from sense7.labelstudio.rater_accounts import placeholder_email
-from sense7.processes import free_port
 from tests.jobs.helpers import make_raters, wait_for
-from tests.rater_page.conftest import csrf_of, start_page
+from tests.rater_page.conftest import csrf_of, start_rating_services
 from tests.rater_page.test_submissions import answer_profile, submit
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
@@ -53,12 +50,7 @@ def _study(stack):
               "rating": turn_level(m.content)} for c in convs for i, m in enumerate(c.messages)
              if m.role == "assistant" for control in rt.taxonomy.controls]
     rt.store.import_ratings(pd.DataFrame(pilot))
-    stack.start_backend()
-    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
-    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2"})
-    port = free_port()
-    start_page(stack, port)
-    url = f"http://127.0.0.1:{port}"
+    url, _ = start_rating_services(stack, rt)
     book = LinkBook(rt.store)
     links = {r: f"{url}/r/{book.issue(r)}" for r in (A, B)}
     from sense7.tasks.delivery import refresh_queues
