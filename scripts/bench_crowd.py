@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchkit import StoreWatch, argument_parser, emit, fresh_home, label_studio_and_broker, logger
+from benchkit import StoreWatch, promote_synthetic_version, argument_parser, emit, fresh_home, label_studio_and_broker, logger
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]*)"')
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
@@ -195,6 +195,7 @@ def main() -> None:
     from sense7.data.raterpage import Outbox
     from sense7.labelstudio.label_sync import LabelSync
     from sense7.labelstudio.protocol import webhook_headers
+    from sense7.research.study_analysis import analyze_study
     from sense7.stack import Stack
     from sense7.taxonomy import study_taxonomy
 
@@ -214,8 +215,14 @@ def main() -> None:
         t += rng.expovariate(p / args.window)
         arrivals.append(t / args.compress)
     think = (args.think[0] / args.compress, args.think[1] / args.compress)
-    form_values = {**{c: "3" for c in tax.controls}, tax.expectation_key: tax.expectation_values[0]}
+    # Each completer rates every control at their own level (2, 3 or 4): a leniency the served version does not
+    # know, which the live pre-fills (issue 25) should pick up from their first answers.
+    levels = [rng.choice("234") for _ in range(p)]
+    form_values = [{**{c: level for c in tax.controls}, tax.expectation_key: tax.expectation_values[0]}
+                   for level in levels]
     profile_values = {f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in tax.profile_fields}
+    version = promote_synthetic_version(cfg, tax)  # served: pre-fills (shown / hidden arms) and live updates
+    log(f"promoted {version} (trained on a synthetic study)")
     with Stack(cfg) as stack:
         client, rating, profile, store = label_studio_and_broker(stack, tax)
         study, _ = install_study(store, study_file(Path(cfg.home) / "study", pool, args.k, args.n, p, 1, tax), tax)
@@ -234,7 +241,7 @@ def main() -> None:
 
         async def run():
             await asyncio.gather(*[participant(base, f"{i:024x}", kinds[i], arrivals[i], think, tally,
-                                               random.Random(rng.random()), form_values, profile_values)
+                                               random.Random(rng.random()), form_values[i], profile_values)
                                    for i in range(p)])
 
         asyncio.run(run())
@@ -259,6 +266,8 @@ def main() -> None:
             "coverage": assignments_of(store, study).coverage(), "participants_by_state": participants.counts(),
             **slot_figures(store, args.k)})
         watch.running = False
+        # The gain curve of the participants' live pre-fills (hidden arm: live vs the served version vs generic).
+        figures["live_gain"] = analyze_study(store, tax, n_boot=300)["live_gain"]
     emit(figures, args.out)
 
 

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sense7.research.live_gain import simulate  # noqa: E402
+from sense7.taxonomy import load_taxonomy  # noqa: E402
 
 
 def _fmt(block: dict) -> str:
@@ -46,7 +47,6 @@ def latency(repeats: int = 200) -> None:
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
     from sense7.rater_page.live import LivePrefills
-    from sense7.taxonomy import load_taxonomy
 
     tax = load_taxonomy()
     synth = generate(400, 40, seed=0, taxonomy=tax)

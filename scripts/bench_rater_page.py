@@ -35,7 +35,7 @@ from datetime import timezone
 import httpx
 import numpy as np
 
-from benchkit import StoreWatch, argument_parser, emit, fresh_home, label_studio_and_broker, logger
+from benchkit import StoreWatch, promote_synthetic_version, argument_parser, emit, fresh_home, label_studio_and_broker, logger
 
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
 ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
@@ -148,21 +148,6 @@ def page_pass(ids: list[str], links: dict[str, str], args, tax, rng: random.Rand
     return figures
 
 
-def promote_synthetic_version(cfg, tax) -> str:
-    """A version trained on a small synthetic study (none of the bench's raters), promoted: the served
-    version whose posterior live pre-fills update."""
-    from sense7.data.synth import generate
-    from sense7.model.bundle import train_bundle
-    from sense7.model.registry import ModelRegistry
-
-    registry = ModelRegistry(cfg.model_dir)
-    name = registry.next_version()
-    registry.promote(registry.add(train_bundle(generate(60, 10, seed=0, taxonomy=tax).rating_data(), name, tax),
-                                  name).name)
-    log(f"promoted {name} (trained on a synthetic study) for live pre-fills")
-    return name
-
-
 def main() -> None:
     parser = argument_parser(__doc__)
     parser.add_argument("--raters", type=int, default=200)
@@ -230,6 +215,7 @@ def main() -> None:
         figures["rater_page"] = page_pass(ids, links, args, tax, rng, store, watch)
         if args.live:
             version = promote_synthetic_version(cfg, tax)
+            log(f"promoted {version} (trained on a synthetic study) for live pre-fills")
             time.sleep(6)  # the rater page re-checks the registry every 5 s (sense7.rater_page.live)
             # Each rater-page worker loads the version on the first page that needs it: open a few links
             # first (their pages are `open_link`, not `page`), so the loads do not land in the page p99.

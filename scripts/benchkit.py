@@ -107,3 +107,17 @@ class StoreWatch(threading.Thread):
             for task_id in ids:
                 self.seen.setdefault(task_id, now)
             time.sleep(0.1)
+
+
+def promote_synthetic_version(cfg, tax) -> str:
+    """A version trained on a small synthetic study (none of the bench's raters), promoted: the served
+    version whose posterior live pre-fills update."""
+    from sense7.data.synth import generate
+    from sense7.model.bundle import train_bundle
+    from sense7.model.registry import ModelRegistry
+
+    registry = ModelRegistry(cfg.model_dir)
+    name = registry.next_version()
+    registry.promote(registry.add(train_bundle(generate(60, 10, seed=0, taxonomy=tax).rating_data(), name, tax),
+                                  name).name)
+    return name
