@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Callable, Iterator
 
 from label_studio_sdk import LabelStudio
@@ -76,12 +78,25 @@ def iter_tasks(client: LabelStudio, project_id: int, include: str = "id,data", p
     yield from list_tasks(client, page_size, project=project_id, fields="task_only", include=include)
 
 
-def task_keys(client: LabelStudio, project_id: int) -> dict[str, int]:
-    """task_key -> task id for the tasks sense7 imported into a project."""
+def rater_query(rater_id: str) -> str:
+    """A Data Manager query for one rater's tasks (data.rater_id equal to theirs)."""
+    return json.dumps({"filters": {"conjunction": "and", "items": [
+        {"filter": "filter:tasks:data.rater_id", "operator": "equal", "type": "String", "value": rater_id}]}})
+
+
+def task_keys(client: LabelStudio, project_id: int, rater_id: str | None = None) -> dict[str, int]:
+    """task_key -> task id for the tasks sense7 imported into a project; with `rater_id`, only that rater's
+    tasks (a filtered query: O(rater) instead of O(project), for importing one rater's conversations)."""
     keys = {}
-    for task in iter_tasks(client, project_id):
-        key = (task.data or {}).get("task_key")
-        if key:
+    if rater_id is None:
+        tasks = iter_tasks(client, project_id)
+    else:
+        tasks = list_tasks(client, 1000, project=project_id, fields="task_only", include="id,data",
+                           query=rater_query(rater_id))
+    for task in tasks:
+        data = task.data or {}
+        key = data.get("task_key")
+        if key and (rater_id is None or data.get("rater_id") == rater_id):  # the filter is LS's: check anyway
             keys[key] = task.id
     return keys
 

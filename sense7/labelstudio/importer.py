@@ -96,7 +96,8 @@ def plan_tasks(conversations: list[Conversation]) -> list[dict]:
 def import_conversations(client: LabelStudio, project_id: int, conversations: list[Conversation],
                          store: Store, on_progress: Callable[[int], None] | None = None,
                          on_total: Callable[[int], None] | None = None, replace: bool = False,
-                         predict: Predict | None = None, design=None, *, taxonomy) -> ImportResult:
+                         predict: Predict | None = None, design=None, *, taxonomy,
+                         rater_id: str | None = None) -> ImportResult:
     """`conversations` must already be validated (sense7.data.formats). Raises ReimportConflict, having
     written nothing, when a conversation's text changed (see the module's docstring).
 
@@ -106,7 +107,12 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
     instructed-response items (if any) the design places on a share of the turns.
 
     Our store gets the texts and contexts first: if Label Studio then fails half-way, a retry skips
-    what was imported and the store upsert is a no-op, so retries are idempotent."""
+    what was imported and the store upsert is a no-op, so retries are idempotent.
+
+    `rater_id`: every conversation is this rater's; the tasks that exist are then looked up among theirs
+    only (a filtered query) instead of the whole project (a crowd participant's tasks, one at a time)."""
+    if rater_id is not None and any(c.rater_id != rater_id for c in conversations):
+        raise ValueError(f"import_conversations(rater_id={rater_id!r}) given another rater's conversation")
     changes = text_changes(conversations, store)
     replaced = 0
     if changes:
@@ -127,7 +133,7 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
     if design is not None:
         seed = records.seed(design)
         tasks = study_design.plan(tasks, design, seed, taxonomy)
-    existing = ls_client.task_keys(client, project_id)
+    existing = ls_client.task_keys(client, project_id, rater_id=rater_id)
     new = [t for t in tasks if t["data"]["task_key"] not in existing]
     if on_total:
         on_total(len(new))
@@ -189,8 +195,8 @@ def _import_with_predictions(client: LabelStudio, project_id: int, tasks: list[d
 
 
 def import_profile_tasks(client: LabelStudio, project_id: int, rater_ids: list[str]) -> int:
-    """One questionnaire task per rater (idempotent)."""
-    existing = ls_client.task_keys(client, project_id)
+    """One questionnaire task per rater (idempotent). One rater: a filtered lookup (O(rater))."""
+    existing = ls_client.task_keys(client, project_id, rater_id=rater_ids[0] if len(rater_ids) == 1 else None)
     new = [profile_task(r) for r in rater_ids if f"profile::{r}" not in existing]
     ls_client.import_tasks(client, project_id, new)
     return len(new)

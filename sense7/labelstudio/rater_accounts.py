@@ -12,7 +12,6 @@ link and writes as that account; the sync attributes the annotation through that
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 from typing import Any
 
@@ -21,7 +20,7 @@ from label_studio_sdk import LabelStudio
 from sense7.data.raterpage import RaterQueue
 from sense7.data.store import Store
 from sense7.data.study_design import SHOWN, arm_of
-from sense7.labelstudio.client import list_tasks
+from sense7.labelstudio.client import list_tasks, rater_query
 from sense7.labelstudio.protocol import parse_annotation, parse_profile_annotation, user_id
 from sense7.taxonomy import Taxonomy
 
@@ -62,11 +61,6 @@ def ensure_accounts(client: LabelStudio, store: Store, rater_ids) -> dict[str, i
 
 def ensure_account(client: LabelStudio, store: Store, rater_id: str) -> int:
     return ensure_accounts(client, store, [rater_id])[rater_id]
-
-
-def _rater_filter(rater_id: str) -> str:
-    return json.dumps({"filters": {"conjunction": "and", "items": [
-        {"filter": "filter:tasks:data.rater_id", "operator": "equal", "type": "String", "value": rater_id}]}})
 
 
 def _latest(items: list[dict], key: str = "created_at") -> dict | None:
@@ -126,7 +120,7 @@ def fetch_queue(client: LabelStudio, rating_project: int, profile_project: int |
     """One rater's tasks from Label Studio (a Data Manager filter on data.rater_id), in the page's order."""
     items = []
     for project, kind in _projects(rating_project, profile_project):
-        for task in list_tasks(client, 1000, project=project, fields="all", query=_rater_filter(rater_id)):
+        for task in list_tasks(client, 1000, project=project, fields="all", query=rater_query(rater_id)):
             if (task.data or {}).get("rater_id") == rater_id:  # the filter is Label Studio's: check it anyway
                 items.append(_queue_item(task, kind, account, taxonomy))
     return _in_order(items)
