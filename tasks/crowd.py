@@ -1,11 +1,12 @@
 """Crowd studies' jobs (the work is sense7.crowd and the Label Studio adapters).
 
-`sense7.crowd_prepare(study, rater)`: a participant passed the comprehension check and holds their slots
-(sense7.crowd.lifecycle.start_rating); their tasks are created in Label Studio for the assigned
+`sense7.crowd_prepare(study, rater)`: a participant consented and holds their slots
+(sense7.crowd.lifecycle.take_slots; asked at consent, so the work overlaps their comprehension check); their tasks are created in Label Studio for the assigned
 conversations only (bulk, with the served model's pre-annotations and the study's design, exactly as
 `sense7 import` does), with their questionnaire task, and their queue is copied into the store. The rater
 page never waits for Label Studio: it shows "preparing" until the copy is there. Idempotent: a retry skips
-tasks that exist. Task data carry the pseudonymous rater id only (the platform id never leaves
+tasks that exist, looked up among the participant's own tasks (a filtered query: the job costs O(participant),
+not O(project)). Task data carry the pseudonymous rater id only (the platform id never leaves
 sense7.crowd's completions table).
 
 `sense7.crowd_expire_leases` (beat, every minute): leases that ended give their unfinished conversations
@@ -52,12 +53,12 @@ def prepare_participant(rt: Runtime, study_id: str, rater_id: str) -> int:
     if found is None:
         return 0
     participant = Participants(rt.store, found[0]).get(rater_id)
-    if participant is None or participant.state != "rating":
+    if participant is None or participant.state not in ("checking", "rating"):
         return 0
     conversations = conversations_for(rt.store, found[0], rater_id)
     try:
         import_conversations(rt.client, rt.rating_project, conversations, rt.store, predict=_predictor(rt),
-                             design=rt.settings.study, taxonomy=rt.taxonomy)
+                             design=rt.settings.study, taxonomy=rt.taxonomy, rater_id=rater_id)
         import_profile_tasks(rt.client, rt.profile_project, [rater_id])
         copy_queue(rt.client, rt.store, rt.rating_project, rt.profile_project, rt.taxonomy, rater_id)
     except Exception as exc:

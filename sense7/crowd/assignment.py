@@ -150,9 +150,9 @@ def lease_end(minutes: int, start: datetime | None = None) -> datetime:
 
 
 def expired_participants(store: Store, now: datetime | None = None) -> list[tuple[str, str]]:
-    """(study, rater) of participants still rating whose lease has ended."""
+    """(study, rater) of participants still checking or rating whose lease (taken at consent) has ended."""
     now = now or _now()
     with store.engine.connect() as conn:
         return [(r.study_id, r.rater_id) for r in conn.execute(
             select(crowd_participants.c.study_id, crowd_participants.c.rater_id).where(
-                crowd_participants.c.state == "rating", crowd_participants.c.lease_until < now))]
+                crowd_participants.c.state.in_(("checking", "rating")), crowd_participants.c.lease_until < now))]

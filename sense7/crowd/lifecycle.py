@@ -1,4 +1,5 @@
-"""A participant's way through a crowd study once seated: assigned after the check, finished when every
+"""A participant's way through a crowd study once seated: assigned at consent (their tasks are made while
+they answer the comprehension check; a double failure gives the slots back at once), rating after the check, finished when every
 assigned turn is answered, or abandoned when the lease ends (unfinished conversations go back to the pool,
 the ratings given stay). The rater page and the worker call these; nothing here talks to Label Studio."""
 
@@ -19,16 +20,36 @@ def assignments_of(store: Store, study: CrowdStudy) -> Assignments:
                        AssignmentPolicy(study.raters_per_conversation, study.conversations_per_participant))
 
 
-def start_rating(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | None:
-    """A participant who passed the check: their conversations (taken now, leased) or None when the pool
-    has no slot left (the participant is then `full`). Idempotent: a second call returns the same ones."""
+def take_slots(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | None:
+    """A participant who consented (still `checking`): their conversations, taken now and leased, so that
+    their tasks are made while they read and answer the comprehension check; None when the pool has no slot
+    left (the participant is then `full`). Idempotent: a second call returns the same ones."""
     participants = Participants(store, study)
     conversations = assignments_of(store, study).assign(rater_id)
     if not conversations:
         participants.move(rater_id, "checking", "full")
         return None
-    participants.move(rater_id, "checking", "rating", lease_until=lease_end(study.lease_minutes))
+    participants.move(rater_id, "checking", "checking", lease_until=lease_end(study.lease_minutes))
     return conversations
+
+
+def start_rating(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | None:
+    """A participant who passed the check: their conversations (taken at consent; taken now if they hold
+    none) or None when the pool has no slot left (the participant is then `full`). The lease starts again
+    now: it measures the rating. Idempotent: a second call returns the same ones."""
+    conversations = take_slots(store, study, rater_id)
+    if conversations is None:
+        return None
+    Participants(store, study).move(rater_id, "checking", "rating", lease_until=lease_end(study.lease_minutes))
+    return conversations
+
+
+def give_back(store: Store, study: CrowdStudy, rater_id: str) -> list[str]:
+    """A participant screened out by the check: every slot they took at consent goes back to the pool at
+    once (nothing of theirs is rated) and their rater-page link is revoked, so the tasks made for them are
+    never shown. Returns the conversations given back (none on a repeat)."""
+    LinkBook(store).revoke(rater_id)
+    return assignments_of(store, study).release(rater_id)
 
 
 def rated_conversations(store: Store, rater_id: str) -> set[str]:
@@ -70,8 +91,11 @@ def expire_leases(store: Store, now=None) -> Expired:
         if found is None:
             continue
         study = found[0]
-        if not Participants(store, study).move(rater_id, "rating", "abandoned"):
-            continue  # finished in the meantime
+        participants = Participants(store, study)
+        # A lease starts at consent: a participant may walk away during the comprehension check too.
+        if not (participants.move(rater_id, "rating", "abandoned")
+                or participants.move(rater_id, "checking", "abandoned")):
+            continue  # finished (or screened out) in the meantime
         links.revoke(rater_id)
         result.released += len(assignments_of(store, study).release(rater_id, keep=rated_conversations(store, rater_id)))
         result.participants += 1

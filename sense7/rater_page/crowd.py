@@ -2,11 +2,12 @@
 
     /s/<study>?PROLIFIC_PID=..&STUDY_ID=..&SESSION_ID=..  -> consent (agree | decline)
         decline -> the no-consent code or redirect (only the answer, its version and time are recorded)
-        agree   -> comprehension check (two attempts; failing twice -> return your submission: the
-                   screen-out code or redirect, never rejected) -> slots taken (sense7.crowd), a rater-page
-                   link issued into this session, the worker creates the tasks -> "preparing" until the
-                   queue copy is there -> the ordinary rater page (questionnaire, turns) -> finish: the
-                   completion code or redirect.
+        agree   -> slots taken (sense7.crowd), a rater-page link issued into this session and the worker
+                   asked for the tasks at once, so Label Studio works while the participant reads and
+                   answers the comprehension check (two attempts; failing twice -> the slots go back to the
+                   pool at once, the link is revoked, return your submission: the screen-out code or
+                   redirect, never rejected) -> "preparing" only if the queue copy is not there yet -> the
+                   ordinary rater page (questionnaire, turns) -> finish: the completion code or redirect.
 
 Who is who: the platform id becomes a pseudonymous rater id (sense7.crowd.participants); only the session
 cookie (same browser) or the resume code (another browser) reopens a participant's visit. A platform id
@@ -25,7 +26,7 @@ from flask import Blueprint, abort, redirect, render_template, request, session,
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from sense7.crowd.lifecycle import finish, start_rating
+from sense7.crowd.lifecycle import finish, give_back, start_rating, take_slots
 from sense7.crowd.participants import (AlreadyEntered, CapReached, Participant, Participants, Studies,
                                        pseudonymous_id, study_secret, valid_platform_id)
 from sense7.crowd.study import CrowdStudy
@@ -168,6 +169,9 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         session["crowd"] = {"study": study.study_id, "rater": rater}
         session["resume_code"] = code
         session.permanent = True
+        if take_slots(store, study, rater) is None:
+            return continue_as(study, participants.get(rater))  # the pool is full: nothing to check for
+        open_rating(study, rater)  # the tasks are made while the participant answers the check
         return redirect(url_for("crowd.check", study_id=study.study_id), code=303)
 
     def render_check(study: CrowdStudy, who: Participant, answers: dict, wrong: bool, status: int = 200):
@@ -198,10 +202,14 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         if all(answers[n] == q.answer for n, q in enumerate(study.questions, start=1)):
             if start_rating(store, study, who.rater_id) is None:
                 return continue_as(study, participants.get(who.rater_id))
-            open_rating(study, who.rater_id)
+            if links.rater_for_hash(session.get("link") or "") != who.rater_id:
+                open_rating(study, who.rater_id)  # asked at consent already, unless this session lost it
             return redirect(url_for("crowd.wait", study_id=study.study_id), code=303)
-        if participants.failed_check(who.rater_id, who.check_attempts) == "checking":
+        outcome = participants.failed_check(who.rater_id, who.check_attempts)
+        if outcome == "checking":
             return render_check(study, participants.get(who.rater_id), {}, wrong=True)
+        if outcome == "screened_out":
+            give_back(store, study, who.rater_id)  # the slots taken at consent go to the next participant
         return continue_as(study, participants.get(who.rater_id))
 
     def open_rating(study: CrowdStudy, rater: str) -> None:
@@ -210,6 +218,7 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         session["link"] = token_hash(links.issue(rater, rotate=True))
         if request_prepare is not None and not queue.has(rater):
             request_prepare(study.study_id, rater)
+            session["prepare_asked"] = time.time()  # the wait page asks again only if this one got lost
 
     @bp.get("/<study_id>/wait")
     def wait(study_id: str):
@@ -255,8 +264,8 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         session.clear()
         session.permanent = True
         session["crowd"] = {"study": study.study_id, "rater": who.rater_id}
-        if who.state == "rating":
-            open_rating(study, who.rater_id)
+        if who.state in ("checking", "rating"):
+            open_rating(study, who.rater_id)  # slots are held from consent on: this browser takes the link
         return continue_as(study, who)
 
     return bp
