@@ -15,10 +15,10 @@ from urllib.parse import urlencode
 import pytest
 from sqlalchemy import select
 
-from sense7.crowd.lifecycle import conversations_for, expire_leases, install_study
+from sense7.crowd.lifecycle import assignments_of, conversations_for, expire_leases, install_study
 from sense7.crowd.participants import Participants, Studies
-from sense7.data.raterpage import RaterQueue
-from sense7.data.store import Store, crowd_completions, crowd_participants, metadata
+from sense7.data.raterpage import LinkBook, RaterQueue
+from sense7.data.store import Store, crowd_completions, crowd_participants, crowd_released, crowd_slots, metadata
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
@@ -116,12 +116,18 @@ def test_a_participant_consents_fails_once_passes_rates_and_returns_with_the_cod
     check = enter_and_consent(client, PID_A)
     code = re.search(r'id="resume-code">(\w+)<', check).group(1)
     assert "2 attempts left" not in check
+    # Slots taken and the tasks asked for at consent: the worker makes them while the check is answered.
+    assert len(flow.prepared) == 1
+    rater = flow.prepared[0][1]
+    participants = Participants(flow.store, flow.study)
+    assert participants.get(rater).state == "checking" and participants.get(rater).lease_until is not None
+    assert len(assignments_of(flow.store, flow.study).of(rater)) == 2
     again = pass_check(client, check, right=False)
     assert again.status_code == 200 and "1 attempt left" in again.get_data(as_text=True)
     passed = pass_check(client, again.get_data(as_text=True))
     assert passed.headers["Location"].endswith("/s/pilot/wait")
-    assert len(flow.prepared) == 1
-    rater = flow.prepared[0][1]
+    assert len(flow.prepared) == 1  # not asked twice: the queue copy is there
+    assert participants.get(rater).state == "rating"
     assert client.get("/s/pilot/wait").headers["Location"].endswith("/")
     rated = rate_everything(client)
     assert len(rated) == 2 * 2  # N=2 conversations of 2 turns
@@ -162,6 +168,7 @@ def test_decline_records_only_the_answer_and_ends_with_the_no_consent_code(tmp_p
     with flow.store.engine.connect() as conn:
         rows = [dict(r) for r in conn.execute(select(crowd_participants)).mappings()]
         assert conn.execute(select(crowd_completions)).all() == []
+        assert conn.execute(select(crowd_slots)).all() == []  # a decline takes no slot
     assert len(rows) == 1 and rows[0]["consent"] == "declined" and rows[0]["seat"] is None
     assert rows[0]["consent_version"] == flow.study.consent_version and rows[0]["resume_hash"] is None
     assert PID_B not in dump_without_completions(flow.store)
@@ -177,7 +184,14 @@ def test_failing_the_check_twice_asks_to_return_the_submission_with_the_screen_o
     text = second.get_data(as_text=True)
     assert second.status_code == 200 and "SCREEN77" in text and "return your submission" in text
     assert "reject" in text  # "you will not be rejected"
-    assert flow.prepared == []
+    # The slots taken at consent went back to the pool at once; the link made for the tasks is revoked.
+    rater = flow.prepared[0][1]
+    assert assignments_of(flow.store, flow.study).of(rater) == []
+    with flow.store.engine.connect() as conn:
+        assert sorted(r.rater_id for r in conn.execute(select(crowd_released))) == [rater, rater]
+    assert rater not in LinkBook(flow.store).active()
+    for path in ["/", "/s/pilot/wait", *[f"/task/{i.task_id}" for i in RaterQueue(flow.store).items(rater)]]:
+        assert client.get(path).status_code in (403, 404), path
     # A replayed right answer after the screen-out changes nothing.
     replay = pass_check(client, check, right=True)
     assert "SCREEN77" in replay.get_data(as_text=True)
@@ -265,3 +279,44 @@ def test_entries_are_rate_limited_per_address(tmp_path):
     codes = [client.get(entry_url(f"{i:024x}")).status_code for i in range(40)]
     assert codes.count(200) == 30 and codes[-1] == 429  # SENSE7_RATER_PAGE_LINK_LIMIT: 30 per minute
     assert flow.client("10.9.9.8").get(entry_url("f" * 24)).status_code == 200  # others still enter
+
+
+def test_a_screened_out_participants_slots_go_to_the_next_one(tmp_path):
+    flow = Flow(tmp_path, pool=2, k=1, n=2)  # one participant's assignment fills the pool
+    a = flow.client("10.0.0.1")
+    check = enter_and_consent(a, PID_A)
+    rater_a = flow.prepared[0][1]
+    held = assignments_of(flow.store, flow.study).of(rater_a)
+    assert len(held) == 2
+    # B consents while A holds every slot: the pool is full for B (a clear page, nothing to check for).
+    b = flow.client("10.0.0.2")
+    page = b.get(entry_url(PID_B)).get_data(as_text=True)
+    full = b.post("/s/pilot/consent", data={"csrf_token": csrf(page), "consent": "agree"})
+    assert full.status_code == 403 and "no conversation left" in full.get_data(as_text=True)
+    assert len(flow.prepared) == 1
+    # A fails twice: A's slots go back, and the next participant gets them.
+    pass_check(a, pass_check(a, check, right=False).get_data(as_text=True), right=False)
+    c = flow.client("10.0.0.3")
+    check_c = enter_and_consent(c, "7" * 24)
+    rater_c = flow.prepared[1][1]
+    assert assignments_of(flow.store, flow.study).of(rater_c) == held
+    assert assignments_of(flow.store, flow.study).of(rater_a) == []
+    # A's replayed right answer does not take anything back.
+    assert "SCREEN77" in pass_check(a, check).get_data(as_text=True)
+    assert assignments_of(flow.store, flow.study).coverage()["in_lease"] == 2
+    assert pass_check(c, check_c).headers["Location"].endswith("/s/pilot/wait")
+    assert len(rate_everything(c)) == 2 * 2
+
+
+def test_a_participant_who_walks_away_during_the_check_loses_the_slots_when_the_lease_ends(tmp_path):
+    flow = Flow(tmp_path)
+    client = flow.client()
+    check = enter_and_consent(client, PID_A)
+    rater = flow.prepared[0][1]
+    assert expire_leases(flow.store).participants == 0  # the lease runs from consent
+    later = datetime.now(timezone.utc) + timedelta(minutes=flow.study.lease_minutes + 1)
+    assert expire_leases(flow.store, later).released == 2
+    assert Participants(flow.store, flow.study).get(rater).state == "abandoned"
+    assert assignments_of(flow.store, flow.study).of(rater) == []
+    assert pass_check(client, check).status_code == 403  # "run out"
+    assert client.get("/s/pilot/wait").status_code == 403
