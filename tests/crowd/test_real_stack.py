@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from sense7.crowd.lifecycle import install_study
 from sense7.crowd.participants import Participants, Studies
+from sense7.data.raterpage import RaterQueue
 from sense7.data.store import annotations
 from tests.crowd.helpers import write_study
 from tests.crowd.test_flow import dump_without_completions
@@ -64,15 +65,18 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
     check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": _csrf(consent.text), "consent": "agree"},
                          timeout=30)
     assert "resume-code" in check.text
+    participants = Participants(rt.store, study)
+    (rater,) = _participant_ids(rt.store)
+    # Slots taken at consent: the worker creates the tasks and copies the queue while the participant is
+    # still answering the comprehension check.
+    assert participants.get(rater).state == "checking"
+    _until(lambda: RaterQueue(rt.store).has(rater), what="the tasks, made while the check is answered")
     waiting = browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "1", "q2": "2"},
                            timeout=30, allow_redirects=False)
     assert waiting.headers["Location"].endswith("/s/pilot/wait")
-    participants = Participants(rt.store, study)
-    rater = next(r for r in [p for p in _participant_ids(rt.store)] if participants.get(r).state == "rating")
-
-    # The worker creates the tasks; the page says "preparing" meanwhile, then continues by itself.
-    _until(lambda: browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers.get(
-        "Location", "").endswith("/"), what="the participant's tasks")
+    assert participants.get(rater).state == "rating"
+    # No "preparing": the tasks are there when the check is passed.
+    assert browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers["Location"].endswith("/")
     response = browser.get(f"{url}/", timeout=30, allow_redirects=False)
     rated = []
     for _ in range(30):
@@ -140,6 +144,18 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
     _until(lambda: {t.data["conversation_id"] for t in rt.client.tasks.list(
         project=rt.rating_project, include="id,data", page_size=1000) if t.data["rater_id"] == next_rater} == given_up,
         what="the next participant's tasks")
+    # The job again (a retry): the participant's existing tasks are found (a lookup among theirs), none twice.
+    from sense7.tasks.crowd import prepare_participant
+
+    def tasks_of(who):
+        return sorted(t.data["task_key"] for t in rt.client.tasks.list(project=rt.rating_project, include="id,data",
+                                                                       page_size=1000) if t.data["rater_id"] == who)
+    before = tasks_of(next_rater)
+    assert prepare_participant(rt, study.study_id, next_rater) == len(before)
+    assert tasks_of(next_rater) == before and len(set(before)) == len(before)
+    profiles = [t.data["task_key"] for t in rt.client.tasks.list(project=rt.profile_project, include="id,data",
+                                                                 page_size=1000)]
+    assert profiles.count(f"profile::{next_rater}") == 1
     tasks = [t for t in rt.client.tasks.list(project=rt.rating_project, fields="all", page_size=1000)]
 
     # The platform id: in the completions table, nowhere else.
