@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import logging
-import re
 import time
 from dataclasses import dataclass
 
@@ -35,6 +34,7 @@ from sense7.data.participation import (PARTICIPANT, ConversationChoices, Withdra
 from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
 from sense7.data.store import Store
 from sense7.labelstudio.protocol import profile_result, rating_result
+from sense7.rater_page.forms import form_number
 from sense7.rater_page.live import LivePrefills
 from sense7.settings import Settings, local_secret
 from sense7.taxonomy import Taxonomy, study_taxonomy
@@ -43,17 +43,6 @@ log = logging.getLogger(__name__)
 
 MAX_LEAD_TIME = 3600.0  # (s) longer than this is a tab left open, recorded as this
 MAX_BODY = 64 * 1024  # bytes: a rating form with a long comment is ~6 kB
-_NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")  # ASCII only: no "³", "٣", "１", signs or spaces
-
-
-def form_number(raw, lowest: float, highest: float, decimals: bool = False) -> int | float | None:
-    """The one parser of every number a form sends: ASCII digits (a decimal point with `decimals`) within
-    [lowest, highest], else None. str.isdigit() accepts "³", which int() rejects, and int() accepts "٣";
-    neither reaches a stored answer."""
-    if not isinstance(raw, str) or not _NUMBER.fullmatch(raw) or ("." in raw and not decimals):
-        return None
-    number = float(raw) if decimals else int(raw)
-    return number if lowest <= number <= highest else None
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """A crowd participant in a real browser (Debian's chromium via Playwright) on the real stack: they enter
-with Prolific's parameters, consent, fail the comprehension check once and pass it, wait while the worker
-creates their tasks, answer the questionnaire, rate their assigned turns and are redirected to Prolific's
+with Prolific's parameters, consent (their tasks are asked for now, made while they answer the check), fail
+the comprehension check once and pass it, continue from "preparing" if the worker is not done, answer the
+questionnaire, rate their assigned turns and are redirected to Prolific's
 completion URL with the code. A participant who declines and one who fails the check twice end with the
-right codes, and nothing of theirs is recorded but the consent answer (and the screen-out outcome)."""
+right codes, and nothing of theirs is recorded but the consent answer (and the screen-out outcome, and the
+slots the screened-out one took at consent and gave back at once)."""
 
 from __future__ import annotations
 
@@ -92,6 +94,15 @@ def test_participant_consents_fails_once_passes_rates_and_is_sent_back_with_the_
     assert (counts["completed"], counts["declined"], counts["screened_out"]) == (1, 1, 1)
     outcomes = {r["platform_id"]: r["outcome"] for r in participants.completions()}
     assert outcomes == {"aaaaaaaaaaaaaaaaaaaaaaa1": "completed", "ccccccccccccccccccccccc3": "screened_out"}
-    tasks = list(rt.client.tasks.list(project=rt.rating_project, include="id,data", page_size=100))
+    from tests.crowd.test_real_stack import participants_conversations
+    from sense7.crowd.participants import pseudonymous_id, study_secret
+
+    secret = study_secret(rt.settings.home, study.study_id)
+    completer = pseudonymous_id(secret, study.study_id, "aaaaaaaaaaaaaaaaaaaaaaa1")
+    screened = pseudonymous_id(secret, study.study_id, "ccccccccccccccccccccccc3")
+    assert participants_conversations(rt.store, screened) == []  # given back at the second failure
+    # The screened-out participant's tasks (made at consent) stay unrated and unseen: their link is revoked.
+    tasks = [t for t in rt.client.tasks.list(project=rt.rating_project, include="id,data", page_size=100)
+             if t.data["rater_id"] == completer]
     assert len([t for t in tasks if not t.data.get("repeat_of")]) == 2  # N=2 conversations of one turn each
     assert rated == len(tasks)  # every assigned turn (repeats included) was rated
