@@ -54,14 +54,14 @@ def enqueue(name: str, args: tuple = (), kwargs: dict | None = None) -> None:
     broker_app().send_task(name, args=args, kwargs=kwargs, retry=False, ignore_result=True)
 
 
-def queue_once(app, flag: str, ttl: int, job: str) -> bool:
-    """Queue `job` unless the `flag` says one is queued or running. True when this call queued it.
-    The job renews the flag (`conn.expire(flag, ttl)`) while it runs and deletes it when it ends."""
+def queue_once(app, flag: str, ttl: int, job: str, args: tuple = ()) -> bool:
+    """Queue `job` (with `args`) unless the `flag` says one is queued or running. True when this call queued
+    it. The job renews the flag (`conn.expire(flag, ttl)`) while it runs and deletes it when it ends."""
     conn = redis_client(app.conf.broker_url)
     if not conn.set(flag, 1, nx=True, ex=ttl):
         return False
     try:
-        app.send_task(job, retry=False, ignore_result=True)
+        app.send_task(job, args=list(args), retry=False, ignore_result=True)
     except Exception:
         conn.delete(flag)  # nothing was queued: let the next request try again
         raise

@@ -19,14 +19,25 @@ import logging
 
 from celery import shared_task
 from sense7.tasks import names
+from sense7.tasks.broker import broker_app, queue_once, redis_client
 from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import RETRY, Runtime, as_retryable, current_runtime, describe_error
 
 log = logging.getLogger(__name__)
 
 
-def request_prepare(study_id: str, rater_id: str, app=None) -> None:
-    (app or get_app()).send_task(names.CROWD_PREPARE, args=[study_id, rater_id])
+PREPARE_FLAG_TTL = 120  # (s) a participant's job queued or running: asking again meanwhile queues nothing
+
+
+def prepare_flag(rater_id: str) -> str:
+    return f"sense7:crowd-prepare:{rater_id}"
+
+
+def request_prepare(study_id: str, rater_id: str, app=None) -> bool:
+    """Queue the participant's job unless one is queued or running (a burst of arrivals must not queue the
+    same work twice: the page asks at consent and again if the participant waits). True when queued."""
+    return queue_once(app or broker_app(), prepare_flag(rater_id), PREPARE_FLAG_TTL, names.CROWD_PREPARE,
+                      args=(study_id, rater_id))
 
 
 def _predictor(rt: Runtime):
@@ -68,7 +79,13 @@ def prepare_participant(rt: Runtime, study_id: str, rater_id: str) -> int:
 
 @shared_task(name=names.CROWD_PREPARE, **RETRY)
 def prepare_task(study_id: str, rater_id: str) -> dict:
-    return {"tasks": prepare_participant(current_runtime(), study_id, rater_id)}
+    try:
+        return {"tasks": prepare_participant(current_runtime(), study_id, rater_id)}
+    finally:  # done (or failed: a retry or the page's next ask queues it again)
+        try:
+            redis_client(get_app().conf.broker_url).delete(prepare_flag(rater_id))
+        except Exception as exc:
+            log.warning("crowd prepare flag not cleared (%s): it expires by itself", describe_error(exc))
 
 
 @shared_task(name=names.CROWD_EXPIRE)
