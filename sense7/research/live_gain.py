@@ -38,6 +38,13 @@ def _value(point: float, samples: np.ndarray) -> dict:
     return {"value": float(point) if np.isfinite(point) else None, "ci": percentile_ci(samples)}
 
 
+def relative_gain(live: np.ndarray, static: np.ndarray) -> np.ndarray:
+    """1 - live / static per resample; a resample whose static MAE is 0 has no relative gain (NaN, which the
+    percentile CI leaves out) rather than a division warning."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(static > 0, 1 - live / np.where(static > 0, static, 1), np.nan)
+
+
 def gain_curve(frame: pd.DataFrame, n_boot: int = 500, seed: int = 0) -> dict:
     """frame: one row per (rating, control) with rater_id, own_ratings (the rater's earlier answers the live
     prediction used) and abs_error_<model> for live, static and generic (|most likely level - rating|).
@@ -66,7 +73,7 @@ def gain_curve(frame: pd.DataFrame, n_boot: int = 500, seed: int = 0) -> dict:
             "mae": {m: _value(point[m], boot[m]) for m in MODELS},
             "live_minus_static": _value(point["live"] - point["static"], boot["live"] - boot["static"]),
             "live_minus_generic": _value(point["live"] - point["generic"], boot["live"] - boot["generic"]),
-            "relative_gain": _value(1 - point["live"] / point["static"], 1 - boot["live"] / boot["static"])
+            "relative_gain": _value(1 - point["live"] / point["static"], relative_gain(boot["live"], boot["static"]))
             if point["static"] > 0 else {"value": None, "ci": [None, None]},
         })
     return {"bins": out, "n_boot": n_boot}
