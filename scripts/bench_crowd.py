@@ -41,24 +41,15 @@ from datetime import timezone
 from pathlib import Path
 
 import httpx
-import numpy as np
 
-from benchkit import StoreWatch, promote_synthetic_version, argument_parser, emit, fresh_home, label_studio_and_broker, logger
+from benchkit import (StoreWatch, argument_parser, emit, fresh_home, label_studio_and_broker, logger,
+                      promote_synthetic_version, summary)
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]*)"')
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
 ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
 
 log = logger("bench_crowd")
-
-
-def summary(values) -> dict:
-    values = np.asarray(values, dtype=float)
-    if not values.size:
-        return {"n": 0}
-    return {"n": int(values.size), "p50_ms": round(float(np.percentile(values, 50)) * 1000, 1),
-            "p99_ms": round(float(np.percentile(values, 99)) * 1000, 1),
-            "max_ms": round(float(values.max()) * 1000, 1)}
 
 
 class Tally:

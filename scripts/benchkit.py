@@ -121,3 +121,15 @@ def promote_synthetic_version(cfg, tax) -> str:
     registry.promote(registry.add(train_bundle(generate(60, 10, seed=0, taxonomy=tax).rating_data(), name, tax),
                                   name).name)
     return name
+
+
+def summary(seconds) -> dict:
+    """n, p50, p99 and max of durations given in seconds, in milliseconds."""
+    import numpy as np
+
+    values = np.asarray(seconds, dtype=float)
+    if not values.size:
+        return {"n": 0}
+    return {"n": int(values.size), "p50_ms": round(float(np.percentile(values, 50)) * 1000, 1),
+            "p99_ms": round(float(np.percentile(values, 99)) * 1000, 1),
+            "max_ms": round(float(values.max()) * 1000, 1)}
