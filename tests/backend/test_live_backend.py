@@ -8,7 +8,6 @@ SQLite store, and a version trained on a synthetic study."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -25,25 +24,10 @@ from sense7.rater_page.app import create_app
 from sense7.settings import BACKEND_HOST, Settings, StudyDesign
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.backend.conftest import PASSWORD, SECRET, USER, auth_headers
-from tests.rater_page.test_live_prefill import NEW, trained  # noqa: F401 (the module's trained version)
+from tests.rater_page.test_live_prefill import NEW, answer_on_page, checked_levels, trained  # noqa: F401 (trained: the module's version)
 
 TAXONOMY = load_taxonomy()
 HIDDEN_TURN = 4
-
-
-def checked_levels(html: str) -> dict:
-    return {name: int(value) for name, value in
-            re.findall(r'<input type="radio" name="(\w+)" value="(\d+)" required checked>', html)}
-
-
-def answer_on_page(client, task_id: int, level: int) -> None:
-    html = client.get(f"/task/{task_id}").get_data(as_text=True)
-    form = {"csrf_token": re.search(r'name="csrf_token" value="([^"]+)"', html).group(1),
-            "revision": re.search(r'name="revision" value="([^"]*)"', html).group(1),
-            "rendered_at": re.search(r'name="rendered_at" value="([^"]*)"', html).group(1),
-            TAXONOMY.expectation_key: TAXONOMY.expectation_values[-1]}
-    form.update({c: str(level) for c in TAXONOMY.controls})
-    assert client.post(f"/task/{task_id}", data=form).status_code == 303
 
 
 def backend_cli(env, *args):

@@ -79,12 +79,12 @@ def _turns(hidden) -> set:
     return set(hidden) if isinstance(hidden, (set, list, tuple)) else {hidden}
 
 
-def _checked(html: str) -> dict:
+def checked_levels(html: str) -> dict:
     return {name: int(value) for name, value in
             re.findall(r'<input type="radio" name="(\w+)" value="(\d+)" required checked>', html)}
 
 
-def _answer(client, task_id: int, level: int):
+def answer_on_page(client, task_id: int, level: int):
     html = client.get(f"/task/{task_id}").get_data(as_text=True)
     form = {"csrf_token": re.search(r'name="csrf_token" value="([^"]+)"', html).group(1),
             "revision": re.search(r'name="revision" value="([^"]*)"', html).group(1),
@@ -103,17 +103,17 @@ def test_answers_move_the_next_prefill_and_are_recorded_first(tmp_path, trained)
 
     # No answers yet: exactly the queue's (the served version's) pre-fill, and nothing recorded as live.
     first = client.get("/task/100").get_data(as_text=True)
-    assert _checked(first) == static and 'id="prefill-note"' in first
+    assert checked_levels(first) == static and 'id="prefill-note"' in first
     assert records.predictions_frame().empty
 
     for task_id in (100, 101, 102):
-        _answer(client, task_id, 5)
+        answer_on_page(client, task_id, 5)
 
     # Each answered turn was opened after the earlier answers: recorded with 0 (nothing), 1 and 2 of them.
     counts = records.predictions_frame().set_index("task_key")["own_ratings"].to_dict()
     assert counts == {datas[1]["task_key"]: 1, datas[2]["task_key"]: 2}
     html = client.get("/task/103").get_data(as_text=True)
-    shown = _checked(html)
+    shown = checked_levels(html)
     assert 'id="prefill-note"' in html and set(shown) == set(TAXONOMY.controls)
     assert sum(shown.values()) > sum(static.values()) + len(static)  # 3 answers of 5s moved it up
     frame = records.predictions_frame()
@@ -125,7 +125,7 @@ def test_answers_move_the_next_prefill_and_are_recorded_first(tmp_path, trained)
 
     # A hidden-arm turn: recorded (live, 3 ratings), never shown.
     hidden_html = client.get("/task/104").get_data(as_text=True)
-    assert 'id="prefill-note"' not in hidden_html and _checked(hidden_html) == {}
+    assert 'id="prefill-note"' not in hidden_html and checked_levels(hidden_html) == {}
     hidden_row = records.recorded(datas[4]["task_key"], "v1+live")
     assert hidden_row["arm"] == HIDDEN and hidden_row["own_ratings"] == 3 and hidden_row["kind"] == "live"
 
@@ -149,8 +149,8 @@ def test_without_a_live_version_the_queue_prefill_stays(tmp_path, trained):
     app, store, _, token, _ = _page(tmp_path, (tmp_path / "empty-models", newcomer, profile), static, hidden_turn=-1)
     client = app.test_client()
     assert client.get(f"/r/{token}").status_code == 303
-    _answer(client, 100, 5)
-    assert _checked(client.get("/task/101").get_data(as_text=True)) == static
+    answer_on_page(client, 100, 5)
+    assert checked_levels(client.get("/task/101").get_data(as_text=True)) == static
     assert StudyRecords(store).predictions_frame().empty
 
 
@@ -174,7 +174,7 @@ def test_the_study_analysis_draws_the_gain_curve(tmp_path, trained):
     client = app.test_client()
     assert client.get(f"/r/{token}").status_code == 303
     for task_id in (100, 101, 102, 103, 104):
-        _answer(client, task_id, 5)
+        answer_on_page(client, task_id, 5)
     # The sync's copy of the answers (Label Studio's annotations, created after each page was sent).
     for i in range(5):
         d = datas[i]
