@@ -17,6 +17,7 @@ Logs carry routes, counts, versions and ids, never bodies, traits, tokens or pas
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import logging
@@ -27,6 +28,7 @@ from typing import Any, Callable
 import orjson
 from flask import Flask, jsonify, request
 from flask.json.provider import JSONProvider
+from sense7.ml_backend.fast_path import PredictFastPath
 from sense7.ml_backend.labels import LabelConfigError
 from sense7.ml_backend.model import ModelUnavailable, Sense7Model, build_model
 from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge, RequestTimeout
@@ -104,9 +106,10 @@ def _error(status: int, message: str):
 
 def create_app(settings: Settings | None = None, *, model: Sense7Model | None = None,
                on_event: Callable[[str, dict], Any] | None = None,
-               max_content_length: int = DEFAULT_MAX_BYTES) -> Flask:
+               max_content_length: int = DEFAULT_MAX_BYTES, fast_path: bool = True) -> Flask:
     """The WSGI app. `on_event(action, payload)` receives START_TRAINING and annotation webhooks; it must
-    return quickly (Label Studio gives webhooks 1 s): enqueue work, do not do it."""
+    return quickly (Label Studio gives webhooks 1 s): enqueue work, do not do it. `fast_path=False` serves
+    every /predict through Flask (the reference the fast path's tests compare with)."""
     settings = settings or Settings.from_env()
     if model is None:
         model = build_model(settings, on_event=on_event)
@@ -194,23 +197,8 @@ def create_app(settings: Settings | None = None, *, model: Sense7Model | None = 
 
     @app.post("/predict")
     def predict():
-        started = time.perf_counter()
-        body = _json_object("/predict")
-        tasks = body.get("tasks")
-        if not isinstance(tasks, list):
-            raise _BadRequest("/predict: 'tasks' must be a list of Label Studio tasks")
-        params = body.get("params") if isinstance(body.get("params"), dict) else {}
-        try:
-            results = model.predict(tasks, context=params.get("context"), label_config=body.get("label_config"),
-                                    project=body.get("project"))
-        except LabelConfigError as exc:
-            raise _BadRequest(f"/predict: label_config: {exc}") from None
-        except ModelUnavailable as exc:
-            return _error(503, f"no model to serve: {exc}")
-        errors = sum("error" in r for r in results)
-        log.debug("predict: %d tasks (%d errors) in %.1f ms", len(tasks), errors,
-                  (time.perf_counter() - started) * 1000)
-        return jsonify({"results": results})
+        status, answer = predict_answer(model, _body())
+        return app.response_class(answer, status=status, mimetype="application/json")
 
     @app.post("/webhook")
     def webhook():
@@ -237,8 +225,46 @@ def create_app(settings: Settings | None = None, *, model: Sense7Model | None = 
     def versions():
         return jsonify({"versions": model.versions(), "current": model.model_version})
 
+    if fast_path and basic_auth is not None:
+        # POST /predict with Label Studio's own spelling of the credentials skips Flask (ml_backend/fast_path.py);
+        # every other request, refused ones included, still goes through the app above.
+        app.wsgi_app = PredictFastPath(app.wsgi_app, functools.partial(predict_answer, model),
+                                       basic_auth.canonical_digest, max_content_length)
     return app
 
 
 class _BadRequest(Exception):
     """A malformed request body; the message is the reason returned with the 400."""
+
+
+def predict_answer(model: Sense7Model, body: bytes) -> tuple[int, bytes]:
+    """(HTTP status, JSON body) of a /predict whose request body is `body`: the one implementation behind
+    both the Flask view and the fast path (ml_backend/fast_path.py), so they cannot answer differently.
+    400 for a body that is not a JSON object with a list of tasks or a bad label config, 503 without a model."""
+    started = time.perf_counter()
+    try:
+        request_body = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        request_body = None
+    if not isinstance(request_body, dict):
+        return _error_body(400, "/predict: the body must be a JSON object (Content-Type: application/json)")
+    tasks = request_body.get("tasks")
+    if not isinstance(tasks, list):
+        return _error_body(400, "/predict: 'tasks' must be a list of Label Studio tasks")
+    params = request_body.get("params")
+    context = params.get("context") if isinstance(params, dict) else None
+    try:
+        results = model.predict(tasks, context=context, label_config=request_body.get("label_config"),
+                                project=request_body.get("project"))
+    except LabelConfigError as exc:
+        return _error_body(400, f"/predict: label_config: {exc}")
+    except ModelUnavailable as exc:
+        return _error_body(503, f"no model to serve: {exc}")
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("predict: %d tasks (%d errors) in %.1f ms", len(tasks), sum("error" in r for r in results),
+                  (time.perf_counter() - started) * 1000)
+    return 200, orjson.dumps({"results": results}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _error_body(status: int, message: str) -> tuple[int, bytes]:
+    return status, orjson.dumps({"error": message})
