@@ -16,9 +16,48 @@ A /predict is CPU-bound Python, so a worker still runs one request at a time; pr
 from __future__ import annotations
 
 import gevent
+from gunicorn.http import wsgi
 from gunicorn.workers.ggevent import GeventWorker
 
 from sense7.settings import Settings
+
+
+class OneSendResponse(wsgi.Response):
+    """gunicorn sends a response's headers and its body in two send() calls. On loopback each send runs the
+    whole network stack and wakes the client, and the pair cost 17% of a batch-1 /predict's worker time
+    (cProfile of a worker, docs/BENCHMARKS.md). Here the headers wait for the body's first bytes and leave
+    in the same send; a response without a body sends them at close, as gunicorn does."""
+
+    _head: bytes | None = None
+
+    def send_headers(self):
+        if self.headers_sent:
+            return
+        lines = self.default_headers()
+        lines.extend("%s: %s\r\n" % (k, v) for k, v in self.headers)
+        self._head = ("%s\r\n" % "".join(lines)).encode("latin-1")
+        self.headers_sent = True
+
+    def _emit_body(self, data):
+        head, self._head = self._head, None
+        if head is not None and not self.chunked:
+            self.sock.sendall(head + data)
+            return
+        if head is not None:
+            self.sock.sendall(head)
+        super()._emit_body(data)
+
+    def close(self):
+        self.send_headers()
+        head, self._head = self._head, None
+        if head is not None:
+            self.sock.sendall(head)
+        super().close()
+
+
+# gunicorn builds every HTTP/1 response from this module-level name (gunicorn.http.wsgi.create); older
+# gunicorns without the `_emit_body` hook keep their own two sends.
+USE_ONE_SEND = hasattr(wsgi.Response, "_emit_body")
 
 
 class BoundedGeventWorker(GeventWorker):
@@ -29,6 +68,8 @@ class BoundedGeventWorker(GeventWorker):
         # gunicorn bounds the header read only on its keep-alive path (gunicorn_conf.py sets keepalive >= 1
         # for this worker): the first request gets the read timeout, later ones the keep-alive.
         self.header_timeout = self.read_timeout if self.close_after_response else float(serving.keepalive)
+        if USE_ONE_SEND:
+            wsgi.Response = OneSendResponse  # this process is a backend worker: every response it sends
         super().init_process()
 
     def timeout_ctx(self):
