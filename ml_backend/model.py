@@ -20,7 +20,6 @@ the version and the rater (`known_raters` of that version).
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Callable, NamedTuple
 
 from sense7.ml_backend.batcher import MicroBatcher
@@ -185,15 +184,18 @@ class Sense7Model:
 
     @staticmethod
     def _result(item: ServedItem, plan: list, version: str) -> dict:
-        result, confidences = [], []
+        # A batch-10 /predict builds 80 of these rating dicts: attribute look-ups hoisted (cProfile: 10% of it).
+        levels, confidences = item.levels, item.confidences
+        result, scored = [], []
         for j, control in plan:
-            level = min(max(int(item.levels[j]), 1), control.max_rating)
+            max_rating = control.max_rating
+            level = int(levels[j])
             result.append({"from_name": control.from_name, "to_name": control.to_name, "type": "rating",
-                           "value": {"rating": level}})
-            confidence = item.confidences[j]
-            if confidence is not None and not math.isnan(confidence):
-                confidences.append(confidence)
-        score = sum(confidences) / len(confidences) if confidences else 0.0
+                           "value": {"rating": 1 if level < 1 else max_rating if level > max_rating else level}})
+            confidence = confidences[j]
+            if confidence is not None and confidence == confidence:  # (NaN != NaN)
+                scored.append(confidence)
+        score = sum(scored) / len(scored) if scored else 0.0
         return {"result": result, "score": round(score, 4), "model_version": version, "kind": item.kind}
 
     @staticmethod
