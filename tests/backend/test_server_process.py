@@ -181,6 +181,20 @@ def test_half_open_connections_and_short_bodies_hold_no_worker(tmp_path):
         assert status.split()[1] == b"408", status
         # Still serving, and the log names no worker timeout.
         assert requests.get(f"http://{BACKEND_HOST}:{port}/health", auth=(USER, PASSWORD), timeout=10).ok
+        # The worker sends a response's headers with its body (ml_backend/gevent_worker.py), and alone when
+        # there is no body (HEAD): both framed whole.
+        for method in (b"GET", b"HEAD"):
+            raw = socket.create_connection((BACKEND_HOST, port), timeout=10)
+            raw.sendall(method + b" /health HTTP/1.1\r\nHost: x\r\nAuthorization: Basic " + token.encode() + b"\r\n\r\n")
+            answer = b""
+            while chunk := raw.recv(65536):  # the worker closes after each response
+                answer += chunk
+            raw.close()
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), answer[:200]
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:")))
+            assert length > 0 and len(body) == (length if method == b"GET" else 0), answer[:300]
         log = (tmp_path / "home" / "logs" / "ml-backend.log")
         text = log.read_text() if log.exists() else ""
         assert "WORKER TIMEOUT" not in text and "Traceback" not in text
