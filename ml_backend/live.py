@@ -12,8 +12,8 @@ Kept off the hot path: which raters have answers is one aggregate query over the
 `check_interval` seconds (per process, by whichever request finds the copy stale, never waited on by
 others); a rater's answers are read once per change of their watermark; the posterior of all their
 answers is kept in the served version's PosteriorCache (sense7.model.live), the one the rater page uses,
-keyed by the rater, their traits and the answers themselves. A request whose raters have no answers pays a dict lookup
-per task. A rater whose answers the served version was trained on already gets exactly the static answer.
+keyed by the rater, their traits and the answers themselves. A request whose raters have no answers pays a
+dict lookup per task. A rater whose answers the served version was trained on already gets exactly the static answer.
 """
 
 from __future__ import annotations

@@ -48,8 +48,11 @@ def test_a_delivery_behind_a_held_lock_frees_the_worker_and_delivers_once(job_st
     finally:
         holder.release()
     wait_for(lambda: outbox.counts()["undelivered"] == 0, timeout=60, what="delivery once the lock is free")
-    found = [a for a in label_studio_annotations(rt, rt.rating_project) if a["task"] in {t.id for t in tasks}]
-    assert sorted(a["task"] for a in found) == sorted(t.id for t in tasks)  # one annotation per task, once
-    wait_for(lambda: not conn.exists(delivery.LOCK_KEY), what="the lock let go")
-    assert outbox.counts()["undelivered"] == 0 and len(
-        [a for a in label_studio_annotations(rt, rt.rating_project) if a["task"] in {t.id for t in tasks}]) == len(tasks)
+
+    def annotated() -> list[int]:
+        ids = {t.id for t in tasks}
+        return sorted(a["task"] for a in label_studio_annotations(rt, rt.rating_project) if a["task"] in ids)
+
+    assert annotated() == sorted(t.id for t in tasks)  # one annotation per task, once
+    wait_for(lambda: not conn.exists(delivery.LOCK_KEY), what="the lock let go")  # every job done: still once
+    assert outbox.counts()["undelivered"] == 0 and annotated() == sorted(t.id for t in tasks)
