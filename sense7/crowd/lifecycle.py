@@ -102,6 +102,27 @@ def expire_leases(store: Store, now=None) -> Expired:
     return result
 
 
+def waiting_for_tasks(store: Store, limit: int | None = None, skip=()) -> list[tuple[str, str]]:
+    """(study, rater) of seated participants (checking or rating, holding slots) whose queue copy is not in
+    the store yet: who the prepare job works for, oldest consent first. The store is the record, so a
+    participant asked for by a job that died is found by the next one (no Redis set to lose)."""
+    from sqlalchemy import exists, select
+
+    from sense7.data.store import crowd_participants, crowd_slots, rater_tasks
+
+    query = (select(crowd_participants.c.study_id, crowd_participants.c.rater_id)
+             .where(crowd_participants.c.state.in_(("checking", "rating")),
+                    exists().where(crowd_slots.c.rater_id == crowd_participants.c.rater_id),
+                    ~exists().where(rater_tasks.c.rater_id == crowd_participants.c.rater_id))
+             .order_by(crowd_participants.c.consent_at, crowd_participants.c.rater_id))
+    if skip:
+        query = query.where(crowd_participants.c.rater_id.not_in(list(skip)))
+    if limit is not None:
+        query = query.limit(limit)
+    with store.engine.connect() as conn:
+        return [(r.study_id, r.rater_id) for r in conn.execute(query)]
+
+
 def conversations_for(store: Store, study: CrowdStudy, rater_id: str) -> list[Conversation]:
     """The participant's assigned conversations, as conversations of theirs (what the importer takes):
     the pool's texts and contexts under the pseudonymous rater id."""
