@@ -17,7 +17,8 @@ from sense7.data.store import Store
 
 def assignments_of(store: Store, study: CrowdStudy) -> Assignments:
     return Assignments(store, study.study_id,
-                       AssignmentPolicy(study.raters_per_conversation, study.conversations_per_participant))
+                       AssignmentPolicy(study.raters_per_conversation, study.conversations_per_participant,
+                                        study.turns_per_participant))
 
 
 def take_slots(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | None:
@@ -151,5 +152,26 @@ def install_study(store: Store, path, taxonomy) -> tuple[CrowdStudy, int]:
 
     study = load_study(path)
     pool = read_conversations(study.pool_path, taxonomy)
+    check_budget(path, study, pool)
     Studies(store).save(study, pool)
     return study, len(pool)
+
+
+def check_budget(path, study: CrowdStudy, pool) -> None:
+    """A turn budget must hold the pool's longest conversation (a conversation is never split, and every
+    participant gets at least one): FormatError naming the file, the line and the longest one otherwise."""
+    from pathlib import Path
+
+    from sense7.data.formats import FormatError, Problem
+
+    if study.turns_per_participant is None or not pool:
+        return
+    longest = max(pool, key=lambda c: len(c.assistant_turns()))
+    if len(longest.assistant_turns()) <= study.turns_per_participant:
+        return
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    line = next((i for i, text in enumerate(lines, 1) if text.startswith("turns_per_participant")), None)
+    raise FormatError([Problem(str(path), line, "turns_per_participant",
+                               f"must be at least the longest conversation's assistant turns "
+                               f"({longest.conversation_id}: {len(longest.assistant_turns())}): "
+                               f"a conversation is never split")])
