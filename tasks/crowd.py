@@ -41,6 +41,8 @@ SCHEDULED_KEY = "sense7:crowd-prepare:scheduled"  # a prepare job is queued or r
 SCHEDULED_TTL = 60                                 # runs; a starting worker clears it: tasks/recovery.py)
 LOCK_KEY = "sense7:crowd-prepare:lock"  # the one prepare job that runs (two would import the same people)
 ROUND = 200  # participants per round at most (one bulk import each): bounds a round's time and memory
+JOB_BUDGET = 120.0  # (s) no new round after this: the job ends and queues its successor (arrivals that never
+                    # stop would otherwise keep one job running into its soft time limit, JobSettings.sync_soft_limit)
 
 
 def request_prepare(study_id: str | None = None, rater_id: str | None = None, app=None) -> bool:
@@ -109,18 +111,24 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
     return {r: sum(item.kind == "rating" for item in queue.items(r)) for r in raters}
 
 
-def prepare_waiting(rt: Runtime, on_round=None, limit: int = ROUND, seen: set | None = None) -> dict:
-    """Rounds of `prepare_round` over everyone waiting, until nobody is (a participant whose round made no
-    queue is not taken again by this job: the next job, or the page's next ask, tries again; `seen`
-    collects who was taken). Counts."""
+def prepare_waiting(rt: Runtime, on_round=None, limit: int = ROUND, seen: set | None = None,
+                    budget: float | None = None) -> dict:
+    """Rounds of `prepare_round` over everyone waiting, until nobody is, or `budget` s have passed (a
+    participant whose round made no queue is not taken again by this job: the next job, or the page's next
+    ask, tries again; `seen` collects who was taken). Counts."""
+    import time
+
     from sense7.crowd.lifecycle import waiting_for_tasks
 
     seen = set() if seen is None else seen
+    started = time.monotonic()
     rounds = participants = tasks = 0
     predict = None
     while True:
         if on_round:
             on_round()
+        if budget is not None and time.monotonic() - started > budget:
+            break  # the caller queues the next job for whoever still waits
         waiting = waiting_for_tasks(rt.store, limit=limit, skip=seen)
         if not waiting:
             break
@@ -151,7 +159,7 @@ def prepare_task(study_id: str | None = None, rater_id: str | None = None) -> di
         return {"rounds": 0, "participants": 0, "tasks": 0, "skipped": "another prepare job is running"}
     seen: set[str] = set()
     try:
-        result = prepare_waiting(rt, seen=seen)
+        result = prepare_waiting(rt, seen=seen, budget=JOB_BUDGET)
     finally:  # done (or failed: the retry, beat's next expiry pass or the page's next ask queues it again)
         try:
             conn.delete(SCHEDULED_KEY)
