@@ -21,7 +21,8 @@ leaves sense7.crowd's completions table).
 
 `sense7.crowd_expire_leases` (beat, every minute): leases that ended give their unfinished conversations
 back to the pool (sense7.crowd.lifecycle.expire_leases), and the Label Studio tasks of given-back items
-that nobody answered are deleted (`clear_released_tasks`): no orphan tasks.
+(an expired lease's, a double check failure's) that nobody answered are deleted (`clear_released_tasks`):
+no orphan tasks; ratings already given stay.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ SCHEDULED_KEY = "sense7:crowd-prepare:scheduled"  # a prepare job is queued or r
 SCHEDULED_TTL = 60                                 # runs; a starting worker clears it: tasks/recovery.py)
 LOCK_KEY = "sense7:crowd-prepare:lock"  # the one prepare job that runs (two would import the same people)
 ROUND = 200  # participants per round at most (one bulk import each): bounds a round's time and memory
+JOB_BUDGET = 120.0  # (s) no new round after this: the job ends and queues its successor (arrivals that never
+                    # stop would otherwise keep one job running into its soft time limit, JobSettings.sync_soft_limit)
 
 
 def request_prepare(study_id: str | None = None, rater_id: str | None = None, app=None) -> bool:
@@ -92,22 +95,40 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
         copy_queues(rt.client, rt.store, rt.rating_project, rt.profile_project, rt.taxonomy, raters, filtered=True)
     except Exception as exc:
         raise as_retryable(exc) from None
+    from sense7.crowd.lifecycle import clear_again
+
+    # A lease that ended (or a check failed twice) while the round ran: the tasks just made for them are
+    # orphans, cleared by the next expiry pass.
+    ended = []
+    for study_id, rater_id in waiting:
+        if rater_id in raters:
+            now = Participants(rt.store, studies[study_id]).get(rater_id)
+            if now is None or now.state not in ("checking", "rating"):
+                ended.append(rater_id)
+    if ended:
+        clear_again(rt.store, ended)
     queue = RaterQueue(rt.store)
     return {r: sum(item.kind == "rating" for item in queue.items(r)) for r in raters}
 
 
-def prepare_waiting(rt: Runtime, on_round=None, limit: int = ROUND, seen: set | None = None) -> dict:
-    """Rounds of `prepare_round` over everyone waiting, until nobody is (a participant whose round made no
-    queue is not taken again by this job: the next job, or the page's next ask, tries again; `seen`
-    collects who was taken). Counts."""
+def prepare_waiting(rt: Runtime, on_round=None, limit: int = ROUND, seen: set | None = None,
+                    budget: float | None = None) -> dict:
+    """Rounds of `prepare_round` over everyone waiting, until nobody is, or `budget` s have passed (a
+    participant whose round made no queue is not taken again by this job: the next job, or the page's next
+    ask, tries again; `seen` collects who was taken). Counts."""
+    import time
+
     from sense7.crowd.lifecycle import waiting_for_tasks
 
     seen = set() if seen is None else seen
+    started = time.monotonic()
     rounds = participants = tasks = 0
     predict = None
     while True:
         if on_round:
             on_round()
+        if budget is not None and time.monotonic() - started > budget:
+            break  # the caller queues the next job for whoever still waits
         waiting = waiting_for_tasks(rt.store, limit=limit, skip=seen)
         if not waiting:
             break
@@ -138,7 +159,7 @@ def prepare_task(study_id: str | None = None, rater_id: str | None = None) -> di
         return {"rounds": 0, "participants": 0, "tasks": 0, "skipped": "another prepare job is running"}
     seen: set[str] = set()
     try:
-        result = prepare_waiting(rt, seen=seen)
+        result = prepare_waiting(rt, seen=seen, budget=JOB_BUDGET)
     finally:  # done (or failed: the retry, beat's next expiry pass or the page's next ask queues it again)
         try:
             conn.delete(SCHEDULED_KEY)
@@ -154,6 +175,49 @@ def prepare_task(study_id: str | None = None, rater_id: str | None = None) -> di
     return result
 
 
+ENDED = ("abandoned", "screened_out", "completed", "full")  # states whose unanswered questionnaire goes too
+
+
+def clear_released_tasks(rt: Runtime) -> int:
+    """Delete the Label Studio tasks of given-back conversations that their participant left unanswered
+    (and the questionnaire of a participant who ended without answering it), so no orphan task stays for
+    exports and staff to trip over; answered tasks stay (ratings given are kept), and so does a task with a
+    page submission not delivered yet. One OR-filtered read per few participants and one bulk delete
+    (the Data Manager's delete_tasks action) per project; idempotent (a repeat finds them gone) and
+    resumable (the store marks each given-back row once its tasks are cleared). Returns tasks deleted."""
+    from sense7.crowd.lifecycle import answered_tasks, forget_tasks, mark_cleared, released_to_clear
+    from sense7.labelstudio.client import raters_tasks
+
+    pending = {entry.rater_id: entry for entry in released_to_clear(rt.store)}
+    if not pending:
+        return 0
+    answered = {rater: answered_tasks(rt.store, rater) for rater in pending}
+    doomed: dict[int, list[int]] = {}
+    by_rater: dict[str, list[int]] = {}
+    try:
+        for project, kind in ((rt.rating_project, "rating"), (rt.profile_project, "profile")):
+            for task in raters_tasks(rt.client, project, list(pending), fields="task_only",
+                                     include="id,data,total_annotations"):
+                data, entry = task.data or {}, pending[(task.data or {}).get("rater_id")]
+                if (getattr(task, "total_annotations", None) or 0) > 0 or task.id in answered[entry.rater_id]:
+                    continue  # a rating given (or on its way to Label Studio) stays
+                if kind == "rating" and data.get("conversation_id") not in entry.conversations:
+                    continue
+                if kind == "profile" and entry.state not in ENDED:
+                    continue
+                doomed.setdefault(project, []).append(task.id)
+                by_rater.setdefault(entry.rater_id, []).append(task.id)
+        for project, ids in doomed.items():
+            rt.client.actions.create(id="delete_tasks", project=project,
+                                     selected_items={"all": False, "included": sorted(ids)})
+    except Exception as exc:
+        raise as_retryable(exc) from None
+    for rater, ids in by_rater.items():
+        forget_tasks(rt.store, rater, ids)
+    mark_cleared(rt.store, [row for entry in pending.values() for row in entry.rows])
+    return sum(len(ids) for ids in doomed.values())
+
+
 @shared_task(name=names.CROWD_EXPIRE)
 def expire_task() -> dict:
     from sense7.crowd.lifecycle import expire_leases
@@ -162,9 +226,14 @@ def expire_task() -> dict:
 
     rt = current_runtime()
     result = expire_leases(rt.store)
+    try:
+        cleared = clear_released_tasks(rt)
+    except Exception as exc:  # Label Studio down: the next pass (a minute later) clears them
+        log.warning("given-back crowd tasks not cleared yet: %s", describe_error(exc))
+        cleared = 0
     if waiting_for_tasks(rt.store, limit=1):  # a safety net: nobody waits on a job that was lost
         try:
             request_prepare()
         except Exception as exc:
             log.warning("could not ask for the crowd prepare job: %s", describe_error(exc))
-    return {"participants": result.participants, "released": result.released}
+    return {"participants": result.participants, "released": result.released, "tasks_deleted": cleared}

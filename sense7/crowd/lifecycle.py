@@ -124,6 +124,81 @@ def waiting_for_tasks(store: Store, limit: int | None = None, skip=()) -> list[t
         return [(r.study_id, r.rater_id) for r in conn.execute(query)]
 
 
+@dataclass
+class Released:
+    """A participant's given-back conversations whose Label Studio tasks are not cleared yet."""
+    study_id: str
+    rater_id: str
+    state: str  # the participant's, now
+    conversations: set
+    rows: list  # crowd_released ids
+
+
+def released_to_clear(store: Store, limit: int = 500) -> list[Released]:
+    """Given-back slots whose Label Studio tasks (made for the participant who gave them back) were not
+    cleared yet, per participant (the store is the record: a clearing that died is found again)."""
+    from sqlalchemy import select
+
+    from sense7.data.store import crowd_participants, crowd_released
+
+    found: dict[str, Released] = {}
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(crowd_released.c.id, crowd_released.c.study_id, crowd_released.c.rater_id,
+                                   crowd_released.c.conversation_id, crowd_participants.c.state)
+                            .join(crowd_participants, crowd_participants.c.rater_id == crowd_released.c.rater_id,
+                                  isouter=True)
+                            .where(crowd_released.c.tasks_cleared_at.is_(None))
+                            .order_by(crowd_released.c.id).limit(limit))
+        for row in rows:
+            entry = found.setdefault(row.rater_id, Released(row.study_id, row.rater_id, row.state or "", set(), []))
+            entry.conversations.add(row.conversation_id)
+            entry.rows.append(row.id)
+    return list(found.values())
+
+
+def mark_cleared(store: Store, rows, cleared: bool = True) -> None:
+    """Mark given-back rows' tasks cleared (or, `cleared=False`, to clear again)."""
+    from datetime import datetime, timezone
+
+    from sqlalchemy import update
+
+    from sense7.data.store import crowd_released
+
+    if not rows:
+        return
+    with store.engine.begin() as conn:
+        conn.execute(update(crowd_released).where(crowd_released.c.id.in_(list(rows)))
+                     .values(tasks_cleared_at=datetime.now(timezone.utc) if cleared else None))
+
+
+def clear_again(store: Store, rater_ids) -> None:
+    """Tasks were made for these participants after they gave their slots back (a prepare round that
+    raced their lease's end): their given-back rows are cleared again by the next expiry pass."""
+    from sqlalchemy import select
+
+    from sense7.data.store import crowd_released
+
+    with store.engine.connect() as conn:
+        rows = [r.id for r in conn.execute(select(crowd_released.c.id).where(
+            crowd_released.c.rater_id.in_(list(rater_ids)), crowd_released.c.tasks_cleared_at.is_not(None)))]
+    mark_cleared(store, rows, cleared=False)
+
+
+def answered_tasks(store: Store, rater_id: str) -> set[int]:
+    """Task ids the participant answered (on the page, delivered or not, or in Label Studio as copied)."""
+    return {item.task_id for item in RaterQueue(store).items(rater_id, left_out=True) if item.answer is not None}
+
+
+def forget_tasks(store: Store, rater_id: str, task_ids) -> None:
+    """Drop deleted tasks from the participant's queue copy (their link is revoked: nobody shows them)."""
+    from sense7.data.store import rater_tasks
+
+    if task_ids:
+        with store.engine.begin() as conn:
+            conn.execute(rater_tasks.delete().where(rater_tasks.c.rater_id == rater_id,
+                                                    rater_tasks.c.task_id.in_(list(task_ids))))
+
+
 def conversations_for(store: Store, study: CrowdStudy, rater_id: str) -> list[Conversation]:
     """The participant's assigned conversations, as conversations of theirs (what the importer takes):
     the pool's texts and contexts under the pseudonymous rater id."""

@@ -101,12 +101,20 @@ def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_p
                                      if r in second) + 2  # + their two questionnaires
     _assert_exactly_assigned(rt, first + second)
 
-    # 3. Through the worker: four consent before it starts (their pages ask for the job: one is queued),
-    #    then the worker prepares them all in one round.
+    # 3. Through the worker: four consent while no worker runs (their pages ask for the job: one is
+    #    queued, the flag set), and the queued job is lost with its worker (the flag stays, as a killed
+    #    worker leaves it: new asks queue nothing). A starting worker resumes: the four in one round.
     for i in range(4):
         _consent(port_url, f"c1b2c3d4e5f6a7b8c9d0e1{i:02d}")
     third = [r for r in _participant_ids(rt.store) if r not in first + second]
     assert len(third) == 4
+    import redis
+
+    from sense7.tasks.crowd import SCHEDULED_KEY
+
+    broker = redis.Redis.from_url(stack.redis.url)
+    assert broker.llen("sense7.crowd") == 1 and broker.exists(SCHEDULED_KEY)
+    broker.delete("sense7.crowd")  # the job is gone; only the worker's start-up can bring it back
     worker = stack.start_worker()
     _until(lambda: not waiting_for_tasks(rt.store), what="the burst's tasks")
     _assert_exactly_assigned(rt, first + second + third)
