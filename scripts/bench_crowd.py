@@ -24,7 +24,15 @@ task page), submit acknowledged (the POST), submit -> Label Studio (the outbox's
 store (polled every 100 ms), lost submissions, slots beyond K (must be 0), the pool's coverage spread at the
 end, abandoned slots and whether each was taken again, participants turned away (pool full).
 
+Label Studio's side: its write rate during the run (annotations delivered by the outbox, from their delivered
+times; tasks made by the preparation jobs, from its own task counts every 5 s), then its ceiling on the same
+server after the load (`--ceiling-imports` imports of 4 tasks by 2 clients, `--ceiling-annotations`
+annotations by 4 clients, in a probe project), and the busiest 10 s over that ceiling. `--ls-database-url`
+(an empty PostgreSQL database), `--ls-workers N` (gunicorn, SENSE7_LS_WORKERS) choose how Label Studio runs;
+`--ceiling-only` measures the ceiling alone.
+
     .venv/bin/python scripts/bench_crowd.py [--participants 500] [--window 600] [--compress 10] [--out f.json]
+    .venv/bin/python scripts/bench_crowd.py --participants 500 --window 600 --compress 1 --lease-minutes 5
 
 A smoke run: --participants 20 --window 60 --compress 20. Prints one JSON document (also written to --out).
 """
