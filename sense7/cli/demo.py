@@ -7,6 +7,10 @@ Simulated raters then rate part of the live tasks on the rater page, each throug
 over HTTP; the worker delivers their submissions to Label Studio as each rater's annotations, and the
 webhooks drive sync -> retrain -> a new promoted version -> refreshed pre-annotations.
 
+`--crowd N` runs a crowd study instead of the private-link raters (sense7.crowd): the same stack and served
+model, a study whose pool is the synthetic live half, and N simulated participants (sense7.crowd.simulate)
+entering through the study URL at a compressed pace; it ends with the crowd status lines and the gain curve.
+
 Every phase is idempotent, so re-running the demo reuses what exists. Everything it starts is recorded
 under SENSE7_HOME/run, and `sense7 down` (or Ctrl-C during the demo) stops exactly that.
 """
