@@ -560,7 +560,10 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
     from sense7.tasks.runtime import Runtime
 
     rng = random.Random(seed)
-    study, _ = install_study(store, write_crowd_study(cfg.home / "crowd-demo", pool, n), tax)
+    # A re-run adds N more participants to the same study: the cap counts the earlier runs' seats too.
+    earlier = Studies(store).get(CROWD_STUDY)
+    seats = Participants(store, earlier[0]).seated() if earlier else 0
+    study, _ = install_study(store, write_crowd_study(cfg.home / "crowd-demo", pool, seats + n), tax)
     Studies(store).set_open(study.study_id, True)
     kinds = mix(n, at_least_one=True, rng=rng)
     arrivals, t = [], 0.0
