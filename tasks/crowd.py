@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 SCHEDULED_KEY = "sense7:crowd-prepare:scheduled"  # a prepare job is queued or running (renewed while it
 SCHEDULED_TTL = 60                                 # runs; a starting worker clears it: tasks/recovery.py)
 LOCK_KEY = "sense7:crowd-prepare:lock"  # the one prepare job that runs (two would import the same people)
+HELD_RETRY = 2.0  # (s) a job that found the lock held runs again this much later
 ROUND = 200  # participants per round at most (one bulk import each): bounds a round's time and memory
 JOB_BUDGET = 120.0  # (s) no new round after this: the job ends and queues its successor (arrivals that never
                     # stop would otherwise keep one job running into its soft time limit, JobSettings.sync_soft_limit)
@@ -152,11 +153,16 @@ def prepare_participant(rt: Runtime, study_id: str, rater_id: str) -> int:
 def prepare_task(study_id: str | None = None, rater_id: str | None = None) -> dict:
     """Everyone waiting (the arguments of a message queued by an older page are ignored: the job takes all)."""
     rt = current_runtime()
-    conn = redis_client(get_app().conf.broker_url)
-    # Waiting one lease (and a little) takes over the lock of a worker killed mid-job, not a live one's.
-    lease = take_lease(conn, LOCK_KEY, LEASE_TTL, wait=LEASE_TTL + 1, keep_alive={SCHEDULED_KEY: SCHEDULED_TTL})
+    app = get_app()
+    conn = redis_client(app.conf.broker_url)
+    lease = take_lease(conn, LOCK_KEY, LEASE_TTL, keep_alive={SCHEDULED_KEY: SCHEDULED_TTL})
     if lease is None:
-        return {"rounds": 0, "participants": 0, "tasks": 0, "skipped": "another prepare job is running"}
+        # Another job holds the lock (or a killed worker's lease has not run out yet, within LEASE_TTL):
+        # waiting for it here would hold one of the worker's few processes, so ask again in a moment, the
+        # "queued" flag kept up meanwhile, as delivery does. Only the holder imports: nothing twice.
+        conn.set(SCHEDULED_KEY, 1, ex=SCHEDULED_TTL)
+        app.send_task(names.CROWD_PREPARE, countdown=HELD_RETRY, retry=False, ignore_result=True)
+        return {"rounds": 0, "participants": 0, "tasks": 0, "skipped": "another prepare job holds the lock; asked again"}
     seen: set[str] = set()
     try:
         result = prepare_waiting(rt, seen=seen, budget=JOB_BUDGET)

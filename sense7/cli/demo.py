@@ -7,6 +7,10 @@ Simulated raters then rate part of the live tasks on the rater page, each throug
 over HTTP; the worker delivers their submissions to Label Studio as each rater's annotations, and the
 webhooks drive sync -> retrain -> a new promoted version -> refreshed pre-annotations.
 
+`--crowd N` runs a crowd study instead of the private-link raters (sense7.crowd): the same stack and served
+model, a study whose pool is the synthetic live half, and N simulated participants (sense7.crowd.simulate)
+entering through the study URL at a compressed pace; it ends with the crowd status lines and the gain curve.
+
 Every phase is idempotent, so re-running the demo reuses what exists. Everything it starts is recorded
 under SENSE7_HOME/run, and `sense7 down` (or Ctrl-C during the demo) stops exactly that.
 """
@@ -556,7 +560,10 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
     from sense7.tasks.runtime import Runtime
 
     rng = random.Random(seed)
-    study, _ = install_study(store, write_crowd_study(cfg.home / "crowd-demo", pool, n), tax)
+    # A re-run adds N more participants to the same study: the cap counts the earlier runs' seats too.
+    earlier = Studies(store).get(CROWD_STUDY)
+    seats = Participants(store, earlier[0]).seated() if earlier else 0
+    study, _ = install_study(store, write_crowd_study(cfg.home / "crowd-demo", pool, seats + n), tax)
     Studies(store).set_open(study.study_id, True)
     kinds = mix(n, at_least_one=True, rng=rng)
     arrivals, t = [], 0.0
