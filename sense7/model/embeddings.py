@@ -43,6 +43,12 @@ def embeddings_available() -> bool:
     return True
 
 
+def clear_cache() -> None:
+    """Forget the embedded lines (benchmarks time the encoder on texts it has not seen)."""
+    with _lock:
+        _cache.clear()
+
+
 def _offline() -> None:
     # Read by huggingface_hub and transformers when they are imported: set first, so that no code path of
     # theirs tries the network (weights, tokenizer, or a "newer version?" check).

@@ -151,6 +151,12 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             # turn: ratings add up cues); scale the block so a typical row has unit norm.
             self.block_scales_[name] = np.float32(1 / np.sqrt(max(block.getnnz(axis=1).mean(), 1.0))
                                                   if self.text_weighting == "presence" else 1.0)
+            if name == "encoder":
+                # An encoder's columns are dense values, not presences: a typical row gets unit norm too
+                # (by the mean squared norm; dividing by the number of columns, as for presences, would
+                # shrink 384 embedding columns ~20x and let the ridge ignore them).
+                squared = float(block.multiply(block).sum()) / max(block.shape[0], 1)
+                self.block_scales_[name] = np.float32(1 / np.sqrt(squared) if squared > 0 else 1.0)
             blocks.append(block * self.block_scales_[name])
             if name == "encoder" and self._encoder_relations():
                 relation = self._encoder_relation_block(X, encoded)
