@@ -160,8 +160,22 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             blocks.append(block * self.block_scales_[name])
             if name == "encoder" and self._encoder_relations():
                 relation = self._encoder_relation_block(X, encoded)
+        self.block_layout_ = [(name, self.block_widths_[name]) for name, vec in self.vectorizers_.items()
+                              if vec is not None]
         # Last, so the vectorizers' blocks keep their offsets (block_widths_, read by sense7.model.serving).
-        return blocks + ([relation] if self._encoder_relations() else [])
+        if self._encoder_relations():
+            self.block_layout_.append(("encoder_relations", relation.shape[1]))
+            return blocks + [relation]
+        return blocks
+
+    def block_columns(self, name: str) -> slice:
+        """The design matrix's columns of one text block ("text", "history", "encoder", ...), as fitted."""
+        start = self.dense_width_
+        for block, width in self.block_layout_:
+            if block == name:
+                return slice(start, start + width)
+            start += width
+        raise KeyError(f"no {name!r} block in these features")
 
     def _encoder_relations(self) -> bool:
         """Whether the encoder's relational similarities are columns (an encoder and relational_weight > 0)."""
@@ -199,7 +213,9 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     def _assemble(self, X: pd.DataFrame, text_blocks: list):
         # The context/position block is scaled down, i.e. penalised more by the ridge: a few dense
         # columns with a light penalty overfit conversation-level quirks (measured on synthetic data).
-        blocks = [sp.csr_matrix(self.dense_features(X) * self.context_weight, dtype=np.float32)] + text_blocks
+        dense = self.dense_features(X)
+        self.dense_width_ = dense.shape[1]  # the same for any X: where the text blocks start (block_columns)
+        blocks = [sp.csr_matrix(dense * self.context_weight, dtype=np.float32)] + text_blocks
         if self.context_interactions and text_blocks:
             # The turn's words times each numeric context answer (standardized): the same words can
             # matter more when, e.g., the rater wanted a lot of empathy.
