@@ -161,3 +161,23 @@ def test_sentence_embeddings_see_what_a_reply_takes_up():
     two = encoder.transform(["The dog is sick.\nThe vet is puzzled."])[0]
     lines = encoder.transform(["The dog is sick.", "The vet is puzzled."])
     assert np.allclose(two, lines.mean(axis=0), atol=1e-5)
+
+
+@needs_embeddings
+def test_sentence_embeddings_run_without_any_network(tmp_path):
+    """Nothing is downloaded at run time: the encoder loads and embeds in a process with no network at all
+    (a new network namespace), the Hugging Face offline switches not set beforehand."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare for a network namespace")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env["HF_HOME"] = str(tmp_path / "hf")  # an empty cache: nothing to fall back on
+    code = ("from sense7.model.embeddings import SentenceEmbeddingEncoder;"
+            "print(SentenceEmbeddingEncoder().fit([]).transform(['hello there', 'I am sad']).shape)")
+    done = subprocess.run(["unshare", "-n", sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "(2, 384)" in done.stdout
