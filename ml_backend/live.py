@@ -11,8 +11,9 @@ answer says how many it used (`"kind": "live"`, `"own_ratings": n`, `"live_versi
 Kept off the hot path: which raters have answers is one aggregate query over the outbox at most every
 `check_interval` seconds (per process, by whichever request finds the copy stale, never waited on by
 others); a rater's answers are read once per change of their watermark; the posterior of all their
-answers is kept per (version, rater, watermark). A request whose raters have no answers pays a dict lookup
-per task. A rater whose answers the served version was trained on already gets exactly the static answer.
+answers is kept in the served version's PosteriorCache (sense7.model.live), the one the rater page uses,
+keyed by the rater, their traits and the answers themselves. A request whose raters have no answers pays a
+dict lookup per task. A rater whose answers the served version was trained on already gets exactly the static answer.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from sense7.data.rater_answers import answer_watermarks, queue_task_datas, rated
 from sense7.data.raterpage import RaterQueue
 from sense7.data.store import Store
 from sense7.data.study_design import live_version
-from sense7.model.live import LivePredictor, LiveUnsupported
+from sense7.model.live import LivePredictor, LiveUnsupported, traits_fingerprint
 
 log = logging.getLogger("sense7.ml_backend")
 
@@ -61,8 +62,8 @@ class LiveServing:
         self._stamp = None
         self._watermarks: dict[str, tuple] = {}
         self._answers: dict[str, tuple[tuple, RaterAnswers]] = {}  # rater -> (watermark, answers)
-        self._predictors: dict[int, LivePredictor | None] = {}  # id(compiled bundle) -> its live form
-        self._states: dict[tuple, object] = {}  # (id(compiled), rater, watermark) -> OnlinePosterior
+        # id(compiled bundle) -> its live form, which holds the posterior cache shared with the rater page's code
+        self._predictors: dict[int, LivePredictor | None] = {}
 
     def watermarks(self) -> dict[str, tuple]:
         """rater -> watermark of their rating answers; re-read at most every `check_interval` seconds."""
@@ -87,9 +88,8 @@ class LiveServing:
             except LiveUnsupported as exc:
                 log.info("version %s has no live predictions (%s)", compiled.version, exc)
                 predictor = None
-            if len(self._predictors) > 4:  # old versions: let them go
+            if len(self._predictors) > 4:  # old versions (and their cached posteriors): let them go
                 self._predictors.clear()
-                self._states.clear()
             self._predictors[key] = predictor
         return self._predictors[key]
 
@@ -141,7 +141,7 @@ class LiveServing:
                 key = str(datas[i].get("task_key") or "")
                 groups[key if key in answers.task_keys else None].append(i)
             for excluded, group in groups.items():
-                state = self._state(predictor, rater, watermarks[rater], answers, own, excluded, columns_of)
+                state = self._state(predictor, rater, answers, own, excluded, columns_of)
                 if state.n_ratings == 0:
                     continue  # nothing the version did not train on: exactly the static prediction
                 predictions = predictor.predict_with(state, columns_of([datas[i] for i in group]))
@@ -151,20 +151,19 @@ class LiveServing:
                                       live_version(compiled.version))
         return out
 
-    def _state(self, predictor: LivePredictor, rater: str, watermark: tuple, answers: RaterAnswers,
-               traits, excluded: str | None, columns_of):
-        cache_key = (id(predictor.compiled), rater, watermark)
-        if excluded is None and cache_key in self._states:
-            return self._states[cache_key]
+    def _state(self, predictor: LivePredictor, rater: str, answers: RaterAnswers, traits, excluded: str | None,
+               columns_of):
+        """The rater's posterior without the answer to `excluded` (a task key, or None: all of them), from the
+        predictor's PosteriorCache (the one the rater page uses; a new answer or version is a new key). The
+        answered turns' item columns are made only for turns whose text scores are not cached yet."""
         keep = [k != excluded for k in answers.task_keys]
         rated = [d for d, ok in zip(answers.datas, keep) if ok]
         controls = predictor.compiled.controls
         ratings = np.array([[v.get(c, np.nan) for c in controls] for v, ok in zip(answers.values, keep) if ok],
                            dtype=float).reshape(len(rated), len(controls))
-        state = predictor.posterior(rater, traits, columns_of(rated) if rated else {"rater_id": []}, ratings)
-        if excluded is None:
-            if len(self._states) > 10_000:
-                self._states.clear()
-            self._states[cache_key] = state
-        return state
-
+        rated_ids = {"conversation_id": [str(d["conversation_id"]) for d in rated],
+                     "turn_index": [d["turn_index"] for d in rated], "rater_id": [str(d["rater_id"]) for d in rated]}
+        traits_key = None
+        if answers.traits is not None:  # the questionnaire answered on the page: its own (small) table
+            traits_key = ("page", traits_fingerprint(answers.traits, rater))
+        return predictor.posterior(rater, traits, lambda: columns_of(rated), ratings, traits_key, rated_ids)

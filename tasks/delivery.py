@@ -31,7 +31,7 @@ SCHEDULED_TTL = 30                          # after a crash the restarted worker
 LOCK_KEY = "sense7:deliver:lock"  # held by the one delivery job that runs (beat's and a requested one may
                                   # both be queued: two at once would both write the same submissions)
 LOCK_TTL = LEASE_TTL              # a lease renewed while its holder lives (tasks/broker.py): a killed
-                                  # worker's lock is gone within it, and the next job waits that long for it
+                                  # worker's lock is gone within it (a job finding it held asks again: deliver_task)
 
 
 def request_delivery(app=None) -> bool:
@@ -49,7 +49,7 @@ def deliver_outbox(rt: Runtime, parallel: int = 4, on_round=None) -> dict:
     from sense7.data.raterpage import Outbox
     from sense7.labelstudio.rater_accounts import ensure_accounts, write_annotation
 
-    outbox, accounts = Outbox(rt.store), {}
+    outbox, accounts = Outbox(rt.store), rt.rater_accounts
     delivered = failed = 0
 
     def deliver(row: dict):
@@ -62,6 +62,8 @@ def deliver_outbox(rt: Runtime, parallel: int = 4, on_round=None) -> dict:
                                           row["lead_time"], known=known, check=check)
         except Exception as exc:
             outbox.mark_failed(row["key"], describe_error(exc))
+            if not transient(exc):  # an account deleted by staff, say: look it up (or make it) again next time
+                accounts.pop(rater, None)
             return exc
         outbox.mark_delivered(rater, row["task_id"], row["revision"], annotation)
         return None
@@ -112,22 +114,33 @@ def refresh_queues_task() -> dict:
     return {"raters": refresh_queues(current_runtime())}
 
 
+HELD_RETRY = 1.0  # (s) a job that found the lock held runs again this much later (see deliver_task)
+
+
 @shared_task(name=names.DELIVER, **RETRY)
 def deliver_task() -> dict:
     rt = current_runtime()
-    conn = redis_client(get_app().conf.broker_url)
-    # Waiting one lease (and a little) takes over the lock of a worker killed mid-delivery, not a live one's.
-    lease = take_lease(conn, LOCK_KEY, LOCK_TTL, wait=LOCK_TTL + 1, keep_alive={SCHEDULED_KEY: SCHEDULED_TTL})
+    app = get_app()
+    conn = redis_client(app.conf.broker_url)
+    lease = take_lease(conn, LOCK_KEY, LOCK_TTL, keep_alive={SCHEDULED_KEY: SCHEDULED_TTL})
     if lease is None:
-        return {"delivered": 0, "failed": 0, "skipped": "another delivery job is running"}
+        # Another job holds the lock: its loop delivers what is in the outbox, unless it is past its last
+        # look (or its worker died, and the lease runs out within LOCK_TTL). Waiting here for it would hold
+        # one of the worker's few processes for up to a lease while the sync queues behind it: ask for
+        # this job again in a moment instead, and keep the "queued" flag up meanwhile. Only the lock's
+        # holder delivers, so nothing is written twice however many of these run.
+        conn.set(SCHEDULED_KEY, 1, ex=SCHEDULED_TTL)
+        app.send_task(names.DELIVER, countdown=HELD_RETRY, retry=False, ignore_result=True)
+        return {"delivered": 0, "failed": 0, "skipped": "another delivery job holds the lock; asked again"}
     try:
         result = deliver_outbox(rt)
     finally:
         conn.delete(SCHEDULED_KEY)  # a retry (or beat) picks up what is left
         lease.release()
-    # A submission stored after the last round saw the flag still set and queued nothing: deliver it too.
+    # A submission stored after the last round saw the flag still set and queued nothing: deliver it too
+    # (also after a round that delivered nothing: the submission may have come in just after it looked).
     from sense7.data.raterpage import Outbox
 
-    if result["delivered"] and Outbox(rt.store).counts()["undelivered"] > result["failed"]:
+    if Outbox(rt.store).counts()["undelivered"] > result["failed"]:
         request_delivery()
     return result

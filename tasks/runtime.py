@@ -59,6 +59,9 @@ def transient(exc: BaseException) -> bool:
 class Runtime:
     settings: Settings
     user_emails: dict = field(default_factory=dict)  # Label Studio user id -> email, shared by sync jobs
+    # rater id -> their attribution account's user id, shared by delivery jobs (an account is made once and
+    # keeps its id; without this every delivery job lists every Label Studio user first)
+    rater_accounts: dict = field(default_factory=dict)
 
     @classmethod
     def from_env(cls) -> "Runtime":

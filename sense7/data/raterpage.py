@@ -208,7 +208,8 @@ class Outbox:
                 submissions.c.rater_id == rater_id, submissions.c.task_id == task_id,
                 submissions.c.annotation_id.is_not(None)).limit(1))
 
-    def revisions(self, rater_id: str | None = None, task_id: int | None = None) -> dict[tuple[str, int], list[dict]]:
+    def revisions(self, rater_id: str | None = None, task_id: int | None = None,
+                  task_ids: list[int] | None = None) -> dict[tuple[str, int], list[dict]]:
         """(rater, task) -> every submitted revision, oldest first (revision, kind, result, submitted_at,
         delivered_at, annotation_id): what the sync checks an annotation credited to a rater against."""
         query = select(submissions.c.rater_id, submissions.c.task_id, submissions.c.revision, submissions.c.kind,
@@ -218,6 +219,8 @@ class Outbox:
             query = query.where(submissions.c.rater_id == rater_id)
         if task_id is not None:
             query = query.where(submissions.c.task_id == task_id)
+        if task_ids is not None:  # (the sync's batch: at most a few hundred ids)
+            query = query.where(submissions.c.task_id.in_([int(t) for t in task_ids]))
         found: dict[tuple[str, int], list[dict]] = {}
         with self.store.engine.connect() as conn:
             for row in conn.execute(query).mappings():

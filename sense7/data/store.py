@@ -633,12 +633,15 @@ class Store:
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(query).mappings() if r["held"] is not None]
 
-    def accepted_versions(self, annotation_id: int | None = None) -> dict[int, list[dict]]:
+    def accepted_versions(self, annotation_id: int | None = None,
+                          annotation_ids: list[int] | None = None) -> dict[int, list[dict]]:
         """annotation_id -> the versions staff accepted for it, oldest first ({"values", "expectation",
-        "comment", "rater_id", "accepted_at"})."""
+        "comment", "rater_id", "accepted_at"}); of one annotation, of `annotation_ids`, or of all."""
         query = select(accepted_versions).order_by(accepted_versions.c.id)
         if annotation_id is not None:
             query = query.where(accepted_versions.c.annotation_id == annotation_id)
+        if annotation_ids is not None:
+            query = query.where(accepted_versions.c.annotation_id.in_([int(a) for a in annotation_ids]))
         found: dict[int, list[dict]] = {}
         with self.engine.connect() as conn:
             for row in conn.execute(query).mappings():

@@ -112,6 +112,7 @@ class LabelSync:
         self._stored: dict[int, tuple] | None = None  # annotation id -> (updated_at, rater, quarantine, held)
         self._submitted: dict[tuple[str, int], list[dict]] | None = None  # (rater, task) -> outbox revisions
         self._accepted: dict[int, list[dict]] | None = None  # annotation id -> versions staff accepted
+        self._listed = False  # the full user list was read by this syncer (once is enough: see email_of)
 
     @classmethod
     def from_runtime(cls, rt) -> "LabelSync":
@@ -130,6 +131,11 @@ class LabelSync:
             return (user_id.get("email") or "").strip().lower() or None
         if user_id is None:
             return None
+        if user_id not in self._emails and not self._listed:
+            # One list of every user instead of one request per new author (200 raters' first annotations
+            # would otherwise be 200 requests to a Label Studio busy with their deliveries).
+            self._listed = True
+            self._load_users()
         if user_id not in self._emails:
             try:
                 self._emails[user_id] = (self.client.users.get(user_id).email or "").strip().lower()
@@ -302,21 +308,42 @@ class LabelSync:
             part = ids[start:start + batch]
             query = json.dumps({"selectedItems": {"all": False, "included": part}})
             found = set()
-            # fields="all": annotations in full (with `include` Label Studio drops their author and times)
-            for task in list_tasks(self.client, len(part), project=project, fields="all", query=query):
-                found.add(task.id)
-                present = set()
-                for annotation in task.annotations or []:
-                    annotation = dict(annotation)
-                    annotation.setdefault("task", task.id)
-                    present.add(int(annotation["id"]))
-                    self.apply(annotation, dict(task.data or {}), project, result)
-                for gone in annotations_by_task[task.id] - present:
-                    result.deleted += int(self.store.delete_annotation(gone))
+            # fields="all": annotations in full (with `include` Label Studio drops their author and times).
+            # One more than asked for per page: a full page would make list_tasks ask for a next one (a
+            # second filtered query, answered 404), doubling the requests of every drain round.
+            tasks = list(list_tasks(self.client, len(part) + 1, project=project, fields="all", query=query))
+            self._preload(tasks)
+            try:
+                self._apply_tasks(tasks, project, annotations_by_task, found, result)
+            finally:
+                self._rater_by_email = self._submitted = self._accepted = None
             for task_id in set(part) - found:  # the task itself was deleted
                 for gone in annotations_by_task[task_id]:
                     result.deleted += int(self.store.delete_annotation(gone))
         return result
+
+    def _preload(self, tasks: list) -> None:
+        """What `apply` looks up per annotation, for a batch of tasks in three queries instead of three per
+        annotation: the raters' emails, the rater page's submissions for these tasks and the versions staff
+        accepted for these annotations. Read after the tasks, so a submission behind an annotation read
+        here is in the outbox already (delivery writes to Label Studio after the submission is stored)."""
+        ids = [int(a["id"]) for task in tasks for a in (dict(x) for x in task.annotations or [])]
+        self._rater_by_email = {email: rid for rid, email in self.store.rater_emails().items()}
+        self._submitted = Outbox(self.store).revisions(task_ids=[task.id for task in tasks])
+        self._accepted = self.store.accepted_versions(annotation_ids=ids)
+
+    def _apply_tasks(self, tasks: list, project: int, annotations_by_task: dict[int, set[int]], found: set,
+                     result: SyncResult) -> None:
+        for task in tasks:
+            found.add(task.id)
+            present = set()
+            for annotation in task.annotations or []:
+                annotation = dict(annotation)
+                annotation.setdefault("task", task.id)
+                present.add(int(annotation["id"]))
+                self.apply(annotation, dict(task.data or {}), project, result)
+            for gone in annotations_by_task.get(task.id, set()) - present:
+                result.deleted += int(self.store.delete_annotation(gone))
 
     def sync_named(self, named: list[tuple[int, int, int]], deleted: list[int], result: SyncResult) -> SyncResult:
         """What webhooks named: (project, task, annotation) triples read per task in batches (sync_tasks),

@@ -25,7 +25,10 @@ the static prediction.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Callable, Hashable
 
 import numpy as np
 import pandas as pd
@@ -81,6 +84,19 @@ def _start(model, rater_id: str, traits: pd.DataFrame | None):
     return prior, gram, moment, sigma2, kind
 
 
+@dataclass(frozen=True)
+class RaterStart:
+    """A rater's state before any rating of this study (`_start`) and the inverse covariances T^-1: what
+    every posterior of theirs starts from. Costly next to the update itself (the trait features and prior
+    of a new rater), so PosteriorCache keeps it per (rater, traits)."""
+    start: tuple  # (prior mean, gram, moment, noise variance, kind), as `_start` returns them
+    T_inv: np.ndarray  # (controls, k, k)
+
+
+def rater_start(model, rater_id: str, traits: pd.DataFrame | None) -> RaterStart:
+    return RaterStart(_start(model, rater_id, traits), np.stack([np.linalg.inv(e.T_) for e in model.effects_]))
+
+
 def _targets(model, ratings: np.ndarray) -> np.ndarray:
     """Ratings (n, C), NaN where unrated -> the scale the rater effects were fitted on (NaN kept)."""
     ratings = np.atleast_2d(np.asarray(ratings, dtype=float))
@@ -101,12 +117,14 @@ class OnlinePosterior:
     (or None). `update(g, ratings, shift)` adds one rated turn: its text scores g (controls,), the ratings
     (controls,; NaN where a control was not rated) and the assistant's effect (controls,; default 0)."""
 
-    def __init__(self, model, rater_id: str, traits: pd.DataFrame | None = None):
+    def __init__(self, model, rater_id: str, traits: pd.DataFrame | None = None, start: tuple | None = None):
         check_live(model)
         self.model = model
         self.rater_id = str(rater_id)
-        self.prior_mean, gram, moment, self.sigma2, self.kind = _start(model, rater_id, traits)
-        self._T_inv = np.stack([np.linalg.inv(e.T_) for e in model.effects_])
+        # start: a `RaterStart` of this rater made earlier (PosteriorCache), the same numbers without redoing them
+        if start is None:
+            start = rater_start(model, rater_id, traits)
+        (self.prior_mean, gram, moment, self.sigma2, self.kind), self._T_inv = start.start, start.T_inv
         self.precision = gram / self.sigma2[:, None, None] + self._T_inv
         self.rhs = moment / self.sigma2[:, None] + np.einsum("cij,cj->ci", self._T_inv, self.prior_mean)
         self.n_ratings = 0  # rated turns added (not counting a known rater's training)
@@ -124,6 +142,13 @@ class OnlinePosterior:
             self.rhs[j] += d * e / self.sigma2[j]
         self.n_ratings += 1
         return self
+
+    def copy(self) -> "OnlinePosterior":
+        """An independent copy (its updates leave this one as it is)."""
+        other = object.__new__(OnlinePosterior)
+        other.__dict__.update(self.__dict__)
+        other.precision, other.rhs = self.precision.copy(), self.rhs.copy()
+        return other
 
     def update_many(self, g, ratings, shift=None) -> "OnlinePosterior":
         """The same as `update` once per row of g, ratings, shift (n, controls), in one vectorised step."""
@@ -191,8 +216,77 @@ class LivePrediction:
     start_kind: str  # what the rater was before: personalized (known), traits or generic
 
 
+def traits_fingerprint(traits: pd.DataFrame | None, rater_id: str) -> Hashable:
+    """What identifies a rater's traits in a trait table: their row's values (None: not in it). One row
+    is read, whatever the table's size (the backend passes every known rater's)."""
+    if traits is None or not len(traits.columns):
+        return None
+    index = traits.index if traits.index.dtype == object else traits.index.astype(str)
+    found = index.get_indexer([str(rater_id)])
+    if found[0] < 0:
+        return None
+    row = traits.iloc[int(found[0])]
+    return tuple(sorted((str(k), None if pd.isna(v) else repr(v)) for k, v in row.items()))
+
+
+class PosteriorCache:
+    """The live posteriors of one served version (held by its `LivePredictor`): the one cache of the rater
+    page (sense7.rater_page.live) and the ML backend (sense7.ml_backend.live), so that neither rebuilds a
+    rater's posterior from their answers on every page or request.
+
+    Why it can be exact: a posterior is a function of (version, rater, traits, the answers new to the
+    version and their values) and nothing else. The version is the cache's owner (a promotion builds a new
+    LivePredictor, hence a new cache); the rest is the key: `(rater, traits key, answers key)`, where the
+    answers key is the item-key hashes and the rating values of every counted answer. A new answer, a
+    changed answer or new traits is a new key, never a stale hit. Two levels: the rater's start (trait
+    features and prior: the costly part) per (rater, traits key), and the full posterior per key. States
+    handed out are copies: a caller updating one changes nothing here. Bounded (least recently used first
+    out); thread-safe (the rater page's threads share it)."""
+
+    def __init__(self, limit: int = 20_000):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._starts: OrderedDict[tuple, RaterStart] = OrderedDict()
+        self._states: OrderedDict[tuple, OnlinePosterior] = OrderedDict()
+        self.hits = self.misses = 0  # full posteriors found / computed (for tests and benchmarks)
+
+    @staticmethod
+    def _get(table: OrderedDict, key):
+        value = table.get(key)
+        if value is not None:
+            table.move_to_end(key)
+        return value
+
+    def _put(self, table: OrderedDict, key, value) -> None:
+        table[key] = value
+        while len(table) > self.limit:
+            table.popitem(last=False)
+
+    def posterior(self, model, rater_id: str, traits, traits_key: Hashable, answers_key: Hashable,
+                  build: Callable[[OnlinePosterior], OnlinePosterior]) -> OnlinePosterior:
+        """The rater's posterior for these keys: cached, else `build(the rater's start state)` (which adds
+        the answers the answers key names) is run and kept. `traits`: a trait table or a function making
+        one, called only when the rater's start is not cached."""
+        key = (str(rater_id), traits_key, answers_key)
+        with self._lock:
+            state = self._get(self._states, key)
+            start = None if state is not None else self._get(self._starts, key[:2])
+        if state is not None:
+            self.hits += 1
+            return state.copy()
+        if start is None:
+            start = rater_start(model, rater_id, traits() if callable(traits) else traits)
+        state = build(OnlinePosterior(model, rater_id, start=start))
+        with self._lock:
+            self._put(self._starts, key[:2], start)
+            self._put(self._states, key, state.copy())
+            self.misses += 1
+        return state
+
+
 class LivePredictor:
-    """Live predictions of one compiled version (`CompiledBundle`) for one rater at a time."""
+    """Live predictions of one compiled version (`CompiledBundle`) for one rater at a time. Its posteriors
+    are cached (`posteriors`, a PosteriorCache): dropped with it when another version is served."""
 
     def __init__(self, compiled: CompiledBundle):
         check_live(compiled.personalized)
@@ -203,6 +297,7 @@ class LivePredictor:
         self._known = _link_arrays(self.model.links_known_)
         self._cold = _link_arrays(self.model.links_cold_)
         self._score_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # item key hash -> (g, shift)
+        self.posteriors = PosteriorCache()
 
     SCORE_CACHE = 200_000  # rated turns whose text scores are kept (about 130 bytes each with 8 controls)
 
@@ -219,42 +314,66 @@ class LivePredictor:
         at = np.minimum(np.searchsorted(trained, keys), max(len(trained) - 1, 0))
         return ~(trained[at] == keys) if len(trained) else np.ones(len(keys), dtype=bool)
 
-    def _scores(self, columns: dict, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(text scores, assistant shifts), each (n, controls), of rated turns. A rated turn's scores never
-        change within a version, so each is computed once per process: a page then scores only the turns
-        answered since the rater's last page, not all of their answers again."""
+    def _scores(self, rated_columns, keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(text scores, assistant shifts), each (len(rows), controls), of the rated turns `rows` of
+        `rated_columns` (item columns, or a function making them) whose item-key hashes are `keys`. A rated
+        turn's scores never change within a version, so each is computed once per process: a page then
+        scores only the turns answered since the rater's last page, not all of their answers again."""
         cache = self._score_cache
-        missing = [i for i, key in enumerate(keys.tolist()) if key not in cache]
+        missing = [int(i) for i in rows if int(keys[i]) not in cache]
         if missing:
+            columns = rated_columns() if callable(rated_columns) else rated_columns
             part = {name: [values[i] for i in missing] for name, values in columns.items()}
             g, shift = self.compiled.text_scores(part), self.compiled.assistant_shifts(part["assistant_id"])
             if len(cache) + len(missing) > self.SCORE_CACHE:
                 cache.clear()
             for row, i in enumerate(missing):
                 cache[int(keys[i])] = (g[row], shift[row])
-        pairs = [cache[key] for key in keys.tolist()]
+        pairs = [cache[int(keys[i])] for i in rows]
         return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
-    def posterior(self, rater_id: str, traits: pd.DataFrame | None, rated_columns: dict,
-                  ratings: np.ndarray) -> OnlinePosterior:
+    def posterior(self, rater_id: str, traits, rated_columns, ratings: np.ndarray,
+                  traits_key: Hashable = None, rated_ids: dict | None = None) -> OnlinePosterior:
         """The rater's posterior after their answers to `rated_columns` (item columns, sense7.data.items)
-        with `ratings` (n, controls in the compiled bundle's order; NaN where unrated)."""
-        state = OnlinePosterior(self.model, rater_id, traits)
-        if not len(rated_columns["rater_id"]):
-            return state
-        keys = self._keys(rated_columns)
-        rows = np.flatnonzero(self._new(keys))
-        if len(rows):
-            columns = {name: [values[i] for i in rows] for name, values in rated_columns.items()}
-            g, shift = self._scores(columns, keys[rows])
-            state.update_many(g, np.atleast_2d(np.asarray(ratings, dtype=float))[rows], shift)
-        return state
+        with `ratings` (n, controls in the compiled bundle's order; NaN where unrated), from `posteriors`
+        when these answers and traits were seen before.
 
-    def predict(self, columns: dict, rater_id: str, traits: pd.DataFrame | None, rated_columns: dict,
-                ratings: np.ndarray) -> LivePrediction | None:
+        traits: a trait table holding the rater (or None), or a function making it (called only when the
+        rater's start is not cached); traits_key: what identifies those traits (e.g. the raw answers they
+        were made from), required with a function, else the table's row (`traits_fingerprint`).
+        rated_columns may also be a function making them (called only when some rated turn's text scores
+        are not cached); then `rated_ids` (conversation_id, turn_index, rater_id lists) names the turns."""
+        if callable(traits) and traits_key is None:
+            traits = traits()
+        if not callable(traits) and traits_key is None:
+            traits_key = traits_fingerprint(traits, rater_id)
+        if callable(rated_columns) and rated_ids is None:
+            rated_columns = rated_columns()
+        ids = rated_ids if rated_ids is not None else rated_columns
+        ratings = np.atleast_2d(np.asarray(ratings, dtype=float))
+        if len(ids["rater_id"]):
+            keys = self._keys(ids)
+            rows = np.flatnonzero(self._new(keys))
+        else:
+            keys, rows = np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+        counted = ratings[rows] if len(rows) else np.zeros((0, len(self.compiled.controls)))
+        answers_key = (keys[rows].tobytes(), counted.shape, counted.tobytes())
+
+        def build(state: OnlinePosterior) -> OnlinePosterior:
+            if len(rows):
+                g, shift = self._scores(rated_columns, keys, rows)
+                state.update_many(g, counted, shift)
+            return state
+
+        return self.posteriors.posterior(self.model, rater_id, traits, traits_key, answers_key, build)
+
+    def predict(self, columns: dict, rater_id: str, traits, rated_columns,
+                ratings: np.ndarray, traits_key: Hashable = None, rated_ids: dict | None = None
+                ) -> LivePrediction | None:
         """Predictions of `columns` (items of this rater) with the posterior after their answers; None when
-        no answer is new to the version (then the static prediction is exactly what they get)."""
-        state = self.posterior(rater_id, traits, rated_columns, ratings)
+        no answer is new to the version (then the static prediction is exactly what they get). `traits`,
+        `traits_key`, `rated_columns`, `rated_ids`: as for `posterior`."""
+        state = self.posterior(rater_id, traits, rated_columns, ratings, traits_key, rated_ids)
         if state.n_ratings == 0:
             return None
         return LivePrediction(self.predict_with(state, columns), state.n_ratings, state.kind)

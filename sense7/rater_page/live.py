@@ -92,11 +92,25 @@ class LivePrefills:
 
     def traits(self, rater_id: str, items: list[QueueItem]) -> pd.DataFrame:
         """The rater's trait_<name> row: the questionnaire answered on this page, else the store's."""
-        raw = self.store.raters_frame([rater_id])
+        return self._raw_traits(rater_id, items)[0]()
+
+    def _raw_traits(self, rater_id: str, items: list[QueueItem]):
+        """(a function making the rater's trait table, what identifies it): the trait features are made only
+        when the predictor's PosteriorCache does not hold this rater's start with these traits already."""
         answered = next((i.answer for i in items if i.kind == "profile" and i.answer), None)
         if answered and answered.get("traits"):
-            raw = pd.DataFrame([answered["traits"]], index=pd.Index([rater_id], name="rater_id"))
-        return trait_table(raw, self.taxonomy)
+            raw_traits = dict(answered["traits"])
+
+            def make():
+                return trait_table(pd.DataFrame([raw_traits], index=pd.Index([rater_id], name="rater_id")),
+                                   self.taxonomy)
+        else:  # the store's: one indexed read (the questionnaire is usually answered on the page)
+            raw = self.store.raters_frame([rater_id])
+            raw_traits = raw.loc[rater_id].to_dict() if rater_id in raw.index else {}
+
+            def make():
+                return trait_table(raw, self.taxonomy)
+        return make, ("raw", tuple(sorted((str(k), repr(v)) for k, v in raw_traits.items())))
 
     def prefill(self, rater_id: str, items: list[QueueItem], item: QueueItem) -> dict | None:
         """The live pre-fill of an unanswered rating turn ({"version", "values", "own_ratings"}), recorded
@@ -123,13 +137,22 @@ class LivePrefills:
         if not rated or item.task_id not in datas:
             return None
         controls = predictor.compiled.controls
-        wanted = [datas[i.task_id] for i in rated] + [datas[item.task_id]]
-        contexts = self.store.contexts_for((d["conversation_id"], rater_id) for d in wanted)
-        columns = task_columns(wanted, contexts, self.taxonomy)
-        rated_columns = {name: values[:-1] for name, values in columns.items()}
-        target = {name: values[-1:] for name, values in columns.items()}
+        wanted = [datas[i.task_id] for i in rated]
+        target_data = datas[item.task_id]
+        contexts = self.store.contexts_for([(target_data["conversation_id"], rater_id)])
+        target = task_columns([target_data], contexts, self.taxonomy)
+        # The rated turns' item columns are made only for turns whose text scores the predictor has not
+        # cached yet (a page otherwise does O(answers) text work for turns it scored on earlier pages).
+        rated_ids = {"conversation_id": [str(d["conversation_id"]) for d in wanted],
+                     "turn_index": [d["turn_index"] for d in wanted], "rater_id": [rater_id] * len(wanted)}
+
+        def rated_columns():
+            return task_columns(wanted, self.store.contexts_for((d["conversation_id"], rater_id) for d in wanted),
+                                self.taxonomy)
+
         ratings = np.array([[i.answer["values"].get(c, np.nan) for c in controls] for i in rated], dtype=float)
-        live = predictor.predict(target, rater_id, self.traits(rater_id, items), rated_columns, ratings)
+        make_traits, traits_key = self._raw_traits(rater_id, items)
+        live = predictor.predict(target, rater_id, make_traits, rated_columns, ratings, traits_key, rated_ids)
         if live is None:
             return None
         levels, _ = live.predictions.best()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from sense7.labelstudio.label_sync import LabelSync
@@ -335,3 +336,60 @@ def user_id_of(value) -> int | None:
     from sense7.labelstudio.protocol import user_id
 
     return user_id(value)
+
+
+class _CountedUsers:
+    """The real client, counting which calls of its `users` resource the sync makes (the calls are made)."""
+
+    def __init__(self, client):
+        self.client, self.calls = client, []
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    @property
+    def users(self):
+        outer = self
+
+        class Users:
+            def __getattr__(self, name):
+                method = getattr(outer.client.users, name)
+
+                def counted(*args, **kwargs):
+                    outer.calls.append(name)
+                    return method(*args, **kwargs)
+                return counted
+        return Users()
+
+
+def test_a_drain_round_looks_up_attribution_per_batch_not_per_annotation(synced):
+    """What webhooks named, read in one round: the rater page's submissions, the staff-accepted versions and
+    the raters' emails are read once for the batch (not once per annotation), new authors' emails come from
+    one user list (not one request each), and every annotation is still credited to its rater; one written
+    in Label Studio directly is still not."""
+    from sqlalchemy import event
+
+    from sense7.labelstudio.label_sync import SyncResult
+
+    syncer, raters, users = synced
+    client, store = syncer.client, syncer.store
+    tasks = project_tasks(client, syncer.rating_project)
+    anns = [annotate(client, t, users[t.data["rater_id"]], store=store) for t in tasks[:6]]
+    forged = annotate(client, tasks[6], users[tasks[6].data["rater_id"]])  # not through the rater page
+    named = [(syncer.rating_project, t.id, a.id) for t, a in zip(tasks, anns + [forged])]
+    counted = _CountedUsers(client)
+    fresh = LabelSync(counted, store, syncer.taxonomy, syncer.rating_project, syncer.profile_project)
+    statements = []
+    event.listen(store.engine, "before_cursor_execute", lambda *args: statements.append(args[2].lower()))
+    result = fresh.sync_named(named, [], SyncResult())
+    assert (result.seen, result.upserted, result.credited) == (7, 7, 6)
+    assert result.quarantined == 1  # the forged one is not its rater's (held, nobody credited)
+    reads = [s for s in statements if s.lstrip().startswith("select")]
+
+    def reading(table: str) -> int:
+        return sum(bool(re.search(rf"\bfrom {table}\b", s)) for s in reads)
+
+    assert (reading("submissions"), reading("accepted_versions"), reading("raters")) == (1, 1, 1)
+    assert counted.calls == ["list"]  # three new authors: one list of the users
+    credited = {r for r in store.ratings_frame()["rater_id"].unique()}
+    assert credited == {t.data["rater_id"] for t in tasks[:6]}
