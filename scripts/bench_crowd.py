@@ -24,7 +24,15 @@ task page), submit acknowledged (the POST), submit -> Label Studio (the outbox's
 store (polled every 100 ms), lost submissions, slots beyond K (must be 0), the pool's coverage spread at the
 end, abandoned slots and whether each was taken again, participants turned away (pool full).
 
+Label Studio's side: its write rate during the run (annotations delivered by the outbox, from their delivered
+times; tasks made by the preparation jobs, from its own task counts every 5 s), then its ceiling on the same
+server after the load (`--ceiling-imports` imports of 4 tasks by 2 clients, `--ceiling-annotations`
+annotations by 4 clients, in a probe project), and the busiest 10 s over that ceiling. `--ls-database-url`
+(an empty PostgreSQL database), `--ls-workers N` (gunicorn, SENSE7_LS_WORKERS) choose how Label Studio runs;
+`--ceiling-only` measures the ceiling alone.
+
     .venv/bin/python scripts/bench_crowd.py [--participants 500] [--window 600] [--compress 10] [--out f.json]
+    .venv/bin/python scripts/bench_crowd.py --participants 500 --window 600 --compress 1 --lease-minutes 5
 
 A smoke run: --participants 20 --window 60 --compress 20. Prints one JSON document (also written to --out).
 """
@@ -36,7 +44,9 @@ import math
 import os
 import random
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timezone
 from pathlib import Path
 
@@ -195,8 +205,119 @@ def slot_figures(store, k: int) -> dict:
         later = dict(conn.execute(select(crowd_slots.c.conversation_id, func.max(crowd_slots.c.taken_at))
                                   .group_by(crowd_slots.c.conversation_id)).all())
     reused = sum(1 for r in released if r.conversation_id in later and later[r.conversation_id] >= r.released_at)
+    left = sorted({r.conversation_id for r in released
+                   if not (r.conversation_id in later and later[r.conversation_id] >= r.released_at)})
     return {"over_k": sum(1 for v in per.values() if v > k), "released": len(released),
-            "released_then_taken_again": reused}
+            "released_then_taken_again": reused, "released_not_taken_again": len(released) - reused,
+            "conversations_with_a_slot_not_taken_again": left}
+
+
+class LabelStudioWatch(threading.Thread):
+    """Every `interval` s, the tasks in the study's projects (Label Studio's own count): the rate at which the
+    crowd's preparation jobs write tasks into Label Studio during the run."""
+
+    def __init__(self, client, projects, interval: float = 5.0):
+        super().__init__(daemon=True)
+        self.client, self.projects, self.interval = client, projects, interval
+        self.samples: list[tuple[float, int]] = []
+        self.running = True
+
+    def run(self) -> None:
+        while self.running:
+            try:
+                self.samples.append((time.time(), sum(self.client.projects.get(p).task_number or 0
+                                                      for p in self.projects)))
+            except Exception as exc:  # a missed sample is a gap, not a failed run
+                log(f"task count: {type(exc).__name__}")
+            time.sleep(self.interval)
+
+
+def event_rates(times, window: float = 10.0) -> dict:
+    """Events at the given wall times: count, mean rate over their span, and the busiest `window` seconds."""
+    times = sorted(times)
+    if len(times) < 2:
+        return {"n": len(times)}
+    peak, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] < t - window:
+            j += 1
+        peak = max(peak, i - j + 1)
+    span = times[-1] - times[0]
+    return {"n": len(times), "span_s": round(span, 1), "mean_per_s": round(len(times) / span, 2),
+            f"peak_{window:.0f}s_per_s": round(peak / window, 2)}
+
+
+def count_rates(samples, window: float = 10.0) -> dict:
+    """Rates from (wall time, cumulative count) samples: mean over the span in which the count grew, and the
+    largest growth over any `window` (or the nearest longer interval between samples)."""
+    grew = [i for i in range(1, len(samples)) if samples[i][1] > samples[i - 1][1]]
+    if not grew:
+        return {"n": 0}
+    first, last = grew[0] - 1, grew[-1]
+    made = samples[last][1] - samples[first][1]
+    span = samples[last][0] - samples[first][0]
+    peak = 0.0
+    for i in range(len(samples)):
+        for j in range(i + 1, len(samples)):
+            if samples[j][0] - samples[i][0] >= window:
+                peak = max(peak, (samples[j][1] - samples[i][1]) / (samples[j][0] - samples[i][0]))
+                break
+    return {"n": made, "span_s": round(span, 1), "mean_per_s": round(made / span, 2),
+            f"peak_{window:.0f}s_per_s": round(peak, 2)}
+
+
+def label_studio_ceiling(client, rating_project: int, tax, imports: int, batch: int, importers: int,
+                         annotations: int, writers: int) -> dict:
+    """Label Studio's write ceiling, measured on the same server: `imports` task imports of `batch` tasks
+    (a participant's tasks, as the preparation job imports them) by `importers` clients (the worker's
+    concurrency), then `annotations` annotations by `writers` clients (the delivery job's), as fast as they
+    go, in a probe project with the rating project's interface and one of its tasks' data (no webhook on it:
+    Label Studio's own part of a write)."""
+    from sense7.labelstudio.protocol import rating_result
+
+    project = client.projects.get(rating_project)
+    probe = client.projects.create(title="bench_crowd ceiling probe", label_config=project.label_config).id
+    data = next(iter(client.tasks.list(project=rating_project, page_size=1))).data
+    task_ids: list[int] = []
+    import_seconds: list[float] = []
+    errors = [0]
+
+    def import_one(_):
+        t0 = time.perf_counter()
+        try:
+            made = client.projects.import_tasks(probe, request=[{"data": data}] * batch, return_task_ids=True)
+        except Exception:
+            errors[0] += 1
+            return
+        import_seconds.append(time.perf_counter() - t0)
+        task_ids.extend(made.task_ids or [])
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=importers) as pool:
+        list(pool.map(import_one, range(imports)))
+    import_wall = time.perf_counter() - t0
+    result = rating_result({c: 3 for c in tax.controls}, tax, tax.expectation_values[0])
+    write_seconds: list[float] = []
+
+    def annotate(i):
+        t0 = time.perf_counter()
+        try:
+            client.annotations.create(task_ids[i % len(task_ids)], result=result)
+        except Exception:
+            errors[0] += 1
+            return
+        write_seconds.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=writers) as pool:
+        list(pool.map(annotate, range(annotations if task_ids else 0)))
+    write_wall = time.perf_counter() - t0
+    return {"imports": len(import_seconds), "tasks_per_import": batch, "importers": importers,
+            "imports_per_s": round(len(import_seconds) / import_wall, 2),
+            "tasks_per_s": round(len(task_ids) / import_wall, 2), "import": summary(import_seconds),
+            "annotations": len(write_seconds), "writers": writers,
+            "annotations_per_s": round(len(write_seconds) / write_wall, 2) if write_seconds else None,
+            "annotation": summary(write_seconds), "errors": errors[0]}
 
 
 def main() -> None:
@@ -215,10 +336,26 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3)
     parser.add_argument("--pool", type=int, default=None, help="default: 85%% of the slots the completers need")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lease-minutes", type=int, default=1,
+                        help="the study's lease (real minutes, not compressed; at least 1)")
+    parser.add_argument("--ls-database-url", default=None,
+                        help="Label Studio on this (empty) PostgreSQL database (default: SQLite, as the demo)")
+    parser.add_argument("--ls-workers", type=int, default=0,
+                        help="Label Studio under gunicorn with this many worker processes (0: its own server)")
+    parser.add_argument("--ls-threads", type=int, default=1, help="threads per gunicorn worker of Label Studio")
+    parser.add_argument("--ceiling-imports", type=int, default=60,
+                        help="ceiling probe after the load: imports of 4 tasks by 2 clients (0: no probe)")
+    parser.add_argument("--ceiling-annotations", type=int, default=300,
+                        help="ceiling probe after the load: annotations by 4 clients")
+    parser.add_argument("--ceiling-only", action="store_true",
+                        help="start Label Studio (as the --ls-* options say) and run the ceiling probe only")
     args = parser.parse_args()
 
+    ls_env = {"SENSE7_LS_WORKERS": str(args.ls_workers), "SENSE7_LS_THREADS": str(args.ls_threads)}
+    if args.ls_database_url:
+        ls_env["SENSE7_LS_DATABASE_URL"] = args.ls_database_url
     cfg = fresh_home("bench-crowd-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0",
-                     SENSE7_RATER_PAGE_LINK_LIMIT="100000 per minute")
+                     SENSE7_RATER_PAGE_LINK_LIMIT="100000 per minute", **ls_env)
     from sense7.crowd.lifecycle import assignments_of, install_study
     from sense7.crowd.participants import Participants, Studies
     from sense7.data.raterpage import Outbox
@@ -235,7 +372,11 @@ def main() -> None:
     # The shortest lease the study file takes is 1 minute; compressed runs see it at that length.
     figures: dict = {"machine": f"{os.cpu_count()} cores", "participants": p, "window_s": args.window,
                      "think_s": args.think, "compress": args.compress, "k": args.k, "n": args.n, "pool": pool,
-                     "lease_minutes": 1, "note": "arrivals and think times divided by `compress`; server times real"}
+                     "lease_minutes": args.lease_minutes,
+                     "note": "arrivals and think times divided by `compress`; server times real",
+                     "label_studio": {"database": "PostgreSQL" if args.ls_database_url else "SQLite",
+                                      "server": (f"gunicorn, {args.ls_workers} workers x {args.ls_threads} threads"
+                                                 if args.ls_workers else "label-studio start (one process)")}}
     kinds = ["decline"] * round(0.05 * p) + ["screen"] * round(0.05 * p) + ["abandon"] * round(0.10 * p)
     kinds += ["complete"] * (p - len(kinds))
     rng.shuffle(kinds)
@@ -257,9 +398,23 @@ def main() -> None:
     profile_values = {f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in tax.profile_fields}
     version = promote_synthetic_version(cfg, tax)  # served: pre-fills (shown / hidden arms) and live updates
     log(f"promoted {version} (trained on a synthetic study)")
+    if args.ceiling_only:
+        with Stack(cfg) as stack:
+            client, rating, _profile, _store = label_studio_and_broker(stack, tax)
+            from sense7.data.toy_study import make_conversations
+            from sense7.labelstudio.protocol import rating_tasks
+
+            conversation = make_conversations(["probe"], per_rater=1, turns=1, prefix="probe")[0]
+            client.projects.import_tasks(rating, request=[{"data": t["data"]} for t in rating_tasks(conversation)])
+            log("Label Studio's ceiling probe")
+            emit({"machine": figures["machine"], "label_studio": {
+                **figures["label_studio"], "ceiling": label_studio_ceiling(
+                    client, rating, tax, args.ceiling_imports, 4, 2, args.ceiling_annotations, 4)}}, args.out)
+        return
     with Stack(cfg) as stack:
         client, rating, profile, store = label_studio_and_broker(stack, tax)
-        study, _ = install_study(store, study_file(Path(cfg.home) / "study", pool, args.k, args.n, p, 1, tax), tax)
+        study, _ = install_study(store, study_file(Path(cfg.home) / "study", pool, args.k, args.n, p,
+                                                             max(1, args.lease_minutes), tax), tax)
         Studies(store).set_open("bench", True)
         stack.start_backend()
         LabelSync(client, store, tax, rating, profile).ensure_webhooks(f"{cfg.backend_url}/webhook",
@@ -270,6 +425,8 @@ def main() -> None:
         log(f"stack up: pool {pool}, {p} participants arriving over {args.window / args.compress:.0f} s")
         watch = StoreWatch(store)
         watch.start()
+        ls_watch = LabelStudioWatch(client, (rating, profile))
+        ls_watch.start()
         tally = Tally()
         started = time.time()
 
@@ -304,7 +461,21 @@ def main() -> None:
             "lost": len([t for t in submitted if t not in watch.seen or t not in delivered]),
             "coverage": assignments_of(store, study).coverage(), "participants_by_state": participants.counts(),
             **slot_figures(store, args.k)})
-        watch.running = False
+        watch.running = ls_watch.running = False
+        # Label Studio's write rate during the run (annotations delivered by the outbox, tasks made by the
+        # preparation jobs), then its ceiling on the same server, measured after the load.
+        annotations_rate = event_rates(list(delivered.values()))
+        tasks_rate = count_rates(ls_watch.samples)
+        figures["label_studio"]["during_run"] = {"annotations_delivered": annotations_rate, "tasks_made": tasks_rate}
+        if args.ceiling_imports:
+            log("Label Studio's ceiling probe")
+            ceiling = label_studio_ceiling(client, rating, tax, args.ceiling_imports, 4, 2,
+                                           args.ceiling_annotations, 4)
+            figures["label_studio"]["ceiling"] = ceiling
+            busiest = {"annotations": (annotations_rate.get("peak_10s_per_s"), ceiling["annotations_per_s"]),
+                       "tasks": (tasks_rate.get("peak_10s_per_s"), ceiling["tasks_per_s"])}
+            figures["label_studio"]["busiest_10s_over_ceiling"] = {
+                name: round(run / top, 2) if run and top else None for name, (run, top) in busiest.items()}
         # The gain curve of the participants' live pre-fills (hidden arm: live vs the served version vs generic).
         figures["live_gain"] = analyze_study(store, tax, n_boot=300)["live_gain"]
     emit(figures, args.out)

@@ -28,6 +28,20 @@ class SettingsError(ValueError):
     it as one line; a process refuses to start)."""
 
 
+def _count_from_env(env, variable: str, default: int, minimum: int) -> int:
+    """A whole number >= `minimum` from the environment; unset or empty keeps `default`."""
+    raw = env.get(variable)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{variable}={raw!r}: expected an integer") from None
+    if value < minimum:
+        raise SettingsError(f"{variable}={raw!r}: must be at least {minimum}")
+    return value
+
+
 def _numbers_from_env(cls, env, prefix: str) -> dict:
     """Numeric fields of a settings dataclass from PREFIX + FIELD_NAME (upper case); unset keeps defaults."""
     values = {}
@@ -332,6 +346,11 @@ class Settings:
     model_dir: Path
     ls_database_url: str | None = None  # PostgreSQL for Label Studio itself; None = SQLite in home
     ls_host: str = "127.0.0.1"          # the address Label Studio listens on (SENSE7_LS_HOST)
+    # How Label Studio is served (SENSE7_LS_WORKERS, SENSE7_LS_THREADS): 0 workers = its own one-process
+    # server (`label-studio start`); N >= 1 = its WSGI app under gunicorn with N worker processes of
+    # SENSE7_LS_THREADS threads each, as a production deployment runs it (with PostgreSQL: docs/BENCHMARKS.md).
+    ls_workers: int = 0
+    ls_threads: int = 1
     rating_project_title: str = RATING_PROJECT_TITLE
     profile_project_title: str = PROFILE_PROJECT_TITLE
     jobs: JobSettings = field(default_factory=JobSettings)
@@ -368,6 +387,8 @@ class Settings:
             model_dir=Path(env.get("SENSE7_MODEL_DIR", home / "models")).resolve(),
             ls_database_url=env.get("SENSE7_LS_DATABASE_URL") or None,
             ls_host=ls_host,
+            ls_workers=_count_from_env(env, "SENSE7_LS_WORKERS", 0, minimum=0),
+            ls_threads=_count_from_env(env, "SENSE7_LS_THREADS", 1, minimum=1),
             rating_project_title=env.get("SENSE7_RATING_PROJECT_TITLE") or RATING_PROJECT_TITLE,
             profile_project_title=env.get("SENSE7_PROFILE_PROJECT_TITLE") or PROFILE_PROJECT_TITLE,
             taxonomy_path=taxonomy_path_from_env(env),

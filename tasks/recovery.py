@@ -5,7 +5,7 @@ expire (so the submissions and webhooks that arrive meanwhile queue no job), its
 lease runs out (seconds: tasks/broker.py), sync entries it had claimed stay in the claimed sets, and its
 unacknowledged messages come back only after the broker's visibility timeout (sized to the longest job:
 JobSettings.redelivery_timeout). So a starting worker clears the flags and queues one delivery and one
-sync drain at once: the delivery waits out a dead holder's lease and writes every undelivered submission
+sync drain (and the crowd's prepare job) at once: the delivery waits out a dead holder's lease and writes every undelivered submission
 (idempotently: a retry reads the task before writing), the drain gives the claimed entries back and reads
 them into the store. On a clean start both find an empty outbox and empty sets, and touch no Label Studio.
 """
@@ -16,14 +16,15 @@ import logging
 
 from celery.signals import worker_ready
 
-from sense7.tasks import delivery, names, sync
+from sense7.tasks import crowd, delivery, names, sync
 from sense7.tasks.broker import queue_once, redis_client
 
 log = logging.getLogger(__name__)
 
 # job -> its "queued or running" flag and that flag's TTL
 RESUMABLE = {names.DELIVER: (delivery.SCHEDULED_KEY, delivery.SCHEDULED_TTL),
-             names.SYNC_PENDING: (sync.SCHEDULED_KEY, sync.SCHEDULED_TTL)}
+             names.SYNC_PENDING: (sync.SCHEDULED_KEY, sync.SCHEDULED_TTL),
+             names.CROWD_PREPARE: (crowd.SCHEDULED_KEY, crowd.SCHEDULED_TTL)}
 
 
 def resume_interrupted_work(app) -> list[str]:

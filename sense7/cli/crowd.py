@@ -51,7 +51,8 @@ def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; READ
     url = cfg.rater_page.public_url.rstrip("/")
     names = study.platform
     console.print(f"study {study.study_id}: {pool} conversations, K={study.raters_per_conversation}, "
-                  f"N={study.conversations_per_participant}, cap {study.participant_cap}, consent version "
+                  + (f"N={study.conversations_per_participant}" if study.turns_per_participant is None
+                     else f"a budget of {study.turns_per_participant} turns each") + f", cap {study.participant_cap}, consent version "
                   f"{study.consent_version[:12]}; closed until `sense7 crowd open {study.study_id}`", highlight=False)
     console.print(f"study URL: {url}/s/{study.study_id}?{names['participant_param']}={{{{%PROLIFIC_PID%}}}}"
                   f"&{names['study_param']}={{{{%STUDY_ID%}}}}&{names['session_param']}={{{{%SESSION_ID%}}}}",

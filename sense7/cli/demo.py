@@ -7,6 +7,10 @@ Simulated raters then rate part of the live tasks on the rater page, each throug
 over HTTP; the worker delivers their submissions to Label Studio as each rater's annotations, and the
 webhooks drive sync -> retrain -> a new promoted version -> refreshed pre-annotations.
 
+`--crowd N` runs a crowd study instead of the private-link raters (sense7.crowd): the same stack and served
+model, a study whose pool is the synthetic live half, and N simulated participants (sense7.crowd.simulate)
+entering through the study URL at a compressed pace; it ends with the crowd status lines and the gain curve.
+
 Every phase is idempotent, so re-running the demo reuses what exists. Everything it starts is recorded
 under SENSE7_HOME/run, and `sense7 down` (or Ctrl-C during the demo) stops exactly that.
 """
@@ -97,6 +101,9 @@ def demo(
     seed: int = typer.Option(7, help="seed of the synthetic study"),
     copy_probability: float = typer.Option(0.3, min=0.0, max=1.0, help="how often a simulated rater keeps a "
                                            "shown pre-fill (the anchoring the study then measures)"),
+    crowd: int = typer.Option(0, "--crowd", min=0, help="run a crowd study instead: this many simulated "
+                              "participants (consent, check, questionnaire, rating; a few declining, screened "
+                              "out or abandoning) at a compressed pace"),
 ) -> None:
     """The main job: a running, learning, pre-annotated SENSE-7 project, then where to look.
 
@@ -106,7 +113,10 @@ def demo(
     cfg = settings()
     stack = Stack(cfg)  # what this run started is stopped again on Ctrl-C or failure
     try:
-        _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack, copy_probability)
+        if crowd:
+            _run_crowd_demo(cfg, crowd, n_conversations, n_raters, seed, stack)
+        else:
+            _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack, copy_probability)
     except (KeyboardInterrupt, Exception) as exc:
         stack.stop()
         if isinstance(exc, KeyboardInterrupt):
@@ -455,3 +465,155 @@ def down() -> None:
 def register(app: typer.Typer) -> None:
     app.command("demo")(demo)
     app.command("down")(down)
+
+
+# -- `sense7 demo --crowd N`: a crowd study with simulated participants ----------------------------------
+
+CROWD_STUDY = "demo-crowd"
+CROWD_PACE = {"think": (0.1, 0.4), "consent_read": (0.2, 0.6), "check_answer": (0.5, 1.5)}  # (s) compressed
+
+
+def _run_crowd_demo(cfg: Settings, n: int, n_conversations: int, n_raters: int, seed: int, stack: Stack) -> None:
+    """The stack, a served model trained on a synthetic pilot, and a crowd study whose pool is the
+    synthetic live half; N simulated participants go through it on the rater page; then the study's status
+    and the live pre-fills' gain curve."""
+    from sense7.data.store import Store
+    from sense7.model.registry import ModelRegistry
+
+    phases, tax = Phases(), resolve_taxonomy(cfg=cfg)
+    with phases.phase(f"Label Studio on {cfg.ls_url}"):
+        stack.start_label_studio()
+    with phases.phase("Redis (broker)"):
+        stack.start_redis()
+    client = ls_client.connect(cfg)
+    with phases.phase("rating and profile projects"):
+        rating_id, profile_id = ls_client.ensure_projects(client, cfg, tax)
+    store = Store(cfg.store_url)
+    with phases.phase("study data (synthetic pilot and pool)"):
+        study = _study_data(cfg, store, tax, None, None, n_conversations, n_raters, seed)
+    registry = ModelRegistry(cfg.model_dir)
+    with phases.phase("first model (pilot ratings)"):
+        _first_model(store, registry, tax)
+    with phases.phase(f"ML backend on {stack.backend.url}"):
+        _serve_backend(stack, client, store, tax, rating_id, profile_id)
+    with phases.phase("Celery worker and beat"):
+        _start_worker(stack)
+    with phases.phase(f"rater page on {stack.rater_page.url}"):
+        stack.start_rater_page()
+    with phases.phase(f"crowd study: {n} simulated participants through {stack.rater_page.url}/s/{CROWD_STUDY}"):
+        result = run_crowd_study(cfg, store, tax, stack.rater_page.url, n, study.live, seed)
+    timings = cfg.home / "demo-timings.md"
+    timings.write_text(phases.table() + "\n")
+    console.print()
+    for line in crowd_lines(result):
+        console.print(line, highlight=False)
+    console.print(f"[bold]Label Studio:[/] {cfg.ls_url}/projects/{rating_id}", highlight=False)
+    console.print(f"Phase timings in {timings}. Stop everything with `sense7 down`.", highlight=False)
+
+
+def write_crowd_study(folder: Path, pool: list, participants: int, k: int = 3, n: int = 2) -> Path:
+    """The demo's study file, consent text and pool (the given conversations) under `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "consent.md").write_text("# Consent (demo)\n\nYou will rate replies of an AI assistant. Your answers "
+                                       "are kept under a pseudonym.\n")
+    with open(folder / "pool.jsonl", "w") as fh:
+        for c in pool:
+            fh.write(json.dumps({"conversation_id": c.conversation_id, "rater_id": c.rater_id,
+                                 "context": dict(c.context),
+                                 "messages": [{"role": m.role, "content": m.content} for m in c.messages]}) + "\n")
+    path = folder / "study.yaml"
+    path.write_text(f"""study: {CROWD_STUDY}
+consent: consent.md
+comprehension:
+  - question: What does "Continuity" mean here?
+    choices: ["The reply follows on from what was said", "The reply is long"]
+    answer: 1
+raters_per_conversation: {k}
+conversations_per_participant: {n}
+lease_minutes: 1
+participant_cap: {max(participants, 1)}
+codes:
+  completion: DEMODONE
+  no_consent: DEMONOCONS
+  screen_out: DEMOSCREEN
+pool: pool.jsonl
+""")
+    return path
+
+
+def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list, seed: int,
+                    settle: float = 600.0) -> dict:
+    """Install and open the demo's crowd study, run `n` simulated participants (sense7.crowd.simulate: one
+    of each ending at least when n >= 4) at a compressed pace, end the abandoners' leases (their minute,
+    compressed: at once, when everyone else is done) and clear their given-back tasks, wait until every
+    answer is in Label Studio and the store, and return the study's status row, the participants' tally
+    and the live pre-fills' gain curve."""
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    from sense7.crowd.lifecycle import expire_leases, install_study, status
+    from sense7.crowd.participants import Participants, Studies
+    from sense7.crowd.simulate import Pace, mix, run_participants
+    from sense7.data.raterpage import Outbox
+    from sense7.research.study_analysis import analyze_study
+    from sense7.tasks.crowd import clear_released_tasks
+    from sense7.tasks.runtime import Runtime
+
+    rng = random.Random(seed)
+    # A re-run adds N more participants to the same study: the cap counts the earlier runs' seats too.
+    earlier = Studies(store).get(CROWD_STUDY)
+    seats = Participants(store, earlier[0]).seated() if earlier else 0
+    study, _ = install_study(store, write_crowd_study(cfg.home / "crowd-demo", pool, seats + n), tax)
+    Studies(store).set_open(study.study_id, True)
+    kinds = mix(n, at_least_one=True, rng=rng)
+    arrivals, t = [], 0.0
+    for _ in range(n):
+        t += rng.expovariate(1 / 0.3)  # about three arrivals a second: a burst
+        arrivals.append(t)
+    levels = [rng.choice("234") for _ in range(n)]  # each participant's own leniency
+    forms = [{**{c: level for c in tax.controls}, tax.expectation_key: tax.expectation_values[0]} for level in levels]
+    profile = {f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in tax.profile_fields}
+    # Platform ids unique per run: a re-run of the demo is new participants, not the same ones returning.
+    stamp = f"{int(time.time()):08x}"
+    tally = run_participants(page_url, study, kinds, arrivals, Pace(**CROWD_PACE), forms, profile, seed=seed,
+                             pids=[f"{stamp}{i:016x}" for i in range(n)])
+    expired = expire_leases(store, datetime.now(timezone.utc) + timedelta(minutes=study.lease_minutes + 1))
+    cleared = clear_released_tasks(Runtime(cfg))
+    outbox = Outbox(store)
+    _wait(lambda: outbox.counts()["undelivered"] == 0, "the participants' answers to reach Label Studio", settle)
+    delivered = {row["task_id"] for row in outbox.delivered() if row["kind"] == "rating"}
+    if not _settles(lambda: _stored(store) >= delivered, 20):  # a webhook lost under load: reconcile now
+        _run_job(names.RECONCILE, "the reconciliation with Label Studio", settle)
+    _wait(lambda: _stored(store) >= delivered, "the participants' answers to reach the store", settle)
+    row = next(r for r in status(store) if r["study"] == study.study_id)
+    gain = analyze_study(store, tax, cfg.quality, n_boot=200).get("live_gain")
+    return {"status": row, "tally": tally, "kinds": {k: kinds.count(k) for k in set(kinds)},
+            "expired": expired.participants, "tasks_cleared": cleared, "live_gain": gain,
+            "participants": Participants(store, study).counts()}
+
+
+def _stored(store) -> set[int]:
+    from sqlalchemy import select
+
+    from sense7.data.store import annotations
+
+    with store.engine.connect() as conn:
+        return {r.task_id for r in conn.execute(select(annotations.c.task_id))}
+
+
+def crowd_lines(result: dict) -> list[str]:
+    """The crowd demo's final lines: the study's status (as `sense7 status` prints it), the participants'
+    endings and timings, and the gain curve."""
+    from sense7.cli.crowd import status_lines
+
+    tally = result["tally"]
+    first = sorted(tally.first_turn)
+    p99 = first[min(len(first) - 1, int(0.99 * len(first)))] if first else None
+    lines = [f"[bold]Crowd:[/] {line}" for line in status_lines([result["status"]])]
+    lines.append(f"[bold]Participants:[/] {len(tally.submitted)} turns rated; endings seen by the participants: "
+                 + ", ".join(f"{k} {v}" for k, v in sorted(tally.outcomes.items()))
+                 + f"; {result['expired']} lease(s) ended, {result['tasks_cleared']} unrated task(s) of given-back "
+                 f"slots deleted from Label Studio"
+                 + (f"; entry -> first turn p99 {p99:.2f} s (server time and the wait on 'preparing')" if p99 else "")
+                 + (f"; {len(tally.errors)} error(s), first: {tally.errors[0]}" if tally.errors else ""))
+    return lines + gain_lines(result.get("live_gain"))

@@ -27,24 +27,47 @@ def _now() -> datetime:
 
 @dataclass(frozen=True)
 class AssignmentPolicy:
-    """K raters per conversation, N conversations per participant."""
+    """K raters per conversation; each participant gets N conversations, or conversations worth a budget
+    of turns (`turn_budget`, assistant turns; N is then None or an extra cap on the count).
+
+    The budget rule (never splitting a conversation): walk the conversations least covered first; take
+    each whose turns fit in what is left of the budget; pass over one that does not fit, and then take
+    nothing more covered than it (so a long, least-covered conversation is never leapfrogged by a more
+    covered one: coverage stays balanced within 1); stop when the budget is spent. A study's budget is at
+    least its longest conversation (checked at `sense7 crowd init`), so everyone gets at least one."""
 
     raters_per_conversation: int
-    conversations_per_participant: int
+    conversations_per_participant: int | None
+    turn_budget: int | None = None
 
-    def choose(self, taken: dict[str, set[int]], rater_id: str, exclude: frozenset | set = frozenset()
-               ) -> list[tuple[str, int]]:
-        """(conversation, free slot number) for up to N conversations: the least covered first (coverage =
-        slots taken), ties broken by a hash of (rater, conversation) so that simultaneous participants
-        spread over equally covered conversations instead of all racing for the same one. `taken` maps
-        every conversation of the pool to the slot numbers already held; `exclude`: conversations this
+    def choose(self, taken: dict[str, set[int]], rater_id: str, exclude: frozenset | set = frozenset(),
+               turns: dict[str, int] | None = None) -> list[tuple[str, int]]:
+        """(conversation, free slot number) for up to N conversations (or the turn budget's worth: `turns`
+        gives every pool conversation's assistant turns): the least covered first (coverage = slots
+        taken), ties broken by a hash of (rater, conversation) so that simultaneous participants spread
+        over equally covered conversations instead of all racing for the same one. `taken` maps every
+        conversation of the pool to the slot numbers already held; `exclude`: conversations this
         participant had."""
         def order(conversation: str) -> tuple:
             tie = hashlib.sha256(f"{rater_id}\0{conversation}".encode()).hexdigest()
             return len(taken[conversation]), tie
 
         open_ = [c for c in taken if c not in exclude and len(taken[c]) < self.raters_per_conversation]
-        chosen = sorted(open_, key=order)[:self.conversations_per_participant]
+        chosen: list[str] = []
+        left, ceiling = self.turn_budget, None
+        for conversation in sorted(open_, key=order):
+            if self.conversations_per_participant is not None and len(chosen) >= self.conversations_per_participant:
+                break
+            if left is not None:
+                coverage = len(taken[conversation])
+                if left <= 0 or (ceiling is not None and coverage > ceiling):
+                    break
+                length = (turns or {}).get(conversation, 1)
+                if length > left:
+                    ceiling = coverage if ceiling is None else ceiling
+                    continue
+                left -= length
+            chosen.append(conversation)
         return [(c, min(set(range(self.raters_per_conversation)) - taken[c])) for c in chosen]
 
 
@@ -69,6 +92,12 @@ class Assignments:
         with self.store.engine.connect() as c:
             return read(c)
 
+    def turns(self) -> dict[str, int]:
+        """Every pool conversation -> its assistant turns (what a turn budget counts)."""
+        with self.store.engine.connect() as conn:
+            return {r.conversation_id: r.turns for r in conn.execute(
+                select(crowd_pool.c.conversation_id, crowd_pool.c.turns).where(crowd_pool.c.study_id == self.study_id))}
+
     def of(self, rater_id: str) -> list[str]:
         """The conversations this participant holds (in a lease or finished), by id."""
         with self.store.engine.connect() as conn:
@@ -85,7 +114,7 @@ class Assignments:
             held = self.of(rater_id)
             if held:
                 return held
-            choice = self.policy.choose(self.taken(), rater_id)
+            choice = self.policy.choose(self.taken(), rater_id, turns=self.turns() if self.policy.turn_budget else None)
             if not choice:
                 return []
             now = _now()

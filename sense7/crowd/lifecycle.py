@@ -17,7 +17,8 @@ from sense7.data.store import Store
 
 def assignments_of(store: Store, study: CrowdStudy) -> Assignments:
     return Assignments(store, study.study_id,
-                       AssignmentPolicy(study.raters_per_conversation, study.conversations_per_participant))
+                       AssignmentPolicy(study.raters_per_conversation, study.conversations_per_participant,
+                                        study.turns_per_participant))
 
 
 def take_slots(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | None:
@@ -102,6 +103,102 @@ def expire_leases(store: Store, now=None) -> Expired:
     return result
 
 
+def waiting_for_tasks(store: Store, limit: int | None = None, skip=()) -> list[tuple[str, str]]:
+    """(study, rater) of seated participants (checking or rating, holding slots) whose queue copy is not in
+    the store yet: who the prepare job works for, oldest consent first. The store is the record, so a
+    participant asked for by a job that died is found by the next one (no Redis set to lose)."""
+    from sqlalchemy import exists, select
+
+    from sense7.data.store import crowd_participants, crowd_slots, rater_tasks
+
+    query = (select(crowd_participants.c.study_id, crowd_participants.c.rater_id)
+             .where(crowd_participants.c.state.in_(("checking", "rating")),
+                    exists().where(crowd_slots.c.rater_id == crowd_participants.c.rater_id),
+                    ~exists().where(rater_tasks.c.rater_id == crowd_participants.c.rater_id))
+             .order_by(crowd_participants.c.consent_at, crowd_participants.c.rater_id))
+    if skip:
+        query = query.where(crowd_participants.c.rater_id.not_in(list(skip)))
+    if limit is not None:
+        query = query.limit(limit)
+    with store.engine.connect() as conn:
+        return [(r.study_id, r.rater_id) for r in conn.execute(query)]
+
+
+@dataclass
+class Released:
+    """A participant's given-back conversations whose Label Studio tasks are not cleared yet."""
+    study_id: str
+    rater_id: str
+    state: str  # the participant's, now
+    conversations: set
+    rows: list  # crowd_released ids
+
+
+def released_to_clear(store: Store, limit: int = 500) -> list[Released]:
+    """Given-back slots whose Label Studio tasks (made for the participant who gave them back) were not
+    cleared yet, per participant (the store is the record: a clearing that died is found again)."""
+    from sqlalchemy import select
+
+    from sense7.data.store import crowd_participants, crowd_released
+
+    found: dict[str, Released] = {}
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(crowd_released.c.id, crowd_released.c.study_id, crowd_released.c.rater_id,
+                                   crowd_released.c.conversation_id, crowd_participants.c.state)
+                            .join(crowd_participants, crowd_participants.c.rater_id == crowd_released.c.rater_id,
+                                  isouter=True)
+                            .where(crowd_released.c.tasks_cleared_at.is_(None))
+                            .order_by(crowd_released.c.id).limit(limit))
+        for row in rows:
+            entry = found.setdefault(row.rater_id, Released(row.study_id, row.rater_id, row.state or "", set(), []))
+            entry.conversations.add(row.conversation_id)
+            entry.rows.append(row.id)
+    return list(found.values())
+
+
+def mark_cleared(store: Store, rows, cleared: bool = True) -> None:
+    """Mark given-back rows' tasks cleared (or, `cleared=False`, to clear again)."""
+    from datetime import datetime, timezone
+
+    from sqlalchemy import update
+
+    from sense7.data.store import crowd_released
+
+    if not rows:
+        return
+    with store.engine.begin() as conn:
+        conn.execute(update(crowd_released).where(crowd_released.c.id.in_(list(rows)))
+                     .values(tasks_cleared_at=datetime.now(timezone.utc) if cleared else None))
+
+
+def clear_again(store: Store, rater_ids) -> None:
+    """Tasks were made for these participants after they gave their slots back (a prepare round that
+    raced their lease's end): their given-back rows are cleared again by the next expiry pass."""
+    from sqlalchemy import select
+
+    from sense7.data.store import crowd_released
+
+    with store.engine.connect() as conn:
+        rows = [r.id for r in conn.execute(select(crowd_released.c.id).where(
+            crowd_released.c.rater_id.in_(list(rater_ids)), crowd_released.c.tasks_cleared_at.is_not(None)))]
+    mark_cleared(store, rows, cleared=False)
+
+
+def answered_tasks(store: Store, rater_id: str) -> set[int]:
+    """Task ids the participant answered (on the page, delivered or not, or in Label Studio as copied)."""
+    return {item.task_id for item in RaterQueue(store).items(rater_id, left_out=True) if item.answer is not None}
+
+
+def forget_tasks(store: Store, rater_id: str, task_ids) -> None:
+    """Drop deleted tasks from the participant's queue copy (their link is revoked: nobody shows them)."""
+    from sense7.data.store import rater_tasks
+
+    if task_ids:
+        with store.engine.begin() as conn:
+            conn.execute(rater_tasks.delete().where(rater_tasks.c.rater_id == rater_id,
+                                                    rater_tasks.c.task_id.in_(list(task_ids))))
+
+
 def conversations_for(store: Store, study: CrowdStudy, rater_id: str) -> list[Conversation]:
     """The participant's assigned conversations, as conversations of theirs (what the importer takes):
     the pool's texts and contexts under the pseudonymous rater id."""
@@ -130,5 +227,26 @@ def install_study(store: Store, path, taxonomy) -> tuple[CrowdStudy, int]:
 
     study = load_study(path)
     pool = read_conversations(study.pool_path, taxonomy)
+    check_budget(path, study, pool)
     Studies(store).save(study, pool)
     return study, len(pool)
+
+
+def check_budget(path, study: CrowdStudy, pool) -> None:
+    """A turn budget must hold the pool's longest conversation (a conversation is never split, and every
+    participant gets at least one): FormatError naming the file, the line and the longest one otherwise."""
+    from pathlib import Path
+
+    from sense7.data.formats import FormatError, Problem
+
+    if study.turns_per_participant is None or not pool:
+        return
+    longest = max(pool, key=lambda c: len(c.assistant_turns()))
+    if len(longest.assistant_turns()) <= study.turns_per_participant:
+        return
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    line = next((i for i, text in enumerate(lines, 1) if text.startswith("turns_per_participant")), None)
+    raise FormatError([Problem(str(path), line, "turns_per_participant",
+                               f"must be at least the longest conversation's assistant turns "
+                               f"({longest.conversation_id}: {len(longest.assistant_turns())}): "
+                               f"a conversation is never split")])

@@ -12,7 +12,8 @@ comprehension:                       # at least one; two attempts to answer all 
     choices: [The reply follows on from what was said, The reply is long]
     answer: 1                        # 1-based index into choices
 raters_per_conversation: 3           # K
-conversations_per_participant: 3     # N
+conversations_per_participant: 3     # N (or turns_per_participant: a budget of assistant turns, whole
+                                     # conversations least covered first: sense7.crowd.assignment)
 lease_minutes: 60
 participant_cap: 200
 codes:                               # each a code, a URL, or both (the URL wins for the redirect)
@@ -42,7 +43,8 @@ PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
 CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 PROLIFIC = {"participant_param": "PROLIFIC_PID", "study_param": "STUDY_ID", "session_param": "SESSION_ID"}
 KNOWN_KEYS = {"study", "platform", "consent", "comprehension", "raters_per_conversation",
-              "conversations_per_participant", "lease_minutes", "participant_cap", "codes", "pool"}
+              "conversations_per_participant", "turns_per_participant", "lease_minutes", "participant_cap",
+              "codes", "pool"}
 CODE_KEYS = ("completion", "completion_url", "no_consent", "no_consent_url", "screen_out", "screen_out_url")
 
 
@@ -60,12 +62,13 @@ class CrowdStudy:
     consent_version: str
     questions: list[Question]
     raters_per_conversation: int
-    conversations_per_participant: int
+    conversations_per_participant: int | None  # None: a turn budget instead
     lease_minutes: int
     participant_cap: int
     codes: dict = field(default_factory=dict)
     platform: dict = field(default_factory=lambda: dict(PROLIFIC))
     pool_path: str | None = None  # only while initializing; the pool itself is stored apart
+    turns_per_participant: int | None = None  # a budget of assistant turns instead of N conversations
 
     def to_config(self) -> dict:
         config = asdict(self)
@@ -184,7 +187,14 @@ def load_study(path: str | Path) -> CrowdStudy:
         return value
 
     k = whole("raters_per_conversation", 1, 100)
-    n = whole("conversations_per_participant", 1, 1000)
+    n, budget = None, None
+    if "turns_per_participant" in raw:
+        budget = whole("turns_per_participant", 1, 100_000)
+        if "conversations_per_participant" in raw:
+            problem(("turns_per_participant",), "turns_per_participant",
+                    "give conversations_per_participant or turns_per_participant, not both")
+    else:
+        n = whole("conversations_per_participant", 1, 1000)
     lease = whole("lease_minutes", 1, 24 * 60)
     cap = whole("participant_cap", 1, 1_000_000)
 
@@ -223,4 +233,4 @@ def load_study(path: str | Path) -> CrowdStudy:
     if problems:
         raise FormatError(sorted(problems, key=lambda p: p.line or 0))
     return CrowdStudy(study_id, consent_text, consent_version, questions, k, n, lease, cap, codes, platform,
-                      pool_path)
+                      pool_path, budget)

@@ -327,6 +327,7 @@ crowd_released = Table(
     Column("conversation_id", String(200), nullable=False),
     Column("rater_id", String(200), nullable=False),
     Column("released_at", DateTime(timezone=True), nullable=False),
+    Column("tasks_cleared_at", DateTime(timezone=True), nullable=True),  # its unanswered Label Studio tasks deleted
 )
 
 # The ONLY table holding platform ids: what the study team needs to approve payments
@@ -387,7 +388,8 @@ class Store:
     _ADDED_COLUMNS = (("annotations", "author_id", "INTEGER"), ("annotations", "quarantine", "VARCHAR(300)"),
                       ("annotations", "lead_time", "FLOAT"), ("annotations", "created_at", "VARCHAR(64)"),
                       ("annotations", "repeat_of", "VARCHAR(300)"), ("recorded_predictions", "own_ratings", "INTEGER"),
-                      ("annotations", "held", "JSON"), ("rating_history", "via", "VARCHAR(32)"))
+                      ("annotations", "held", "JSON"), ("rating_history", "via", "VARCHAR(32)"),
+                      ("crowd_released", "tasks_cleared_at", "TIMESTAMP WITH TIME ZONE"))
 
     def _add_missing_columns(self) -> None:
         from sqlalchemy import inspect, text

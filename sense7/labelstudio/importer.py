@@ -97,7 +97,7 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
                          store: Store, on_progress: Callable[[int], None] | None = None,
                          on_total: Callable[[int], None] | None = None, replace: bool = False,
                          predict: Predict | None = None, design=None, *, taxonomy,
-                         rater_id: str | None = None) -> ImportResult:
+                         rater_id: str | None = None, rater_ids=None) -> ImportResult:
     """`conversations` must already be validated (sense7.data.formats). Raises ReimportConflict, having
     written nothing, when a conversation's text changed (see the module's docstring).
 
@@ -110,9 +110,12 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
     what was imported and the store upsert is a no-op, so retries are idempotent.
 
     `rater_id`: every conversation is this rater's; the tasks that exist are then looked up among theirs
-    only (a filtered query) instead of the whole project (a crowd participant's tasks, one at a time)."""
+    only (a filtered query) instead of the whole project (a crowd participant's tasks, one at a time).
+    `rater_ids`: the same for several raters at once (a burst of crowd participants, one bulk import)."""
     if rater_id is not None and any(c.rater_id != rater_id for c in conversations):
         raise ValueError(f"import_conversations(rater_id={rater_id!r}) given another rater's conversation")
+    if rater_ids is not None and any(c.rater_id not in set(rater_ids) for c in conversations):
+        raise ValueError("import_conversations(rater_ids=...) given a conversation of a rater not listed")
     changes = text_changes(conversations, store)
     replaced = 0
     if changes:
@@ -133,7 +136,7 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
     if design is not None:
         seed = records.seed(design)
         tasks = study_design.plan(tasks, design, seed, taxonomy)
-    existing = ls_client.task_keys(client, project_id, rater_id=rater_id)
+    existing = ls_client.task_keys(client, project_id, rater_id=rater_id, rater_ids=rater_ids)
     new = [t for t in tasks if t["data"]["task_key"] not in existing]
     if on_total:
         on_total(len(new))
@@ -194,9 +197,11 @@ def _import_with_predictions(client: LabelStudio, project_id: int, tasks: list[d
     return predicted
 
 
-def import_profile_tasks(client: LabelStudio, project_id: int, rater_ids: list[str]) -> int:
-    """One questionnaire task per rater (idempotent). One rater: a filtered lookup (O(rater))."""
-    existing = ls_client.task_keys(client, project_id, rater_id=rater_ids[0] if len(rater_ids) == 1 else None)
+def import_profile_tasks(client: LabelStudio, project_id: int, rater_ids: list[str], filtered: bool = False) -> int:
+    """One questionnaire task per rater (idempotent). With `filtered`, the existing ones are looked up among
+    these raters' tasks only (O(raters): a few crowd participants); otherwise the whole project is read
+    (a study's roster at once), except for a single rater."""
+    existing = ls_client.task_keys(client, project_id, rater_ids=rater_ids if filtered or len(rater_ids) == 1 else None)
     new = [profile_task(r) for r in rater_ids if f"profile::{r}" not in existing]
     ls_client.import_tasks(client, project_id, new)
     return len(new)

@@ -20,7 +20,7 @@ from label_studio_sdk import LabelStudio
 from sense7.data.raterpage import RaterQueue
 from sense7.data.store import Store
 from sense7.data.study_design import SHOWN, arm_of
-from sense7.labelstudio.client import list_tasks, rater_query
+from sense7.labelstudio.client import list_tasks, rater_query, raters_tasks
 from sense7.labelstudio.protocol import parse_annotation, parse_profile_annotation, user_id
 from sense7.taxonomy import Taxonomy
 
@@ -127,12 +127,16 @@ def fetch_queue(client: LabelStudio, rating_project: int, profile_project: int |
 
 
 def fetch_all_queues(client: LabelStudio, rating_project: int, profile_project: int | None,
-                     accounts: dict[str, int], taxonomy: Taxonomy) -> dict[str, list[dict]]:
+                     accounts: dict[str, int], taxonomy: Taxonomy, filtered: bool = False) -> dict[str, list[dict]]:
     """The queues of these raters (rater_id -> account) in one pass over both projects: a page per 1,000
-    tasks instead of two filtered queries per rater, so that opening a link never waits for Label Studio."""
+    tasks instead of two filtered queries per rater, so that opening a link never waits for Label Studio.
+    `filtered`: read only these raters' tasks (OR-filtered queries, a few raters each), for a handful of
+    raters in a large project (a burst of crowd participants)."""
     found: dict[str, list[dict]] = {rater: [] for rater in accounts}
     for project, kind in _projects(rating_project, profile_project):
-        for task in list_tasks(client, 1000, project=project, fields="all"):
+        tasks = (raters_tasks(client, project, list(accounts), fields="all") if filtered
+                 else list_tasks(client, 1000, project=project, fields="all"))
+        for task in tasks:
             rater = (task.data or {}).get("rater_id")
             if rater in found:
                 found[rater].append(_queue_item(task, kind, accounts[rater], taxonomy))
@@ -140,11 +144,12 @@ def fetch_all_queues(client: LabelStudio, rating_project: int, profile_project: 
 
 
 def copy_queues(client: LabelStudio, store: Store, rating_project: int, profile_project: int | None,
-                taxonomy: Taxonomy, rater_ids) -> int:
+                taxonomy: Taxonomy, rater_ids, filtered: bool = False) -> int:
     """Copy these raters' queues from Label Studio into the store (sense7.data.raterpage.RaterQueue), in one
-    pass over both projects (fetch_all_queues); returns the raters copied. The queue job's work."""
+    pass over both projects (fetch_all_queues; `filtered`: over these raters' tasks only); returns the
+    raters copied. The queue job's work, and the crowd's prepare job's."""
     accounts = ensure_accounts(client, store, sorted(rater_ids))
-    queues = fetch_all_queues(client, rating_project, profile_project, accounts, taxonomy)
+    queues = fetch_all_queues(client, rating_project, profile_project, accounts, taxonomy, filtered=filtered)
     queue = RaterQueue(store)
     for rater, items in queues.items():
         queue.replace(rater, items)

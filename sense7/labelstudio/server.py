@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import subprocess
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -61,6 +62,15 @@ class ServerError(RuntimeError):
     """Label Studio could not be started, or is not the one we expected."""
 
 
+def label_studio_package() -> Path:
+    """The folder of the `label_studio` package inside Label Studio's virtualenv."""
+    venv = label_studio_executable().parent.parent
+    found = sorted(venv.glob("lib/python3*/site-packages/label_studio"))
+    if not found:
+        raise ServerError(f"no label_studio package under {venv}/lib")
+    return found[-1]
+
+
 def label_studio_executable() -> Path:
     """The `label-studio` script of the dedicated virtualenv (SENSE7_LS_BIN overrides)."""
     override = os.environ.get("SENSE7_LS_BIN")
@@ -96,7 +106,8 @@ class LabelStudioServer:
             healthy=pid is not None and self.healthy(),
             pid=pid,
             url=self.settings.ls_url,
-            detail="PostgreSQL" if self.settings.ls_database_url else f"SQLite in {self.data_dir}",
+            detail=(("PostgreSQL" if self.settings.ls_database_url else f"SQLite in {self.data_dir}")
+                    + (f", gunicorn x {self.settings.ls_workers}" if self.settings.ls_workers else "")),
         )
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -134,6 +145,9 @@ class LabelStudioServer:
             )
         else:
             env["DJANGO_DB"] = "sqlite"
+        if self.settings.ls_workers:
+            env.update(DJANGO_SETTINGS_MODULE="label_studio.core.settings.label_studio", HOST="",
+                       LOG_LEVEL="WARNING")
         return env
 
     def start(self, progress=None) -> ServiceStatus:
@@ -146,14 +160,54 @@ class LabelStudioServer:
         secure_home(self.settings.home)
         self.data_dir.mkdir(exist_ok=True, mode=0o700)
         os.chmod(self.data_dir, 0o700)
-        cmd = [str(label_studio_executable()), "start", "--no-browser", "--internal-host", self.settings.ls_host,
-               "--port", str(urlparse(self.settings.ls_url).port or 80), "--data-dir", str(self.data_dir),
-               "--enable-legacy-api-token", "--log-level", "WARNING"]
+        env = self.environment()
+        if self.settings.ls_workers and self.process.pid() is None:
+            self.initialize(env)
         try:
-            self.process.start(cmd, self.environment(), cwd=self.data_dir, on_wait=progress)
+            self.process.start(self.command(), env, cwd=self.data_dir, on_wait=progress)
         except ProcessError as exc:
             raise ServerError(str(exc)) from None
         return self.status()
+
+    def command(self) -> list[str]:
+        """Label Studio's own server, or (SENSE7_LS_WORKERS >= 1) its WSGI app under gunicorn."""
+        port = str(urlparse(self.settings.ls_url).port or 80)
+        if not self.settings.ls_workers:
+            return [str(label_studio_executable()), "start", "--no-browser", "--internal-host", self.settings.ls_host,
+                    "--port", port, "--data-dir", str(self.data_dir), "--enable-legacy-api-token",
+                    "--log-level", "WARNING"]
+        gunicorn = label_studio_executable().parent / "gunicorn"
+        if not gunicorn.exists():
+            raise ServerError(f"SENSE7_LS_WORKERS is set but {gunicorn} is missing: run ./run setup "
+                              "(requirements-label-studio.txt lists gunicorn)")
+        host = self.settings.ls_host
+        bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        threads = self.settings.ls_threads
+        # Label Studio's modules import each other by their top-level names (`projects.models`): its package
+        # folder goes on the path, as `label-studio start` does.
+        return [str(gunicorn), "label_studio.core.wsgi:application", "--pythonpath", str(label_studio_package()),
+                "--bind", bind, "--workers", str(self.settings.ls_workers), "--threads", str(threads),
+                "--worker-class", "gthread" if threads > 1 else "sync", "--timeout", "120",
+                "--graceful-timeout", "20", "--log-level", "warning",
+                "--name", "sense7-label-studio"]
+
+    def initialize(self, env: dict[str, str]) -> None:
+        """What `label-studio start` does before it serves, for gunicorn: the migrations, the admin account
+        with its API token and the organization (`label-studio init`, idempotent)."""
+        cmd = [str(label_studio_executable()), "init", "--data-dir", str(self.data_dir), "--enable-legacy-api-token",
+               "--quiet", "--log-level", "WARNING"]
+        self.process.log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.process.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as log:
+            try:
+                done = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      cwd=self.data_dir, timeout=self.process.startup_timeout, umask=0o077)
+            except subprocess.TimeoutExpired:
+                raise ServerError(f"`label-studio init` did not finish within {self.process.startup_timeout:.0f} s; "
+                                  f"see {self.process.log_file}") from None
+        if done.returncode:
+            raise ServerError(f"`label-studio init` failed (exit {done.returncode}); see {self.process.log_file}:\n"
+                              f"{self.process.log_tail()}")
 
     def invite_link(self) -> str:
         """The organization's sign-up link for a new staff member (Label Studio's own invite token; the

@@ -22,7 +22,7 @@ def pool_lines(n: int, turns: int = 2, prefix: str = "pool") -> list[str]:
 
 
 def write_study(folder: Path, pool: int = 6, turns: int = 2, k: int = 2, n: int = 2, cap: int = 50,
-                lease: int = 60, study: str = "pilot", extra: str = "") -> Path:
+                lease: int = 60, study: str = "pilot", extra: str = "", budget: int | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "consent.md").write_text(CONSENT)
     (folder / "pool.jsonl").write_text("\n".join(pool_lines(pool, turns)) + "\n")
@@ -37,7 +37,7 @@ comprehension:
     choices: ["Very", "Not at all"]
     answer: 2
 raters_per_conversation: {k}
-conversations_per_participant: {n}
+{f"turns_per_participant: {budget}" if budget is not None else f"conversations_per_participant: {n}"}
 lease_minutes: {lease}
 participant_cap: {cap}
 codes:

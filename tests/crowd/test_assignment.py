@@ -157,3 +157,75 @@ def test_cap_is_atomic_for_racing_entries(tmp_path):
         t.join()
     assert outcomes.count("in") == 3 and participants.seated() == 3
     assert Studies(store).get("pilot")[1] is False  # a new study starts closed
+
+
+# -- a budget of turns instead of N conversations --------------------------------------------------------
+
+def _simulate_budget(policy: AssignmentPolicy, turns: dict[str, int], participants: int) -> dict[str, set[int]]:
+    taken = {c: set() for c in turns}
+    for p in range(participants):
+        chosen = policy.choose(taken, f"r{p}", turns=turns)
+        names = [c for c, _ in chosen]
+        assert len(set(names)) == len(names)  # never the same conversation twice
+        if any(len(s) < policy.raters_per_conversation for s in taken.values()):
+            assert chosen  # while slots remain, everyone gets at least one conversation
+        assert sum(turns[c] for c in names) <= policy.turn_budget  # whole conversations within the budget
+        for c, slot in chosen:
+            assert slot not in taken[c]
+            taken[c].add(slot)
+        held = [len(s) for s in taken.values()]
+        assert max(held) <= policy.raters_per_conversation  # never beyond K
+        assert max(held) - min(held) <= 1  # balanced within 1 while slots remain
+    return taken
+
+
+@pytest.mark.parametrize("k,budget,seed", [(3, 8, 0), (2, 5, 1), (1, 6, 2), (5, 12, 3), (3, 6, 4)])
+def test_a_turn_budget_takes_whole_least_covered_conversations_never_beyond_k(k, budget, seed):
+    rng = random.Random(seed)
+    turns = {f"c{i}": rng.randint(1, min(6, budget)) for i in range(12)}  # the budget holds the longest
+    policy = AssignmentPolicy(k, None, turn_budget=budget)
+    taken = _simulate_budget(policy, turns, participants=60)
+    assert all(len(s) == k for s in taken.values())  # 60 participants fill the pool
+    assert policy.choose(taken, "one-more", turns=turns) == []
+
+
+def test_a_turn_budget_fills_up_with_what_fits_and_never_leapfrogs_a_less_covered_conversation():
+    policy = AssignmentPolicy(3, None, turn_budget=6)
+    turns = {"a": 4, "b": 4, "c": 2, "d": 1}
+    # All equally covered: the first in order fits, then whatever fits what is left (never a split).
+    chosen = [c for c, _ in policy.choose({c: set() for c in turns}, "x", turns=turns)]
+    assert sum(turns[c] for c in chosen) <= 6 and len(chosen) >= 2
+    # "a" and "d" least covered, together too long: whichever comes first is taken, the other passed over,
+    # and then nothing more covered ("c" would fit the budget but would leapfrog the passed-over one).
+    taken = {"a": set(), "b": {0}, "c": {0}, "d": set()}
+    chosen = [c for c, _ in policy.choose(taken, "x", turns={**turns, "d": 3})]
+    assert sorted(chosen) == ["d"] or sorted(chosen) == ["a"]  # d (3) + a (4) > 6: the other is passed over
+    assert "b" not in chosen and "c" not in chosen  # never more covered than a passed-over conversation
+    # An exact fit spends the budget.
+    assert sorted(c for c, _ in policy.choose({"a": set(), "c": set()}, "x", turns={"a": 4, "c": 2})) == ["a", "c"]
+    # N may cap the count as well.
+    assert len(AssignmentPolicy(3, 1, turn_budget=6).choose({c: set() for c in turns}, "x", turns=turns)) == 1
+
+
+def test_a_turn_budget_study_assigns_through_the_store_and_checks_the_longest_conversation(tmp_path):
+    from sense7.data.formats import FormatError
+
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}")
+    study, _ = install_study(store, write_study(tmp_path / "s", pool=6, turns=2, k=2, budget=5), TAX)
+    assert study.turns_per_participant == 5 and study.conversations_per_participant is None
+    Studies(store).set_open(study.study_id, True)
+    assignments = assignments_of(store, study)
+    got = [assignments.assign(f"pilot-r{i}") for i in range(6)]
+    assert all(len(g) == 2 for g in got)  # 2 + 2 turns fit in 5; a third (2) would not
+    assert all(len(s) == 2 for s in assignments.taken().values())  # K=2 x 6 conversations = 12 slots, all taken
+    assert assignments.assign("pilot-late") == []
+    # A budget below the longest conversation is refused with the file and line; nothing is stored.
+    with pytest.raises(FormatError) as error:
+        install_study(store, write_study(tmp_path / "t", pool=3, turns=3, k=2, budget=2, study="short"), TAX)
+    assert "turns_per_participant" in str(error.value) and "study.yaml:" in str(error.value)
+    assert Studies(store).get("short") is None
+    # Both N and a budget: refused.
+    with pytest.raises(FormatError) as error:
+        install_study(store, write_study(tmp_path / "u", pool=3, k=2, budget=4, study="both",
+                                         extra="conversations_per_participant: 2\n"), TAX)
+    assert "not both" in str(error.value)

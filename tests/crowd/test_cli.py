@@ -59,3 +59,16 @@ def test_init_open_status_and_completions_0600_with_completed_participants_only(
     status = _run(tmp_path, "crowd", "status")
     assert "1 completed, 1 rating" in status.stdout.replace("\n", " ") and "PID" not in status.stdout
     assert _run(tmp_path, "crowd", "close", "nosuch").returncode == 2
+
+
+def test_a_turn_budget_study_is_described_and_a_budget_below_the_longest_conversation_refused(tmp_path):
+    good = _run(tmp_path, "crowd", "init", str(write_study(tmp_path / "s", turns=3, budget=7)))
+    assert good.returncode == 0, good.stderr
+    assert "a budget of 7 turns each" in good.stdout.replace("\n", " ")
+    short = write_study(tmp_path / "t", turns=3, budget=2, study="short")
+    bad = _run(tmp_path, "crowd", "init", str(short))
+    assert bad.returncode == 2
+    assert f"{short}:11: turns_per_participant: must be at least the longest conversation's assistant turns" \
+        in bad.stderr.replace("\n", " ")
+    assert "nothing was imported" in bad.stderr and "Traceback" not in bad.stderr
+    assert Studies(Store(f"sqlite:///{tmp_path / 'store.db'}")).ids() == ["pilot"]

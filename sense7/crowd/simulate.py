@@ -1,0 +1,179 @@
+"""Simulated crowd participants over HTTP, as a browser would drive the rater page (the crowd benchmark's
+participants, moved here so that `sense7 demo --crowd N` runs the same ones; scripts import this module,
+never the other way).
+
+Each participant has its own platform id and session: it opens the study URL, agrees (or declines), answers
+the comprehension check (right, or wrong twice: screened out), waits on "preparing" if its tasks are not
+there yet, answers the questionnaire and rates its assigned turns at the given pace, or walks away after
+its first turn (abandons: its lease ends later). Human waits are given already compressed by the caller;
+server times are measured as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+from dataclasses import dataclass, field
+
+CSRF = re.compile(r'name="csrf_token" value="([^"]*)"')
+HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
+ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
+KINDS = ("complete", "decline", "screen", "abandon")
+
+
+@dataclass
+class Tally:
+    """What the participants measured and how they ended (outcome -> count)."""
+
+    first_turn: list = field(default_factory=list)
+    entry_server: list = field(default_factory=list)
+    preparing: list = field(default_factory=list)
+    first_turn_with_reading: list = field(default_factory=list)
+    page: list = field(default_factory=list)
+    ack: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    outcomes: dict = field(default_factory=dict)
+    submitted: dict = field(default_factory=dict)  # task id -> wall time the POST was acknowledged
+
+    def outcome(self, name: str) -> None:
+        self.outcomes[name] = self.outcomes.get(name, 0) + 1
+
+
+@dataclass(frozen=True)
+class Pace:
+    """Human times (s, already compressed): per turn, reading the consent, per check attempt."""
+
+    think: tuple[float, float] = (0.0, 0.0)
+    consent_read: tuple[float, float] = (0.0, 0.0)
+    check_answer: tuple[float, float] = (0.0, 0.0)
+
+
+def mix(n: int, decline: float = 0.05, screen: float = 0.05, abandon: float = 0.10, at_least_one: bool = False,
+        rng: random.Random | None = None) -> list[str]:
+    """n participants' kinds in these shares (rounded; `at_least_one`: one of each when n >= 4, so a small
+    demo shows every ending), shuffled by `rng` when given."""
+    def count(share: float) -> int:
+        return max(round(share * n), 1 if at_least_one and n >= 4 else 0)
+
+    kinds = ["decline"] * count(decline) + ["screen"] * count(screen) + ["abandon"] * count(abandon)
+    kinds = kinds[:n] + ["complete"] * (n - len(kinds[:n]))
+    if rng is not None:
+        rng.shuffle(kinds)
+    return kinds
+
+
+def check_answers(study, right: bool) -> dict[str, str]:
+    """The comprehension check's form: every answer right, or every answer wrong."""
+    return {f"q{i}": str(q.answer if right else (q.answer % len(q.choices)) + 1)
+            for i, q in enumerate(study.questions, start=1)}
+
+
+async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pace, tally: Tally,
+                      rng: random.Random, form_values: dict, profile_values: dict) -> None:
+    """One participant through the study on `http` (an httpx.AsyncClient on the rater page's URL)."""
+    await asyncio.sleep(arrive)
+    server = [0.0]  # the entry pages' server time (request -> response), summed
+    sid = study.study_id
+    codes = {outcome: study.redirect_for(outcome)[0] or "" for outcome in ("completion", "no_consent", "screen_out")}
+
+    async def timed(request):
+        t0 = time.perf_counter()
+        response = await request
+        server[0] += time.perf_counter() - t0
+        return response
+
+    names = study.platform
+    try:
+        started = time.perf_counter()
+        page = await timed(http.get(f"/s/{sid}?{names['participant_param']}={pid}&{names['study_param']}=sim"
+                                    f"&{names['session_param']}=s{pid[-6:]}"))
+        if page.status_code != 200 or "I agree" not in page.text:
+            tally.outcome(f"entry {page.status_code}")
+            return
+        choice = "decline" if kind == "decline" else "agree"
+        reading = rng.uniform(*pace.consent_read)
+        await asyncio.sleep(reading)
+        answer = await timed(http.post(f"/s/{sid}/consent", data={"csrf_token": CSRF.search(page.text).group(1),
+                                                                  "consent": choice}))
+        if kind == "decline":
+            tally.outcome("declined" if codes["no_consent"] in answer.text else "decline failed")
+            return
+        if answer.status_code != 303:
+            tally.outcome("full" if "full" in answer.text else f"consent {answer.status_code}")
+            return
+        page = await timed(http.get(f"/s/{sid}/check"))
+        token = CSRF.search(page.text).group(1)
+        attempts = 2 if kind == "screen" else 1
+        for _ in range(attempts):
+            await asyncio.sleep(rng.uniform(*pace.check_answer))
+            answer = await timed(http.post(f"/s/{sid}/check", data={"csrf_token": token,
+                                                                    **check_answers(study, kind != "screen")}))
+        if kind == "screen":
+            tally.outcome("screened_out" if codes["screen_out"] in answer.text else "screen failed")
+            return
+        if answer.status_code != 303:
+            tally.outcome("full" if "full" in answer.text else f"check {answer.status_code}")
+            return
+        deadline = time.monotonic() + 300
+        wait = await timed(http.get(f"/s/{sid}/wait"))  # an entry page when the tasks are there
+        shown = time.perf_counter()
+        waited = 0.0
+        while wait.status_code != 303:  # the "preparing" page refreshes itself
+            if wait.status_code != 200 or time.monotonic() > deadline:
+                raise RuntimeError(f"preparing answered HTTP {wait.status_code}")
+            await asyncio.sleep(0.5)
+            wait = await http.get(f"/s/{sid}/wait")
+            waited = time.perf_counter() - shown
+        page = await timed(http.get("/", follow_redirects=True))
+        if "/profile" in str(page.url):
+            form = {**dict(HIDDEN.findall(page.text)), **profile_values}
+            page = await timed(http.post("/profile", data=form, follow_redirects=True))
+        tally.first_turn_with_reading.append(time.perf_counter() - started)
+        tally.first_turn.append(server[0] + waited)
+        tally.entry_server.append(server[0])
+        tally.preparing.append(waited)
+        turns_done = 0
+        while True:
+            action = ACTION.search(page.text)
+            if action is None:
+                break
+            if kind == "abandon" and turns_done >= 1:
+                tally.outcome("abandoned")
+                return
+            await asyncio.sleep(rng.uniform(*pace.think))
+            form = {**dict(HIDDEN.findall(page.text)), **form_values}
+            t0 = time.perf_counter()
+            saved = await http.post(action.group(1), data=form)
+            tally.ack.append(time.perf_counter() - t0)
+            if saved.status_code != 303:
+                raise RuntimeError(f"submit answered HTTP {saved.status_code}")
+            tally.submitted[int(action.group(1).rsplit("/", 1)[1])] = time.time()
+            turns_done += 1
+            t0 = time.perf_counter()
+            page = await http.get(saved.headers["location"], follow_redirects=True)
+            tally.page.append(time.perf_counter() - t0)
+        tally.outcome("completed" if codes["completion"] in page.text else "finish failed")
+    except Exception as exc:
+        tally.errors.append(f"{type(exc).__name__}: {exc}")
+
+
+def run_participants(base: str, study, kinds: list[str], arrivals: list[float], pace: Pace, form_values: list[dict],
+                     profile_values: dict, seed: int = 0, pids: list[str] | None = None) -> Tally:
+    """All participants at once (asyncio), each with its own session; returns the tally."""
+    import httpx
+
+    tally, rng = Tally(), random.Random(seed)
+    pids = pids or [f"{seed:08x}{i:016x}" for i in range(len(kinds))]
+
+    async def one(i: int):
+        async with httpx.AsyncClient(base_url=base, timeout=120.0) as http:
+            await participant(http, study, pids[i], kinds[i], arrivals[i], pace, tally,
+                              random.Random(rng.random()), form_values[i], profile_values)
+
+    async def run():
+        await asyncio.gather(*[one(i) for i in range(len(kinds))])
+
+    asyncio.run(run())
+    return tally

@@ -1,0 +1,137 @@
+"""A burst of crowd participants prepared by one job through the real stack (Label Studio, Redis, the Celery
+worker, the rater page under gunicorn): everyone who consented at once gets their tasks from one bulk
+import (not one job and 8-10 requests each), each exactly their assigned items, and a job that died
+after the import but before the queue copy creates nothing twice when it runs again."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+import requests
+
+from sense7.crowd.lifecycle import install_study, waiting_for_tasks
+from sense7.crowd.participants import Studies
+from sense7.data.raterpage import RaterQueue
+from tests.crowd.helpers import write_study
+from tests.crowd.test_real_stack import _csrf, _participant_ids, _until, participants_conversations
+from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)
+from tests.rater_page.conftest import start_page
+
+pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
+
+
+def _consent(url: str, pid: str) -> requests.Session:
+    browser = requests.Session()
+    consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={pid}", timeout=30)
+    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": _csrf(consent.text), "consent": "agree"},
+                         timeout=30)
+    assert "resume-code" in check.text  # seated and checking: their slots are taken
+    return browser
+
+
+class ImportCalls:
+    """Counts Label Studio bulk-import requests made by this process (the real call goes through)."""
+
+    def __init__(self, client):
+        self.calls: list[int] = []
+        real = client.projects.import_tasks
+
+        def counted(project_id, request, **kwargs):
+            self.calls.append(len(request))
+            return real(project_id, request=request, **kwargs)
+        client.projects.import_tasks = counted
+
+
+def _tasks_by_rater(rt, project) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for task in rt.client.tasks.list(project=project, include="id,data", page_size=1000):
+        found.setdefault(task.data["rater_id"], []).append(task.data["task_key"])
+    return found
+
+
+def _assert_exactly_assigned(rt, raters) -> None:
+    rating = _tasks_by_rater(rt, rt.rating_project)
+    profile = _tasks_by_rater(rt, rt.profile_project)
+    for rater in raters:
+        keys = rating.get(rater, [])
+        assert len(keys) == len(set(keys)), f"{rater}: a task created twice"
+        assigned = set(participants_conversations(rt.store, rater))
+        assert len(assigned) == 2
+        assert {k.split("::")[0] for k in keys} == assigned, rater  # task_key: conversation::turn::rater
+        assert profile.get(rater) == [f"profile::{rater}"]
+        queued = {i.task_id for i in RaterQueue(rt.store).items(rater) if i.kind == "rating"}
+        assert len(queued) == len(keys)
+
+
+def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_path):
+    stack = job_stack
+    rt = stack.runtime()
+    study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=12, turns=2, k=2, n=2), rt.taxonomy)
+    Studies(rt.store).set_open(study.study_id, True)
+    port_url = _page(stack)
+
+    # 1. Four participants consent at once; one prepare pass (in this process, counting requests) makes
+    #    all their tasks in one rating import and one questionnaire import.
+    for i in range(4):
+        _consent(port_url, f"a1b2c3d4e5f6a7b8c9d0e1{i:02d}")
+    first = _participant_ids(rt.store)
+    assert sorted(r for _, r in waiting_for_tasks(rt.store)) == sorted(first)
+    from sense7.tasks.crowd import prepare_waiting
+
+    imports = ImportCalls(rt.client)
+    result = prepare_waiting(rt)
+    assert result["rounds"] == 1 and result["participants"] == 4
+    assert len(imports.calls) == 2  # the rating tasks of all four, then their four questionnaires
+    assert waiting_for_tasks(rt.store) == []
+    _assert_exactly_assigned(rt, first)
+
+    # 2. A job that died after Label Studio took the import but before the queue copy (two queue copies
+    #    gone), with two new arrivals: the next pass imports the new ones' tasks only, nothing twice.
+    for rater in first[:2]:
+        RaterQueue(rt.store).replace(rater, [])
+    for i in range(2):
+        _consent(port_url, f"b1b2c3d4e5f6a7b8c9d0e1{i:02d}")
+    second = [r for r in _participant_ids(rt.store) if r not in first]
+    imports.calls.clear()
+    result = prepare_waiting(rt)
+    assert result["rounds"] == 1 and result["participants"] == 4
+    assert sum(imports.calls) == sum(len(t) for r, t in _tasks_by_rater(rt, rt.rating_project).items()
+                                     if r in second) + 2  # + their two questionnaires
+    _assert_exactly_assigned(rt, first + second)
+
+    # 3. Through the worker: four consent while no worker runs (their pages ask for the job: one is
+    #    queued, the flag set), and the queued job is lost with its worker (the flag stays, as a killed
+    #    worker leaves it: new asks queue nothing). A starting worker resumes: the four in one round.
+    for i in range(4):
+        _consent(port_url, f"c1b2c3d4e5f6a7b8c9d0e1{i:02d}")
+    third = [r for r in _participant_ids(rt.store) if r not in first + second]
+    assert len(third) == 4
+    import redis
+
+    from sense7.tasks.crowd import SCHEDULED_KEY
+
+    broker = redis.Redis.from_url(stack.redis.url)
+    assert broker.llen("sense7.crowd") == 1 and broker.exists(SCHEDULED_KEY)
+    broker.delete("sense7.crowd")  # the job is gone; only the worker's start-up can bring it back
+    worker = stack.start_worker()
+    _until(lambda: not waiting_for_tasks(rt.store), what="the burst's tasks")
+    _assert_exactly_assigned(rt, first + second + third)
+    _until(lambda: _prepare_results(worker.log_file.read_text(errors="replace")), what="the job's result line")
+    results = _prepare_results(worker.log_file.read_text(errors="replace"))
+    assert sum(r["participants"] for r in results) == 4
+    assert sum(r["rounds"] for r in results) == 1  # one bulk import for the four (a second job finds nobody)
+
+
+def _page(stack) -> str:
+    from sense7.processes import free_port
+
+    port = free_port()
+    start_page(stack, port)
+    return f"http://127.0.0.1:{port}"
+
+
+def _prepare_results(log: str) -> list[dict]:
+    return [ast.literal_eval(m.group(1)) for m in
+            re.finditer(r"sense7\.crowd_prepare\[[^\]]+\] succeeded in [^:]+: (\{.*?\})\s*$", log, re.M)]
