@@ -6,6 +6,9 @@ harness's own speed on synthetic data.
     .venv/bin/python scripts/bench_evaluate.py --planted 300x40     # also all models on synthetic data
     .venv/bin/python scripts/bench_evaluate.py --data convabuse --variants relational_weight=0,0.3
                                                                      # one estimator parameter, compared
+    .venv/bin/python scripts/bench_evaluate.py --variants relational_weight=0,0.3 --with text_encoder=minilm
+                                                                     # ... with fixed parameters for all
+A parameter value `minilm` is the sentence-embedding encoder (the [embeddings] extra), `none` is None.
 
 Prints Markdown tables ready for docs/BENCHMARKS.md. The WASSA files are research-only and never part of
 the repository or the tests; without them the WASSA part is skipped.
@@ -123,6 +126,23 @@ def bench_planted(n_conversations: int, n_raters: int, folds: int, boot: int, se
     print(f"\nevaluate {elapsed:.1f} s")
 
 
+def parse_value(v: str):
+    """A command-line parameter value: booleans, numbers, `none`, `minilm` (sentence embeddings), text."""
+    if v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    if v.lower() == "none":
+        return None
+    if v.lower() == "minilm":
+        from sense7.model.embeddings import SentenceEmbeddingEncoder
+        return SentenceEmbeddingEncoder()
+    return (int(v) if v.isdigit() else float(v)) if v.replace(".", "").isdigit() else v
+
+
+def parse_fixed(spec: str) -> dict:
+    """`--with a=1,b=minilm` -> {"a": 1, "b": SentenceEmbeddingEncoder()}."""
+    return {k: parse_value(v) for k, v in (part.split("=") for part in spec.split(",") if part)}
+
+
 def _load_named(name: str, path: Path):
     if name == "wassa":
         from sense7.data.wassa import load_wassa
@@ -131,7 +151,7 @@ def _load_named(name: str, path: Path):
     return load_convabuse(path)
 
 
-def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed: int) -> None:
+def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed: int, fixed: str = "") -> None:
     """`--variants param=v1,v2`: generic and personalized (and rater_median) with each value of one
     estimator parameter on WASSA or ConvAbuse: Spearman, the personalization gains with CIs, LeWiDi's ANAD
     and Wasserstein (sense7.research.lewidi), one Markdown row per split and value."""
@@ -142,19 +162,15 @@ def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed
     param, values = spec.split("=")
     data = _load_named(name, path)
 
-    def parse(v: str):
-        if v.lower() in ("true", "false"):
-            return v.lower() == "true"
-        return (int(v) if v.isdigit() else float(v)) if v.replace(".", "").isdigit() else v
-
     def ci(block) -> str:
         return "n/a" if not block else f"{block['mean']:.3f} [{block['ci'][0]:.3f}, {block['ci'][1]:.3f}]"
 
-    print(f"\n## {name}: {param} in {values} ({folds} folds, seed {seed}, {boot} resamples)\n")
+    print(f"\n## {name}: {param} in {values}{' with ' + fixed if fixed else ''} ({folds} folds, seed {seed}, "
+          f"{boot} resamples)\n")
     print("| split | value | model | Spearman | MAE | ANAD | WS | p - g Spearman | within-rater gain |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for value in values.split(","):
-        kw = {param: parse(value)}
+        kw = {**parse_fixed(fixed), param: parse_value(value)}
         generic_kw = {k: v for k, v in kw.items() if k in GenericRater().get_params()}  # e.g. not rater_directions
         models = {"rater_median": RaterMedian(), "generic": GenericRater(**generic_kw),
                   "personalized": PersonalizedRater(**kw)}
@@ -208,7 +224,7 @@ class _OracleRater:
                             index=X.index)
 
 
-def bench_oracle_gain(spec: str, folds: int, boot: int, seed: int) -> None:
+def bench_oracle_gain(spec: str, folds: int, boot: int, seed: int, fixed: str = "") -> None:
     """`--oracle-gain CxR`: on synthetic data with planted rater x content sensitivities (sense7.data.synth),
     the within-rater Spearman gain over generic of the personalized model and of the oracle (the truth);
     and, to tell the rater-specific part from the text model's error, the rater-blind oracle (the truth for
@@ -224,11 +240,17 @@ def bench_oracle_gain(spec: str, folds: int, boot: int, seed: int) -> None:
     print("| model (as 'personalized') | Spearman | within-rater gain over generic [95% CI] | share of raters gaining |")
     print("| --- | --- | --- | --- |")
     blind = _OracleRater(synth.truth, rater_blind=True)
+    kw = parse_fixed(fixed)  # --with: the personalized and generic models' parameters
+    generic_kw = {k: v for k, v in kw.items() if k in GenericRater().get_params()}
+    if kw:
+        print(f"(personalized and generic models with {fixed}; the oracle rows are compared with that generic)\n")
     for label, model, generic in (
-            ("personalized", PersonalizedRater(), GenericRater()),
-            ("personalized, rater_directions=1", PersonalizedRater(rater_directions=1), GenericRater()),
-            ("oracle (the truth)", _OracleRater(synth.truth), GenericRater()),
-            ("rater-blind oracle (the truth for an average rater)", blind, GenericRater()),
+            ("personalized", PersonalizedRater(**kw), GenericRater(**generic_kw)),
+            ("personalized, rater_directions=1", PersonalizedRater(**{**kw, "rater_directions": 1}),
+             GenericRater(**generic_kw)),
+            ("generic with these parameters, over the default generic", GenericRater(**generic_kw), GenericRater()),
+            ("oracle (the truth)", _OracleRater(synth.truth), GenericRater(**generic_kw)),
+            ("rater-blind oracle (the truth for an average rater)", blind, GenericRater(**generic_kw)),
             ("oracle, over the rater-blind oracle (not generic)", _OracleRater(synth.truth), blind)):
         result = evaluate(synth.rating_data(), splits=("known_rater",), n_folds=folds, seed=seed, n_boot=boot,
                           models={"generic": generic, "personalized": model}, taxonomy=synth.taxonomy)
@@ -249,17 +271,19 @@ def main() -> None:
     parser.add_argument("--planted", default="", help="conversations x raters: all models on synthetic data")
     parser.add_argument("--variants", default="", help="param=v1,v2: generic and personalized with each value "
                                                             "of one estimator parameter (only that is run)")
+    parser.add_argument("--with", dest="fixed", default="", help="a=1,b=minilm: parameters of every model of "
+                                                                      "--variants and --oracle-gain")
     parser.add_argument("--data", choices=("wassa", "convabuse"), default="wassa", help="the data of --variants")
     parser.add_argument("--convabuse", type=Path, default=DEFAULT_WASSA.parent / "convabuse")
     parser.add_argument("--oracle-gain", default="", help="CxR: within-rater gain of personalized vs the oracle "
                                                               "on synthetic data (only that is run)")
     args = parser.parse_args()
     if args.oracle_gain:
-        bench_oracle_gain(args.oracle_gain, args.folds, args.boot, args.seed)
+        bench_oracle_gain(args.oracle_gain, args.folds, args.boot, args.seed, args.fixed)
         return
     if args.variants:
         bench_variants(args.data, args.wassa if args.data == "wassa" else args.convabuse, args.variants,
-                       args.folds, args.boot, args.seed)
+                       args.folds, args.boot, args.seed, args.fixed)
         return
     if (args.wassa / "trac1_CONVD_train.csv").is_file():
         bench_wassa(args.wassa, args.out, args.folds, args.boot, args.seed)

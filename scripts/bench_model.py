@@ -3,6 +3,12 @@
     .venv/bin/python scripts/bench_model.py                   # speed (~100k ratings) + oracle comparison
     .venv/bin/python scripts/bench_model.py --skip-oracle     # speed only (--skip-speed: the rest only)
     .venv/bin/python scripts/bench_model.py --wassa ../shared/data/wassa2024   # + WASSA known/cold Spearman
+    .venv/bin/python scripts/bench_model.py --skip-oracle --encoder minilm    # the same with sentence embeddings
+
+--encoder minilm: both models with the sentence-embedding encoder (the [embeddings] extra) and its relational
+similarities (relational_weight 0.3); its line cache is emptied before every timed fit and prediction pass,
+so each pass embeds what it reads as a server would (lines repeat within a pass: a history is every later
+turn's history too); also the encoder alone on distinct texts (texts/s).
 
 Speed: fit time of the generic and personalized models on a synthetic study of about 100,000 control
 ratings (1,000 conversations x ~12.5 turns x 8 controls), and prediction throughput of
@@ -28,19 +34,53 @@ from sense7.taxonomy import load_taxonomy
 from benchkit import argument_parser
 
 
-def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int) -> dict:
+def _encoder_params(encoder: str) -> tuple[dict, callable]:
+    """(model parameters, what empties the encoder's cache) for --encoder."""
+    if encoder == "ngrams":
+        return {}, lambda: None
+    from sense7.model.embeddings import SentenceEmbeddingEncoder, clear_cache
+
+    SentenceEmbeddingEncoder().fit([])  # the model loaded once (imports, weights): timed apart
+    return {"text_encoder": SentenceEmbeddingEncoder(), "relational_weight": 0.3}, clear_cache
+
+
+def bench_encoder_alone(texts: list[str], repeats: int) -> dict:
+    """The sentence-embedding encoder on distinct texts, its cache empty: texts/s."""
+    from sense7.model.embeddings import SentenceEmbeddingEncoder, clear_cache
+
+    started = time.perf_counter()
+    encoder = SentenceEmbeddingEncoder().fit([])
+    load = time.perf_counter() - started
+    rates = []
+    for _ in range(repeats):
+        clear_cache()
+        started = time.perf_counter()
+        encoder.transform(texts)
+        rates.append(len(texts) / (time.perf_counter() - started))
+    return {"encoder_load_s": round(load, 2), "encoder_distinct_texts": len(texts),
+            "encoder_texts_per_s_median": round(statistics.median(rates), 1)}
+
+
+def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int, encoder: str = "ngrams") -> dict:
     synth = generate(n_conversations, n_raters, 1, load_taxonomy())
     started = time.perf_counter()
     X, Y = build_items(synth.rating_data(), synth.taxonomy)
     items_seconds = time.perf_counter() - started
-    out = {"items": len(X), "ratings": int(Y.notna().sum().sum()), "build_items_s": round(items_seconds, 2)}
+    out = {"encoder": encoder, "items": len(X), "ratings": int(Y.notna().sum().sum()),
+           "build_items_s": round(items_seconds, 2)}
+    params, clear = _encoder_params(encoder)
+    if encoder != "ngrams":
+        distinct = list(dict.fromkeys(X["text"].astype(str)))[:2000]
+        out.update(bench_encoder_alone(distinct, repeats))
     # What train_bundle fits: the personalized model; the served generic model is its text part.
+    clear()
     started = time.perf_counter()
-    personalized = PersonalizedRater().fit(X, Y)
+    personalized = PersonalizedRater(**params).fit(X, Y)
     generic = personalized.to_generic()
     out["fit_bundle_s"] = round(time.perf_counter() - started, 2)
+    clear()
     started = time.perf_counter()
-    GenericRater().fit(X, Y)
+    GenericRater(**params).fit(X, Y)
     out["fit_generic_alone_s"] = round(time.perf_counter() - started, 2)
     bundle = ModelBundle("bench", list(Y.columns), [1, 2, 3, 4, 5], generic, personalized,
                          frozenset(personalized.known_raters_))
@@ -49,6 +89,7 @@ def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int) -
     serve.loc[serve.index[::10], "rater_id"] = "unknown"
     rates = []
     for _ in range(repeats):
+        clear()
         started = time.perf_counter()
         for start in range(0, len(serve), batch):
             bundle.predict_items(serve.iloc[start:start + batch])
@@ -65,6 +106,7 @@ def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int) -
     plain = [col for col in serve.columns if not col.startswith("trait_")]
     rates = []
     for _ in range(repeats):
+        clear()
         started = time.perf_counter()
         for start in range(0, len(serve), batch):
             part = serve.iloc[start:start + batch]
@@ -99,10 +141,12 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-oracle", action="store_true")
     parser.add_argument("--wassa", default=None, help="directory with the WASSA 2024 CSV files")
+    parser.add_argument("--encoder", choices=("ngrams", "minilm"), default="ngrams",
+                        help="the text encoder: n-grams (default) or sentence embeddings (the [embeddings] extra)")
     args = parser.parse_args()
     report = {}
     if not args.skip_speed:
-        report["speed"] = bench_speed(args.conversations, args.raters, args.batch, args.repeats)
+        report["speed"] = bench_speed(args.conversations, args.raters, args.batch, args.repeats, args.encoder)
         print(json.dumps(report, indent=2), flush=True)
     if not args.skip_oracle:
         report["oracle"] = {k: round(v, 3) for k, v in compare_with_oracle(generate(300, 40, 7, load_taxonomy())).items()}

