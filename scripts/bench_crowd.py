@@ -39,158 +39,20 @@ A smoke run: --participants 20 --window 60 --compress 20. Prints one JSON docume
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import random
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timezone
 from pathlib import Path
 
-import httpx
-
 from benchkit import (StoreWatch, argument_parser, emit, fresh_home, label_studio_and_broker, logger,
                       promote_synthetic_version, summary)
 
-CSRF = re.compile(r'name="csrf_token" value="([^"]*)"')
-HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
-ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
-
 log = logger("bench_crowd")
-
-
-class Tally:
-    def __init__(self):
-        self.first_turn, self.page, self.ack, self.errors = [], [], [], []
-        self.entry_server, self.preparing, self.first_turn_with_reading = [], [], []
-        self.outcomes: dict[str, int] = {}
-        self.submitted: dict[int, float] = {}  # task id -> wall time the POST was acknowledged
-
-    def outcome(self, name: str) -> None:
-        self.outcomes[name] = self.outcomes.get(name, 0) + 1
-
-
-def study_file(folder: Path, pool: int, k: int, n: int, cap: int, lease: int, tax) -> Path:
-    from sense7.data.toy_study import make_conversations
-
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "consent.md").write_text("# Consent\n\nYou will rate replies of an AI assistant.\n")
-    conversations = make_conversations(["pool"], per_rater=pool, turns=1, prefix="crowd")
-    import json
-
-    with open(folder / "pool.jsonl", "w") as fh:
-        for c in conversations:
-            fh.write(json.dumps({"conversation_id": c.conversation_id, "rater_id": "pool", "context": c.context,
-                                 "messages": [{"role": m.role, "content": m.content} for m in c.messages]}) + "\n")
-    path = folder / "study.yaml"
-    path.write_text(f"""study: bench
-consent: consent.md
-comprehension:
-  - question: What does "Continuity" mean here?
-    choices: ["The reply follows on from what was said", "The reply is long"]
-    answer: 1
-raters_per_conversation: {k}
-conversations_per_participant: {n}
-lease_minutes: {lease}
-participant_cap: {cap}
-codes:
-  completion: DONE
-  no_consent: NOCONS
-  screen_out: SCREEN
-pool: pool.jsonl
-""")
-    return path
-
-
-async def participant(base: str, pid: str, kind: str, arrive: float, think: tuple[float, float],
-                      tally: Tally, rng: random.Random, form_values: dict, profile_values: dict,
-                      consent_read: tuple[float, float] = (0, 0), check_answer: tuple[float, float] = (0, 0)) -> None:
-    await asyncio.sleep(arrive)
-    server = [0.0]  # the entry pages' server time (request -> response), summed
-
-    async def timed(request):
-        t0 = time.perf_counter()
-        response = await request
-        server[0] += time.perf_counter() - t0
-        return response
-
-    async with httpx.AsyncClient(base_url=base, timeout=120.0) as http:
-        try:
-            started = time.perf_counter()
-            page = await timed(http.get(f"/s/bench?PROLIFIC_PID={pid}&STUDY_ID=benchstudy&SESSION_ID=s{pid[:6]}"))
-            if page.status_code != 200 or "I agree" not in page.text:
-                tally.outcome(f"entry {page.status_code}")
-                return
-            choice = "decline" if kind == "decline" else "agree"
-            reading = rng.uniform(*consent_read)
-            await asyncio.sleep(reading)
-            answer = await timed(http.post("/s/bench/consent", data={"csrf_token": CSRF.search(page.text).group(1),
-                                                                     "consent": choice}))
-            if kind == "decline":
-                tally.outcome("declined" if "NOCONS" in answer.text else "decline failed")
-                return
-            if answer.status_code != 303:
-                tally.outcome("full" if "full" in answer.text else f"consent {answer.status_code}")
-                return
-            page = await timed(http.get("/s/bench/check"))
-            token = CSRF.search(page.text).group(1)
-            attempts = 2 if kind == "screen" else 1
-            for _ in range(attempts):
-                pause = rng.uniform(*check_answer)
-                reading += pause
-                await asyncio.sleep(pause)
-                answer = await timed(http.post("/s/bench/check", data={"csrf_token": token,
-                                                                       "q1": "2" if kind == "screen" else "1"}))
-            if kind == "screen":
-                tally.outcome("screened_out" if "SCREEN" in answer.text else "screen failed")
-                return
-            if answer.status_code != 303:
-                tally.outcome("full" if "full" in answer.text else f"check {answer.status_code}")
-                return
-            deadline = time.monotonic() + 300
-            wait = await timed(http.get("/s/bench/wait"))  # an entry page when the tasks are there
-            shown = time.perf_counter()
-            waited = 0.0
-            while wait.status_code != 303:  # the "preparing" page refreshes itself
-                if wait.status_code != 200 or time.monotonic() > deadline:
-                    raise RuntimeError(f"preparing answered HTTP {wait.status_code}")
-                await asyncio.sleep(0.5)
-                wait = await http.get("/s/bench/wait")
-                waited = time.perf_counter() - shown
-            page = await timed(http.get("/", follow_redirects=True))
-            if "/profile" in str(page.url):
-                form = {**dict(HIDDEN.findall(page.text)), **profile_values}
-                page = await timed(http.post("/profile", data=form, follow_redirects=True))
-            tally.first_turn_with_reading.append(time.perf_counter() - started)
-            tally.first_turn.append(server[0] + waited)
-            tally.entry_server.append(server[0])
-            tally.preparing.append(waited)
-            turns_done = 0
-            while True:
-                action = ACTION.search(page.text)
-                if action is None:
-                    break
-                if kind == "abandon" and turns_done >= 1:
-                    tally.outcome("abandoned")
-                    return
-                await asyncio.sleep(rng.uniform(*think))
-                form = {**dict(HIDDEN.findall(page.text)), **form_values}
-                started = time.perf_counter()
-                saved = await http.post(action.group(1), data=form)
-                tally.ack.append(time.perf_counter() - started)
-                if saved.status_code != 303:
-                    raise RuntimeError(f"submit answered HTTP {saved.status_code}")
-                tally.submitted[int(action.group(1).rsplit("/", 1)[1])] = time.time()
-                turns_done += 1
-                started = time.perf_counter()
-                page = await http.get(saved.headers["location"], follow_redirects=True)
-                tally.page.append(time.perf_counter() - started)
-            tally.outcome("completed" if "DONE" in page.text else "finish failed")
-        except Exception as exc:
-            tally.errors.append(f"{type(exc).__name__}: {exc}")
+CODES = {"completion": "DONE", "no_consent": "NOCONS", "screen_out": "SCREEN"}
 
 
 def slot_figures(store, k: int) -> dict:
@@ -357,6 +219,8 @@ def main() -> None:
     cfg = fresh_home("bench-crowd-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0",
                      SENSE7_RATER_PAGE_LINK_LIMIT="100000 per minute", **ls_env)
     from sense7.crowd.lifecycle import assignments_of, install_study
+    from sense7.crowd.simulate import Pace, run_participants, write_study
+    from sense7.data.toy_study import make_conversations
     from sense7.crowd.participants import Participants, Studies
     from sense7.data.raterpage import Outbox
     from sense7.labelstudio.label_sync import LabelSync
@@ -401,7 +265,6 @@ def main() -> None:
     if args.ceiling_only:
         with Stack(cfg) as stack:
             client, rating, _profile, _store = label_studio_and_broker(stack, tax)
-            from sense7.data.toy_study import make_conversations
             from sense7.labelstudio.protocol import rating_tasks
 
             conversation = make_conversations(["probe"], per_rater=1, turns=1, prefix="probe")[0]
@@ -413,8 +276,10 @@ def main() -> None:
         return
     with Stack(cfg) as stack:
         client, rating, profile, store = label_studio_and_broker(stack, tax)
-        study, _ = install_study(store, study_file(Path(cfg.home) / "study", pool, args.k, args.n, p,
-                                                             max(1, args.lease_minutes), tax), tax)
+        conversations = make_conversations(["pool"], per_rater=pool, turns=1, prefix="crowd")
+        study, _ = install_study(store, write_study(Path(cfg.home) / "study", conversations, study_id="bench",
+                                                    participants=p, k=args.k, n=args.n,
+                                                    lease_minutes=max(1, args.lease_minutes), codes=CODES), tax)
         Studies(store).set_open("bench", True)
         stack.start_backend()
         LabelSync(client, store, tax, rating, profile).ensure_webhooks(f"{cfg.backend_url}/webhook",
@@ -427,16 +292,9 @@ def main() -> None:
         watch.start()
         ls_watch = LabelStudioWatch(client, (rating, profile))
         ls_watch.start()
-        tally = Tally()
         started = time.time()
-
-        async def run():
-            await asyncio.gather(*[participant(base, f"{i:024x}", kinds[i], arrivals[i], think, tally,
-                                               random.Random(rng.random()), form_values[i], profile_values,
-                                               consent_read, check_answer)
-                                   for i in range(p)])
-
-        asyncio.run(run())
+        tally = run_participants(base, study, kinds, arrivals, Pace(think, consent_read, check_answer), form_values,
+                                 profile_values, seed=args.seed, pids=[f"{i:024x}" for i in range(p)])
         submitted = dict(tally.submitted)
         log(f"{len(submitted)} submitted, {len(tally.errors)} errors; waiting for delivery and lease expiry")
         deadline = time.time() + 600

@@ -471,6 +471,7 @@ def register(app: typer.Typer) -> None:
 
 CROWD_STUDY = "demo-crowd"
 CROWD_PACE = {"think": (0.1, 0.4), "consent_read": (0.2, 0.6), "check_answer": (0.5, 1.5)}  # (s) compressed
+CROWD_CODES = {"completion": "DEMODONE", "no_consent": "DEMONOCONS", "screen_out": "DEMOSCREEN"}
 
 
 def _run_crowd_demo(cfg: Settings, n: int, n_conversations: int, n_raters: int, seed: int, stack: Stack) -> None:
@@ -511,36 +512,6 @@ def _run_crowd_demo(cfg: Settings, n: int, n_conversations: int, n_raters: int, 
     console.print(f"Phase timings in {timings}. Stop everything with `sense7 down`.", highlight=False)
 
 
-def write_crowd_study(folder: Path, pool: list, participants: int, k: int = 3, n: int = 2) -> Path:
-    """The demo's study file, consent text and pool (the given conversations) under `folder`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "consent.md").write_text("# Consent (demo)\n\nYou will rate replies of an AI assistant. Your answers "
-                                       "are kept under a pseudonym.\n")
-    with open(folder / "pool.jsonl", "w") as fh:
-        for c in pool:
-            fh.write(json.dumps({"conversation_id": c.conversation_id, "rater_id": c.rater_id,
-                                 "context": dict(c.context),
-                                 "messages": [{"role": m.role, "content": m.content} for m in c.messages]}) + "\n")
-    path = folder / "study.yaml"
-    path.write_text(f"""study: {CROWD_STUDY}
-consent: consent.md
-comprehension:
-  - question: What does "Continuity" mean here?
-    choices: ["The reply follows on from what was said", "The reply is long"]
-    answer: 1
-raters_per_conversation: {k}
-conversations_per_participant: {n}
-lease_minutes: 1
-participant_cap: {max(participants, 1)}
-codes:
-  completion: DEMODONE
-  no_consent: DEMONOCONS
-  screen_out: DEMOSCREEN
-pool: pool.jsonl
-""")
-    return path
-
-
 def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list, seed: int,
                     settle: float = 600.0) -> dict:
     """Install and open the demo's crowd study, run `n` simulated participants (sense7.crowd.simulate: one
@@ -553,7 +524,7 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
 
     from sense7.crowd.lifecycle import expire_leases, install_study, status
     from sense7.crowd.participants import Participants, Studies
-    from sense7.crowd.simulate import Pace, mix, run_participants
+    from sense7.crowd.simulate import Pace, mix, run_participants, write_study
     from sense7.data.raterpage import Outbox
     from sense7.research.study_analysis import analyze_study
     from sense7.tasks.crowd import clear_released_tasks
@@ -563,7 +534,9 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
     # A re-run adds N more participants to the same study: the cap counts the earlier runs' seats too.
     earlier = Studies(store).get(CROWD_STUDY)
     seats = Participants(store, earlier[0]).seated() if earlier else 0
-    study, _ = install_study(store, write_crowd_study(cfg.home / "crowd-demo", pool, seats + n), tax)
+    study_path = write_study(cfg.home / "crowd-demo", pool, study_id=CROWD_STUDY, participants=seats + n, k=3, n=2,
+                             lease_minutes=1, codes=CROWD_CODES)
+    study, _ = install_study(store, study_path, tax)
     Studies(store).set_open(study.study_id, True)
     kinds = mix(n, at_least_one=True, rng=rng)
     arrivals, t = [], 0.0

@@ -12,10 +12,12 @@ server times are measured as they are.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]*)"')
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
@@ -48,6 +50,39 @@ class Pace:
     think: tuple[float, float] = (0.0, 0.0)
     consent_read: tuple[float, float] = (0.0, 0.0)
     check_answer: tuple[float, float] = (0.0, 0.0)
+
+
+def write_study(folder: Path, pool: list, *, study_id: str, participants: int, k: int, n: int, lease_minutes: int,
+                codes: dict[str, str]) -> Path:
+    """A simulated study's file, consent text and pool (`pool`: the given conversations) under `folder`:
+    one comprehension question, K raters per conversation, N conversations each, a cap of `participants`,
+    the platform `codes` (completion, no_consent, screen_out). Returns the study file's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "consent.md").write_text("# Consent\n\nYou will rate replies of an AI assistant. Your answers are "
+                                       "kept under a pseudonym.\n")
+    with open(folder / "pool.jsonl", "w") as fh:
+        for c in pool:
+            fh.write(json.dumps({"conversation_id": c.conversation_id, "rater_id": c.rater_id,
+                                 "context": dict(c.context),
+                                 "messages": [{"role": m.role, "content": m.content} for m in c.messages]}) + "\n")
+    path = folder / "study.yaml"
+    path.write_text(f"""study: {study_id}
+consent: consent.md
+comprehension:
+  - question: What does "Continuity" mean here?
+    choices: ["The reply follows on from what was said", "The reply is long"]
+    answer: 1
+raters_per_conversation: {k}
+conversations_per_participant: {n}
+lease_minutes: {lease_minutes}
+participant_cap: {max(participants, 1)}
+codes:
+  completion: {codes["completion"]}
+  no_consent: {codes["no_consent"]}
+  screen_out: {codes["screen_out"]}
+pool: pool.jsonl
+""")
+    return path
 
 
 def mix(n: int, decline: float = 0.05, screen: float = 0.05, abandon: float = 0.10, at_least_one: bool = False,
