@@ -124,3 +124,17 @@ def take_lease(conn: redis.Redis, name: str, ttl: float = LEASE_TTL, wait: float
     if not lock.acquire():
         return None
     return Lease(conn, lock, ttl, keep_alive)
+
+
+def lease_or_ask_again(app, conn: redis.Redis, lock: str, flag: str, flag_ttl: int, job: str, later: float,
+                       ttl: float = LEASE_TTL) -> Lease | None:
+    """The lock of a job that loops over shared work (delivery, crowd preparation) as a Lease whose
+    renewals keep the job's "queued" `flag` up, or None when another job holds it. Then this job is asked
+    for again `later` s on (the flag kept up meanwhile) rather than waiting for the lock: a wait would hold
+    one of the worker's few processes while other jobs queue behind it. Only the holder does the work, so
+    nothing is done twice however many of these run."""
+    lease = take_lease(conn, lock, ttl, keep_alive={flag: flag_ttl})
+    if lease is None:
+        conn.set(flag, 1, ex=flag_ttl)
+        app.send_task(job, countdown=later, retry=False, ignore_result=True)
+    return lease

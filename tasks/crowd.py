@@ -31,7 +31,7 @@ import logging
 
 from celery import shared_task
 from sense7.tasks import names
-from sense7.tasks.broker import LEASE_TTL, broker_app, queue_once, redis_client, take_lease
+from sense7.tasks.broker import broker_app, lease_or_ask_again, queue_once, redis_client
 from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import RETRY, Runtime, as_retryable, current_runtime, describe_error
 
@@ -155,13 +155,8 @@ def prepare_task(study_id: str | None = None, rater_id: str | None = None) -> di
     rt = current_runtime()
     app = get_app()
     conn = redis_client(app.conf.broker_url)
-    lease = take_lease(conn, LOCK_KEY, LEASE_TTL, keep_alive={SCHEDULED_KEY: SCHEDULED_TTL})
-    if lease is None:
-        # Another job holds the lock (or a killed worker's lease has not run out yet, within LEASE_TTL):
-        # waiting for it here would hold one of the worker's few processes, so ask again in a moment, the
-        # "queued" flag kept up meanwhile, as delivery does. Only the holder imports: nothing twice.
-        conn.set(SCHEDULED_KEY, 1, ex=SCHEDULED_TTL)
-        app.send_task(names.CROWD_PREPARE, countdown=HELD_RETRY, retry=False, ignore_result=True)
+    lease = lease_or_ask_again(app, conn, LOCK_KEY, SCHEDULED_KEY, SCHEDULED_TTL, names.CROWD_PREPARE, HELD_RETRY)
+    if lease is None:  # another job holds the lock (or a killed worker's lease has not run out yet)
         return {"rounds": 0, "participants": 0, "tasks": 0, "skipped": "another prepare job holds the lock; asked again"}
     seen: set[str] = set()
     try:

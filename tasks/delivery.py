@@ -22,7 +22,7 @@ from celery import shared_task
 from sense7.tasks import names
 from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import RETRY, Runtime, as_retryable, current_runtime, describe_error, transient
-from sense7.tasks.broker import LEASE_TTL, queue_once, redis_client, take_lease
+from sense7.tasks.broker import LEASE_TTL, lease_or_ask_again, queue_once, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -122,15 +122,10 @@ def deliver_task() -> dict:
     rt = current_runtime()
     app = get_app()
     conn = redis_client(app.conf.broker_url)
-    lease = take_lease(conn, LOCK_KEY, LOCK_TTL, keep_alive={SCHEDULED_KEY: SCHEDULED_TTL})
+    lease = lease_or_ask_again(app, conn, LOCK_KEY, SCHEDULED_KEY, SCHEDULED_TTL, names.DELIVER, HELD_RETRY, LOCK_TTL)
     if lease is None:
         # Another job holds the lock: its loop delivers what is in the outbox, unless it is past its last
-        # look (or its worker died, and the lease runs out within LOCK_TTL). Waiting here for it would hold
-        # one of the worker's few processes for up to a lease while the sync queues behind it: ask for
-        # this job again in a moment instead, and keep the "queued" flag up meanwhile. Only the lock's
-        # holder delivers, so nothing is written twice however many of these run.
-        conn.set(SCHEDULED_KEY, 1, ex=SCHEDULED_TTL)
-        app.send_task(names.DELIVER, countdown=HELD_RETRY, retry=False, ignore_result=True)
+        # look (or its worker died, and the lease runs out within LOCK_TTL).
         return {"delivered": 0, "failed": 0, "skipped": "another delivery job holds the lock; asked again"}
     try:
         result = deliver_outbox(rt)
