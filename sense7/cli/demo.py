@@ -151,20 +151,26 @@ class StudyData:
         return sorted({c.rater_id for c in self.batch})
 
 
+def _label_studio_and_projects(cfg: Settings, tax, stack: Stack, phases: Phases):
+    """The demo's first phases: Label Studio, Redis (this process sends jobs to the worker's broker too),
+    and the rating and profile projects. Returns (client, rating project id, profile project id)."""
+    with phases.phase(f"Label Studio on {cfg.ls_url}"):
+        stack.start_label_studio()
+    with phases.phase("Redis (broker)"):
+        stack.start_redis()
+    client = ls_client.connect(cfg)
+    with phases.phase("rating and profile projects"):
+        rating_id, profile_id = ls_client.ensure_projects(client, cfg, tax)
+    return client, rating_id, profile_id
+
+
 def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack, copy_probability=0.3) -> None:
     from sense7.data.store import Store
     from sense7.ml_backend.model import build_model
     from sense7.model.registry import ModelRegistry
 
     phases, tax = Phases(), resolve_taxonomy(cfg=cfg)
-    with phases.phase(f"Label Studio on {cfg.ls_url}"):
-        stack.start_label_studio()
-    with phases.phase("Redis (broker)"):
-        stack.start_redis()  # this process sends jobs to the same broker as the worker
-    client = ls_client.connect(cfg)
-    with phases.phase("rating and profile projects"):
-        rating_id, profile_id = ls_client.ensure_projects(client, cfg, tax)
-
+    client, rating_id, profile_id = _label_studio_and_projects(cfg, tax, stack, phases)
     store = Store(cfg.store_url)
     with phases.phase("study data"):
         study = _study_data(cfg, store, tax, conversations, raters, n_conversations, n_raters, seed)
@@ -482,13 +488,7 @@ def _run_crowd_demo(cfg: Settings, n: int, n_conversations: int, n_raters: int, 
     from sense7.model.registry import ModelRegistry
 
     phases, tax = Phases(), resolve_taxonomy(cfg=cfg)
-    with phases.phase(f"Label Studio on {cfg.ls_url}"):
-        stack.start_label_studio()
-    with phases.phase("Redis (broker)"):
-        stack.start_redis()
-    client = ls_client.connect(cfg)
-    with phases.phase("rating and profile projects"):
-        rating_id, profile_id = ls_client.ensure_projects(client, cfg, tax)
+    client, rating_id, profile_id = _label_studio_and_projects(cfg, tax, stack, phases)
     store = Store(cfg.store_url)
     with phases.phase("study data (synthetic pilot and pool)"):
         study = _study_data(cfg, store, tax, None, None, n_conversations, n_raters, seed)
