@@ -144,7 +144,7 @@ def test_two_stacks_share_no_gunicorn_control_socket(tmp_path):
         assert not (user_home / ".gunicorn").exists() and sockets == [], sockets
     finally:
         _cli(backend_env, "backend", "stop")
-        _cli(page_env, "rater-page", "stop")
+        _cli(page_env, "down")  # the rater page and the Redis it started for its home
 
 
 def _half_open(host: str, port: int, n: int) -> list[socket.socket]:
