@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sense7.files import write_private
+
 CSRF = re.compile(r'name="csrf_token" value="([^"]*)"')
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
 ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
@@ -57,16 +59,16 @@ def write_study(folder: Path, pool: list, *, study_id: str, participants: int, k
     """A simulated study's file, consent text and pool (`pool`: the given conversations) under `folder`:
     one comprehension question, K raters per conversation, N conversations each, a cap of `participants`,
     the platform `codes` (completion, no_consent, screen_out). Returns the study file's path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "consent.md").write_text("# Consent\n\nYou will rate replies of an AI assistant. Your answers are "
-                                       "kept under a pseudonym.\n")
-    with open(folder / "pool.jsonl", "w") as fh:
-        for c in pool:
-            fh.write(json.dumps({"conversation_id": c.conversation_id, "rater_id": c.rater_id,
-                                 "context": dict(c.context),
-                                 "messages": [{"role": m.role, "content": m.content} for m in c.messages]}) + "\n")
+    # The pool is conversation data and the study file names the codes that get participants paid: owner only.
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_private(folder / "consent.md", "# Consent\n\nYou will rate replies of an AI assistant. Your answers are "
+                                         "kept under a pseudonym.\n")
+    write_private(folder / "pool.jsonl", "".join(
+        json.dumps({"conversation_id": c.conversation_id, "rater_id": c.rater_id, "context": dict(c.context),
+                    "messages": [{"role": m.role, "content": m.content} for m in c.messages]}) + "\n"
+        for c in pool))
     path = folder / "study.yaml"
-    path.write_text(f"""study: {study_id}
+    write_private(path, f"""study: {study_id}
 consent: consent.md
 comprehension:
   - question: What does "Continuity" mean here?
