@@ -44,7 +44,7 @@ def assistant_id_of(value) -> str | None:
 
 
 def _joined(messages) -> str:
-    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+    return "\n".join([f"{m['role']}: {m['content']}" for m in messages])  # (a list joins faster than a generator)
 
 
 # -- relational features: the rated turn against the message it answers and the history ------------------
@@ -276,21 +276,41 @@ def build_items(data: RatingData, taxonomy: Taxonomy) -> tuple[pd.DataFrame, pd.
 # From Label Studio task data (serving)
 
 def task_columns(task_datas: list[dict], contexts: dict, taxonomy: Taxonomy) -> dict[str, list]:
-    """The item columns of Label Studio task data (DESIGN.md), contexts (store.contexts_for) included."""
-    rows = []
+    """The item columns of Label Studio task data (DESIGN.md), contexts (store.contexts_for) included.
+
+    The columns `item_row` gives for each task, filled directly (no row dicts, which cost a served request
+    more than the rest of this): tests/model/test_dataset.py holds them equal to the columns of the same
+    turns built with `item_row` from the conversations."""
+    conversation_ids, turn_indices, rater_ids, texts, history_texts = [], [], [], [], []
+    positions, counts, assistant_ids = [], [], []
     for data in task_datas:
         match = _POSITION.search(str(data.get("position", "")))
         position, n_turns = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
-        history = [m for m in data.get("history") or [] if m != START_PLACEHOLDER]
+        history = data.get("history") or []
+        if START_PLACEHOLDER in history:  # (one C-level scan: the common case has nothing to remove)
+            history = [m for m in history if m != START_PLACEHOLDER]
         turn_index = data.get("turn_index")
         turn_index = pd.NA if turn_index in (None, "") else int(turn_index)
+        conversation_id, rater_id = str(data["conversation_id"]), str(data["rater_id"])
         # The assistant (ratee), when the task data or the stored context names it; else unknown.
         assistant_id = data.get("assistant_id")
         if assistant_id_of(assistant_id) is None:
-            assistant_id = (contexts.get((str(data["conversation_id"]), str(data["rater_id"]))) or {}).get("assistant_id")
-        rows.append(item_row(data["conversation_id"], turn_index, data["rater_id"], history,
-                             data.get("turn") or [], position, n_turns, assistant_id))
-    return _with_contexts(rows, contexts, taxonomy)
+            assistant_id = (contexts.get((conversation_id, rater_id)) or {}).get("assistant_id")
+        conversation_ids.append(conversation_id)
+        turn_indices.append(turn_index)
+        rater_ids.append(rater_id)
+        texts.append("\n".join([m["content"] for m in data.get("turn") or []]))
+        history_texts.append(_joined(history))
+        positions.append(float(position))
+        counts.append(float(n_turns))
+        assistant_ids.append(assistant_id_of(assistant_id))
+    columns = {"conversation_id": conversation_ids, "turn_index": turn_indices, "rater_id": rater_ids,
+               "text": texts, "history_text": history_texts, "turn_position": positions, "n_turns": counts,
+               "assistant_id": assistant_ids}
+    pairs = list(zip(conversation_ids, rater_ids))
+    for fld in taxonomy.context_fields:
+        columns[f"ctx_{fld.key}"] = [(contexts.get(pair) or {}).get(fld.key) for pair in pairs]
+    return columns
 
 
 def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dict,

@@ -13,6 +13,7 @@ Functions that talk to Label Studio take its SDK client as an argument: this mod
 from __future__ import annotations
 
 import base64
+import itertools
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -162,9 +163,18 @@ def task_problem(task: Any) -> str | None:
                                              and isinstance(m.get("role"), str) for m in turn):
         return "task data 'turn' must be a list of {role, content} messages"
     history = data.get("history", [])
-    if not isinstance(history, list) or not all(isinstance(m, dict) and "content" in m for m in history):
+    if not isinstance(history, list) or not _all_messages(history):
         return "task data 'history' must be a list of {role, content} messages"
     return None
+
+
+def _all_messages(history: list) -> bool:
+    """Whether every element is a dict with a "content" key: the check of every history message of every
+    task of a /predict, so one C-level pass (dict.__contains__ refuses anything but a dict: TypeError)."""
+    try:
+        return all(map(dict.__contains__, history, itertools.repeat("content")))
+    except TypeError:
+        return False
 
 
 def iso_time(value) -> str:

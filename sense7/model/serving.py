@@ -6,7 +6,7 @@ process would pay on every /predict. `CompiledBundle` is built once per model ve
 computes the same probabilities from the plain task columns of `sense7.data.items.task_columns`:
 
     text score    = intercept + context/position features (ItemFeatures.dense_features) @ their coefficients
-                    + the coefficients of every term present (BulkNgramVectorizer.cells), per control
+                    + the coefficients of every term present (BulkNgramVectorizer.present_cells), per control
     personalized  = text score + the rater's intercept and slope (posterior of a known rater, trait prior
                     of any other rater with traits) + the assistant's effect, through the known or cold link
     generic       = its text score + its assistant effect, through its link
@@ -70,12 +70,10 @@ class _TextScores:
             return self.model.text_scores(pd.DataFrame(columns))
         out = self.dense_scores(columns)
         for name, vec, coef in self.blocks:
-            rows, cols = vec.cells(self.features.block_texts(columns, name))
+            # Presence features: a term counts once per document, however often it occurs.
+            rows, cols = vec.present_cells(self.features.block_texts(columns, name))
             if not len(rows):
                 continue
-            # Presence features: a term counts once per document, however often it occurs.
-            keys = np.unique(rows * len(coef) + cols)
-            rows, cols = keys // len(coef), keys % len(coef)
             starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))  # (np.r_ costs more)
             out[rows[starts]] += np.add.reduceat(coef[cols], starts, axis=0)
         return out

@@ -10,6 +10,7 @@ Tokens: lower-cased runs of characters other than whitespace and ASCII punctuati
 
 from __future__ import annotations
 
+import itertools
 import string
 
 import numpy as np
@@ -19,6 +20,10 @@ from sklearn.base import BaseEstimator
 
 _SEPARATOR = "\x01"  # cannot survive _TABLE inside a document, so it only marks document boundaries
 _TABLE = str.maketrans({c: " " for c in string.punctuation + _SEPARATOR})
+# _TABLE for a batch joined with separators (_SEPARATOR kept), every ASCII character listed: str.translate
+# looks each distinct character up once per call, and a character missing from the table costs a KeyError.
+_JOINED_TABLE = str.maketrans({**{chr(i): chr(i) for i in range(128)},
+                               **{c: " " for c in string.punctuation}})
 
 
 class TextEncoder(BaseEstimator):
@@ -136,38 +141,77 @@ class BulkNgramVectorizer(TextEncoder):
     def _index_for_lookups(self):
         # A plain dict and a sorted array: for the small batches of serving, pandas' hash-table set-up
         # per call cost more than the look-ups themselves.
-        self.token_ids_ = dict(zip(self.token_index_, range(len(self.token_index_))))
-        order = np.argsort(self.bigram_index_.to_numpy(), kind="stable")
-        self.bigram_sorted_ = (self.bigram_index_.to_numpy()[order], self.bigram_col_[order])
+        n_tokens = len(self.token_index_)
+        self.token_ids_ = dict(zip(self.token_index_, range(n_tokens)))
+        self.unknown_id_ = n_tokens  # a token no kept term uses
+        self.unigram_lookup_ = np.append(self.unigram_col_, -1)  # by token id, unknown included
+        # A bigram by the code of its token pair (first id * pair_base_ + second id), sorted, then a code no
+        # pair reaches (every id is below pair_base_).
+        self.pair_base_ = n_tokens + 1
+        codes = self.bigram_index_.to_numpy()
+        codes = codes // n_tokens * self.pair_base_ + codes % n_tokens
+        order = np.argsort(codes, kind="stable")
+        self.bigram_lookup_ = (np.append(codes[order], self.pair_base_ ** 2),
+                               np.append(self.bigram_col_[order], -1))
+
+    _DERIVED = ("token_ids_", "unknown_id_", "unigram_lookup_", "pair_base_", "bigram_lookup_")
 
     def __getstate__(self):
         # The look-up tables are derived: rebuilt on load rather than stored in every saved bundle.
-        return {k: v for k, v in self.__dict__.items() if k not in ("token_ids_", "bigram_sorted_")}
+        return {k: v for k, v in self.__dict__.items() if k not in self._DERIVED and k != "bigram_sorted_"}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         if "token_index_" in state:
             self._index_for_lookups()
 
+    def _lookup_tokens(self, docs) -> np.ndarray:
+        """The token id of every token of a batch, in order: 0 for the document separator, `unknown_id_`
+        for a token no kept term uses."""
+        separator = f" {_SEPARATOR} "
+        joined = separator.join(docs)
+        if joined.count(_SEPARATOR) == max(len(docs) - 1, 0):  # no document holds the separator itself
+            joined = joined.translate(_JOINED_TABLE).lower()
+        else:
+            joined = separator.join(d.translate(_TABLE) for d in docs).lower()
+        tokens = joined.split()
+        # One C-level pass (no per-token Python frame, no list to convert): ~2x cheaper than a comprehension.
+        return np.fromiter(map(self.token_ids_.get, tokens, itertools.repeat(self.unknown_id_)),
+                           dtype=np.int64, count=len(tokens))
+
+    def _cells_of(self, docs) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(documents, columns) of the unigram and then of the bigram occurrences of a batch."""
+        ids = self._lookup_tokens(docs)
+        doc = np.cumsum(ids == 0)
+        unigram = self.unigram_lookup_[ids]  # -1: the separator, an unknown token, or not a kept unigram
+        is_unigram = unigram >= 0
+        if self.ngram_max < 2:
+            return doc[is_unigram], unigram[is_unigram], doc[:0], unigram[:0]
+        # Every neighbouring pair by its code; a pair with the separator or an unknown token has no kept
+        # bigram's code, and the table ends with a code above every pair's, so no index runs past it.
+        codes, bigram_cols = self.bigram_lookup_
+        wanted = ids[:-1] * self.pair_base_ + ids[1:]
+        at = np.searchsorted(codes, wanted)
+        found = codes[at] == wanted
+        return doc[is_unigram], unigram[is_unigram], doc[:-1][found], bigram_cols[at[found]]
+
     def cells(self, docs) -> tuple[np.ndarray, np.ndarray]:
         """(document, column) of every kept term occurrence in a batch (repeats included): the matrix
-        `transform` builds, before it is built. The serving path sums coefficients over these directly."""
-        joined = f" {_SEPARATOR} ".join(d.translate(_TABLE) for d in docs).lower()
-        get = self.token_ids_.get
-        ids = np.array([get(token, -1) for token in joined.split()], dtype=np.int64)  # -1: no kept term uses it
-        doc = np.cumsum(ids == 0)
-        known = ids > 0
-        unigram = np.where(known, self.unigram_col_[np.maximum(ids, 0)], -1)
-        rows, cols = [doc[unigram >= 0]], [unigram[unigram >= 0]]
-        codes, bigram_cols = self.bigram_sorted_
-        if self.ngram_max >= 2 and len(ids) > 1 and len(codes):
-            pair = known[:-1] & known[1:]  # the separator (id 0) is never "known": pairs stay in a document
-            wanted = ids[:-1][pair] * len(self.token_index_) + ids[1:][pair]
-            at = np.minimum(np.searchsorted(codes, wanted), len(codes) - 1)
-            found = codes[at] == wanted
-            rows.append(doc[:-1][pair][found])
-            cols.append(bigram_cols[at[found]])
-        return np.concatenate(rows), np.concatenate(cols)
+        `transform` builds, before it is built."""
+        uni_rows, uni_cols, bi_rows, bi_cols = self._cells_of(docs)
+        return np.concatenate((uni_rows, bi_rows)), np.concatenate((uni_cols, bi_cols))
+
+    def present_cells(self, docs) -> tuple[np.ndarray, np.ndarray]:
+        """(document, column) of every kept term present in a batch, each once, sorted by document then
+        column: the non-zero cells of the presence matrix. The serving path sums coefficients over these."""
+        uni_rows, uni_cols, bi_rows, bi_cols = self._cells_of(docs)
+        width = len(self.vocabulary_)
+        keys = np.concatenate((uni_rows * width + uni_cols, bi_rows * width + bi_cols))
+        keys.sort()
+        if len(keys) > 1:  # what np.unique does, without its set-up
+            keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+        rows = keys // width
+        return rows, keys - rows * width
 
     def transform(self, docs):
         docs = list(docs)
