@@ -29,6 +29,7 @@ DELETION_ACTION = "ANNOTATIONS_DELETED"
 SECRET_HEADER = "X-Sense7-Secret"
 BACKEND_TITLE = "sense7 rater model"
 REQUIRED_TASK_FIELDS = ("conversation_id", "turn_index", "rater_id", "turn")
+_EMPTY_VALUES = (None, "", [])  # a required field with one of these is missing (built once: it holds a list)
 
 
 class MalformedEvent(ValueError):
@@ -152,7 +153,7 @@ def task_problem(task: Any) -> str | None:
     if not isinstance(data, dict):
         return "task has no 'data' object"
     for key in REQUIRED_TASK_FIELDS:
-        if data.get(key) in (None, "", []):
+        if data.get(key) in _EMPTY_VALUES:
             return f"task data has no '{key}' (tasks must be imported by `sense7 import`)"
     if not isinstance(data["rater_id"], (str, int)) or not isinstance(data["conversation_id"], (str, int)):
         return "task data 'rater_id' and 'conversation_id' must be strings"
