@@ -234,13 +234,17 @@ class CompiledBundle:
         personal = np.flatnonzero(rater_rows >= 0)
         generic = np.flatnonzero(rater_rows < 0)
         n = len(rater_rows)
-        probs = np.empty((n, len(self.controls), len(self.levels)))
-        kinds = np.full(n, "generic", dtype=object)
+        # A request is usually all of one group: then that group's arrays are the whole ones (no gathers, no
+        # scatter into a fresh array; the same values).
+        probs = None if len(personal) == n or len(generic) == n else \
+            np.empty((n, len(self.controls), len(self.levels)))
+        kinds = ["generic"] * n
         text = self._text.scores(columns) if len(personal) or self._generic_text is self._text else None
         assistants = columns["assistant_id"]
         if len(personal):
-            rows = rater_rows[personal]
-            g = text[personal]
+            everyone = len(personal) == n
+            rows = rater_rows if everyone else rater_rows[personal]
+            g = text if everyone else text[personal]
             coef = raters.coef[rows]
             shift = coef[:, :, 0]
             if self._slopes:  # slopes: how strongly this rater follows the text score
@@ -251,14 +255,23 @@ class CompiledBundle:
             scores = g + raters.common[rows][:, None] + shift \
                 + self._personal_assistants([assistants[i] for i in personal])
             known = raters.known[rows]
-            probs[personal] = self._rater_links(scores, known)
-            kinds[personal] = np.where(known, "personalized", "traits")
+            if everyone:
+                probs = self._rater_links(scores, known)
+            else:
+                probs[personal] = self._rater_links(scores, known)
+            for i, is_known in zip(personal.tolist(), known.tolist()):
+                kinds[i] = "personalized" if is_known else "traits"
         if len(generic):
             g = text[generic] if self._generic_text is self._text else \
                 self._generic_text.scores(_rows_of(columns, generic))
             scores = g + self._generic_assistants([assistants[i] for i in generic])
-            probs[generic] = self._generic_links(scores)
-        return Predictions(kinds.tolist(), probs, self.levels)
+            if len(generic) == n:
+                probs = self._generic_links(scores)
+            else:
+                probs[generic] = self._generic_links(scores)
+        if probs is None:  # no items
+            probs = np.empty((0, len(self.controls), len(self.levels)))
+        return Predictions(kinds, probs, self.levels)
 
     def _rater_links(self, scores: np.ndarray, known: np.ndarray) -> np.ndarray:
         """Probabilities through the known link for known raters, the cold one for the others: only the

@@ -22,6 +22,7 @@ _SEPARATOR = "\x01"  # cannot survive _TABLE inside a document, so it only marks
 _TABLE = str.maketrans({c: " " for c in string.punctuation + _SEPARATOR})
 # _TABLE for a batch joined with separators (_SEPARATOR kept), every ASCII character listed: str.translate
 # looks each distinct character up once per call, and a character missing from the table costs a KeyError.
+_SURROGATES = 0xD800  # the first code point that is not one UTF-16 unit of its own
 _JOINED_TABLE = str.maketrans({**{chr(i): chr(i) for i in range(128)},
                                **{c: " " for c in string.punctuation}})
 
@@ -142,8 +143,11 @@ class BulkNgramVectorizer(TextEncoder):
         # A plain dict and a sorted array: for the small batches of serving, pandas' hash-table set-up
         # per call cost more than the look-ups themselves.
         n_tokens = len(self.token_index_)
-        self.token_ids_ = dict(zip(self.token_index_, range(n_tokens)))
         self.unknown_id_ = n_tokens  # a token no kept term uses
+        if n_tokens < _SURROGATES:  # every id, unknown included, is one UTF-16 unit (the usual case)
+            self.token_ids_, self.token_chars_ = None, dict(zip(self.token_index_, map(chr, range(n_tokens))))
+        else:
+            self.token_ids_, self.token_chars_ = dict(zip(self.token_index_, range(n_tokens))), None
         self.unigram_lookup_ = np.append(self.unigram_col_, -1)  # by token id, unknown included
         # A bigram by the code of its token pair (first id * pair_base_ + second id), sorted, then a code no
         # pair reaches (every id is below pair_base_).
@@ -154,7 +158,7 @@ class BulkNgramVectorizer(TextEncoder):
         self.bigram_lookup_ = (np.append(codes[order], self.pair_base_ ** 2),
                                np.append(self.bigram_col_[order], -1))
 
-    _DERIVED = ("token_ids_", "unknown_id_", "unigram_lookup_", "pair_base_", "bigram_lookup_")
+    _DERIVED = ("token_ids_", "token_chars_", "unknown_id_", "unigram_lookup_", "pair_base_", "bigram_lookup_")
 
     def __getstate__(self):
         # The look-up tables are derived: rebuilt on load rather than stored in every saved bundle.
@@ -175,7 +179,11 @@ class BulkNgramVectorizer(TextEncoder):
         else:
             joined = separator.join(d.translate(_TABLE) for d in docs).lower()
         tokens = joined.split()
-        # One C-level pass (no per-token Python frame, no list to convert): ~2x cheaper than a comprehension.
+        if self.token_chars_ is not None:
+            # Each token's id as one character, the ids read back from the UTF-16 bytes: one C-level pass
+            # with no number boxed or unboxed per token (a third cheaper than np.fromiter over the ids).
+            coded = "".join(map(self.token_chars_.get, tokens, itertools.repeat(chr(self.unknown_id_))))
+            return np.frombuffer(coded.encode("utf-16-le"), dtype=np.uint16).astype(np.int64)
         return np.fromiter(map(self.token_ids_.get, tokens, itertools.repeat(self.unknown_id_)),
                            dtype=np.int64, count=len(tokens))
 
