@@ -75,7 +75,11 @@ class _TextScores:
             if not len(rows):
                 continue
             starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))  # (np.r_ costs more)
-            out[rows[starts]] += np.add.reduceat(coef[cols], starts, axis=0)
+            sums = np.add.reduceat(coef[cols], starts, axis=0)
+            if len(starts) == len(out):  # every document has a term (rows are sorted): no scatter needed
+                out += sums
+            else:
+                out[rows[starts]] += sums
         return out
 
 
