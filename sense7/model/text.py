@@ -162,7 +162,7 @@ class BulkNgramVectorizer(TextEncoder):
 
     def __getstate__(self):
         # The look-up tables are derived: rebuilt on load rather than stored in every saved bundle.
-        return {k: v for k, v in self.__dict__.items() if k not in self._DERIVED and k != "bigram_sorted_"}
+        return {k: v for k, v in self.__dict__.items() if k not in self._DERIVED}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
