@@ -65,12 +65,18 @@ class RaterResidualRidge:
     """Per-rater ridge weights on one control's residuals; arrays only (the estimator maps ids to rows).
 
     alpha: a penalty, or None to choose one from `alphas` (plus "off") by inner cross-validation.
+    per_rater: with alpha None, each rater's penalty is chosen from the same candidates on their own
+    held-out rows (raters differ in how much content moves them; a rater with few held-out ratings then
+    decides on few, which is why it is not the default); alpha_ is then the pooled choice, alphas_ each
+    rater's.
     After fit: coef_ (p, raters) float32 (zeros for raters without weights), offset_ (raters,) = mean_r .
     w_r, alpha_ (np.inf = off), cv_error_ {alpha: mean squared held-out error} and oof_ (the training rows'
     held-out predictions under alpha_, what a new rating of a known rater gets: the known link is fitted
     on them)."""
 
-    def __init__(self, alpha: float | None = None, alphas=ALPHAS, n_folds: int = 3, min_ratings: int = 3):
+    def __init__(self, alpha: float | None = None, alphas=ALPHAS, n_folds: int = 3, min_ratings: int = 3,
+                 per_rater: bool = False):
+        self.per_rater = per_rater
         self.alpha = alpha
         self.alphas = alphas
         self.n_folds = n_folds
@@ -115,14 +121,27 @@ class RaterResidualRidge:
         self.offset_ = np.zeros(n_raters)
         self.oof_ = np.zeros(n)
         self.alpha_ = float("inf")
+        self.alphas_ = np.full(n_raters, np.inf)
         if not use:
             return self
         self.alpha_ = float(alphas[best])
-        self.oof_ = held_out[:, best] if folds else self.oof_
-        for r, (coef, mean) in self._fit_raters(F, rater_rows, e, np.arange(n), alphas[best:best + 1],
-                                                n_raters).items():
-            self.coef_[:, r] = coef[:, 0]
-            self.offset_[r] = float(mean @ coef[:, 0])
+        choice = np.full(n_raters, best)  # index into alphas; len(alphas) = off
+        if self.per_rater and self.alpha is None:
+            squared = np.column_stack([(e[:, None] - held_out) ** 2, e ** 2])
+            for r in range(n_raters):
+                mine = rater_rows == r
+                if mine.any():
+                    choice[r] = int(np.argmin(squared[mine].mean(axis=0)))
+        on = choice < len(alphas)
+        self.alphas_[on] = alphas[choice[on]]
+        if folds:
+            own = choice[np.clip(rater_rows, 0, None)]
+            self.oof_ = np.where(own < len(alphas), held_out[np.arange(n), np.minimum(own, len(alphas) - 1)], 0.0)
+        fitted = self._fit_raters(F, rater_rows, e, np.arange(n), alphas, n_raters)
+        for r, (coef, mean) in fitted.items():
+            if on[r]:
+                self.coef_[:, r] = coef[:, choice[r]]
+                self.offset_[r] = float(mean @ coef[:, choice[r]])
         return self
 
     def predict(self, F, rater_rows: np.ndarray) -> np.ndarray:
