@@ -19,11 +19,20 @@ from tests.crowd.helpers import write_study
 TAX = load_taxonomy()
 
 
-def _simulate(policy: AssignmentPolicy, pool: int, participants: int) -> dict[str, set[int]]:
-    taken = {f"c{i}": set() for i in range(pool)}
+def _simulate(policy: AssignmentPolicy, participants: int, pool: int = 0,
+              turns: dict[str, int] | None = None) -> dict[str, set[int]]:
+    """Participants arrive one by one and take what the policy gives them (N conversations from a pool of
+    `pool`, or whole conversations within the turn budget when `turns` gives each conversation's length);
+    the invariants hold after every arrival."""
+    taken = {c: set() for c in turns} if turns else {f"c{i}": set() for i in range(pool)}
     for p in range(participants):
-        chosen = policy.choose(taken, f"r{p}")
-        assert len({c for c, _ in chosen}) == len(chosen)  # never the same conversation twice
+        chosen = policy.choose(taken, f"r{p}", turns=turns) if turns else policy.choose(taken, f"r{p}")
+        names = [c for c, _ in chosen]
+        assert len(set(names)) == len(names)  # never the same conversation twice
+        if turns:
+            if any(len(s) < policy.raters_per_conversation for s in taken.values()):
+                assert chosen  # while slots remain, everyone gets at least one conversation
+            assert sum(turns[c] for c in names) <= policy.turn_budget  # whole conversations within the budget
         for c, slot in chosen:
             assert slot not in taken[c]
             taken[c].add(slot)
@@ -36,7 +45,7 @@ def _simulate(policy: AssignmentPolicy, pool: int, participants: int) -> dict[st
 @pytest.mark.parametrize("k,n,pool", [(3, 3, 10), (2, 4, 7), (1, 1, 5), (5, 2, 3)])
 def test_policy_gives_n_least_covered_conversations_never_beyond_k(k, n, pool):
     policy = AssignmentPolicy(k, n)
-    taken = _simulate(policy, pool, participants=(k * pool) // n)
+    taken = _simulate(policy, participants=(k * pool) // n, pool=pool)
     # Once the pool is full, nobody gets anything.
     for _ in range(3):
         chosen = policy.choose(taken, "late")
@@ -161,30 +170,12 @@ def test_cap_is_atomic_for_racing_entries(tmp_path):
 
 # -- a budget of turns instead of N conversations --------------------------------------------------------
 
-def _simulate_budget(policy: AssignmentPolicy, turns: dict[str, int], participants: int) -> dict[str, set[int]]:
-    taken = {c: set() for c in turns}
-    for p in range(participants):
-        chosen = policy.choose(taken, f"r{p}", turns=turns)
-        names = [c for c, _ in chosen]
-        assert len(set(names)) == len(names)  # never the same conversation twice
-        if any(len(s) < policy.raters_per_conversation for s in taken.values()):
-            assert chosen  # while slots remain, everyone gets at least one conversation
-        assert sum(turns[c] for c in names) <= policy.turn_budget  # whole conversations within the budget
-        for c, slot in chosen:
-            assert slot not in taken[c]
-            taken[c].add(slot)
-        held = [len(s) for s in taken.values()]
-        assert max(held) <= policy.raters_per_conversation  # never beyond K
-        assert max(held) - min(held) <= 1  # balanced within 1 while slots remain
-    return taken
-
-
 @pytest.mark.parametrize("k,budget,seed", [(3, 8, 0), (2, 5, 1), (1, 6, 2), (5, 12, 3), (3, 6, 4)])
 def test_a_turn_budget_takes_whole_least_covered_conversations_never_beyond_k(k, budget, seed):
     rng = random.Random(seed)
     turns = {f"c{i}": rng.randint(1, min(6, budget)) for i in range(12)}  # the budget holds the longest
     policy = AssignmentPolicy(k, None, turn_budget=budget)
-    taken = _simulate_budget(policy, turns, participants=60)
+    taken = _simulate(policy, participants=60, turns=turns)
     assert all(len(s) == k for s in taken.values())  # 60 participants fill the pool
     assert policy.choose(taken, "one-more", turns=turns) == []
 
