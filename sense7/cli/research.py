@@ -93,6 +93,24 @@ def _set_text_model(estimators: dict, text_encoder: str, relational_weight: floa
         estimator.set_params(**{k: v for k, v in params.items() if k in own})
 
 
+def _set_rater_ridge(estimators: dict, rater_ridge: str | None, rater_ridge_from: str) -> None:
+    """--rater-ridge / --rater-ridge-from on every estimator that has them (the personalized model)."""
+    if rater_ridge is None:
+        return
+    value: str | float = rater_ridge
+    if rater_ridge not in ("cv", "cv_rater"):
+        try:
+            value = float(rater_ridge)
+        except ValueError:
+            raise fail(f"--rater-ridge: expected cv, cv_rater or a penalty, got {rater_ridge!r}", 2)
+    if rater_ridge_from not in ("encoder", "text"):
+        raise fail(f"--rater-ridge-from: expected encoder or text, got {rater_ridge_from!r}", 2)
+    for estimator in estimators.values():
+        own = estimator.get_params() if hasattr(estimator, "get_params") else {}
+        if "rater_ridge" in own:
+            estimator.set_params(rater_ridge=value, rater_ridge_from=rater_ridge_from)
+
+
 def evaluate_command(
     conversations: Path = typer.Option(None, help=CONVERSATIONS_HELP),
     ratings: Path = typer.Option(None, help=RATINGS_HELP),
@@ -121,6 +139,13 @@ def evaluate_command(
     relational_weight: float = typer.Option(None, "--relational-weight", min=0.0, show_default=False,
                                             help="scale of the relational features in the rater models "
                                                  "(default: the models' own, 0 = off)"),
+    rater_ridge: str = typer.Option(None, "--rater-ridge", show_default=False,
+                                    help="each known rater's own content weights in the personalized model: cv "
+                                         "(penalty by inner cross-validation on each training fold, off if it "
+                                         "does not help), cv_rater (chosen per rater) or a penalty; default off"),
+    rater_ridge_from: str = typer.Option("encoder", "--rater-ridge-from",
+                                         help="the features of --rater-ridge: encoder (needs --text-encoder "
+                                              "minilm) or text (every text feature)"),
 ) -> None:
     """Cross-validate the rater models and the trivial baselines; print metrics with 95% CIs.
 
@@ -144,6 +169,7 @@ def evaluate_command(
     except ValueError as exc:
         raise fail(f"--models: {exc}", 2)
     _set_text_model(estimators, text_encoder, relational_weight)
+    _set_rater_ridge(estimators, rater_ridge, rater_ridge_from)
     tax = resolve_taxonomy(taxonomy)
     data, name = _load(conversations, ratings, raters, wassa2024, tax, assignments=assignments, convabuse=convabuse)
     with progress() as bar:

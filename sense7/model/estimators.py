@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 from scipy.stats import norm
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import GroupKFold
@@ -28,6 +29,7 @@ from sense7.model.features import ItemFeatures
 RELATIONAL_WEIGHT = 0.0
 from sense7.model.ordinal import OrdinalLink
 from sense7.model.rater_effects import AssistantEffects, RaterEffects, assistant_keys
+from sense7.model.rater_ridge import RaterResidualRidge
 from sense7.model.ridge import multi_ridge
 
 
@@ -118,8 +120,10 @@ class _RaterModel(BaseEstimator):
         targets = np.tile(Yv, (1, len(weights)))
         coef, intercept = multi_ridge(F, targets, np.hstack(weights), self.alpha)
         self.text_coef_, self.text_intercept_ = coef[:, :C].astype(np.float32), intercept[:C]
-        if getattr(self, "rater_directions", 0):
-            self._train_features = F  # the rater directions are learned on it (PersonalizedRater._fit_directions)
+        if getattr(self, "rater_directions", 0) or getattr(self, "rater_ridge", None) is not None:
+            # The rater directions and the raters' own ridges are learned on it (PersonalizedRater).
+            self._train_features = F
+            self._train_groups = groups
         if not folds:  # too few conversations to hold any out: in-sample scores (links become overconfident)
             oof = np.asarray(F @ coef[:, :C]) + intercept[:C]
         else:
@@ -257,6 +261,15 @@ class PersonalizedRater(_RaterModel):
     rater_directions_from: the features the directions are learned in: "text" (every text feature) or
     "encoder" (the text encoder's columns only, e.g. 384 sentence-embedding dimensions instead of ~30,000
     n-grams: fewer coefficients per rater to learn from a rater's few ratings).
+    rater_ridge: each known rater's own content model, per control: a ridge of what the text model and the
+    rater's leniency and slope leave, on the features of `rater_ridge_from`, shrunk toward 0 (the population)
+    with one penalty per control (sense7.model.rater_ridge.RaterResidualRidge). "cv": the penalty is chosen
+    by inner cross-validation on the training rows (folds by conversation) from a grid that includes "off",
+    so a control where raters' own weights do not predict held-out ratings keeps leniency only; "cv_rater":
+    the same, each rater's penalty (or off) chosen on their own held-out ratings; a number:
+    that penalty. A rater with a dozen ratings gets weights near 0 either way; a new rater gets none.
+    None (default): off. rater_ridge_from: "encoder" (the text encoder's columns, e.g. 384 sentence-embedding
+    dimensions; needs a text_encoder) or "text" (every text feature; memory: features x raters x controls).
 
     Shared with GenericRater: text_features / text_weighting / max_features / history_chars /
     context_weight / context_interactions / relational_weight / text_encoder
@@ -272,7 +285,10 @@ class PersonalizedRater(_RaterModel):
                  context_interactions: bool = False, cv: int = 3, slopes: bool = True, pool_controls: bool = False,
                  backfit: int = 1, noise_prior: float | None = None, assistant_effects: bool = True,
                  levels=None, relational_weight: float = RELATIONAL_WEIGHT, text_encoder=None,
-                 rater_directions: int = 0, rater_directions_from: str = "text"):
+                 rater_directions: int = 0, rater_directions_from: str = "text", rater_ridge=None,
+                 rater_ridge_from: str = "encoder"):
+        self.rater_ridge = rater_ridge
+        self.rater_ridge_from = rater_ridge_from
         self.relational_weight = relational_weight
         self.text_encoder = text_encoder
         self.rater_directions = rater_directions
@@ -358,6 +374,38 @@ class PersonalizedRater(_RaterModel):
         self.direction_scale_ = np.where(scale > 0, scale, 1.0)
         return (values - self.direction_mean_) / self.direction_scale_
 
+    def _rater_ridge_columns(self) -> slice:
+        if self.rater_ridge_from == "encoder":
+            if (self.features_.vectorizers_ or {}).get("encoder") is None:
+                raise ValueError("rater_ridge_from='encoder' needs a text_encoder")
+            return self.features_.block_columns("encoder")
+        if self.rater_ridge_from != "text":
+            raise ValueError(f"rater_ridge_from must be encoder or text, got {self.rater_ridge_from!r}")
+        return slice(None)
+
+    def _fit_rater_ridge(self, items: np.ndarray, rows: np.ndarray, resid: np.ndarray,
+                         n_raters: int) -> RaterResidualRidge:
+        if isinstance(self.rater_ridge, str):
+            if self.rater_ridge not in ("cv", "cv_rater"):
+                raise ValueError(f"rater_ridge must be None, 'cv', 'cv_rater' or a penalty, got {self.rater_ridge!r}")
+            alpha = None
+        else:
+            alpha = float(self.rater_ridge)
+        F = self._train_features[:, self._rater_ridge_columns()][items]
+        return RaterResidualRidge(alpha=alpha, n_folds=max(int(self.cv), 2),
+                                  per_rater=self.rater_ridge == "cv_rater").fit(
+            F, rows, resid, self._train_groups[items], n_raters)
+
+    def rater_content_shifts(self, X, rater_rows: np.ndarray) -> np.ndarray | None:
+        """(n, controls) each row's shift from its rater's own content weights (rater_ridge; 0 for new
+        raters); None without them."""
+        if getattr(self, "rater_ridges_", None) is None:
+            return None
+        F = self.features_.transform(X)[:, self._rater_ridge_columns()]
+        if sp.issparse(F):
+            F = F.tocsr()
+        return np.column_stack([ridge.predict(F, rater_rows) for ridge in self.rater_ridges_])
+
     def rater_direction_values(self, X) -> np.ndarray | None:
         """(n, controls, rater_directions) values of the items of X (a frame or plain item columns) on the
         directions each rater has a slope on (per control, learned in fit: _fit_directions), standardized as
@@ -372,6 +420,7 @@ class PersonalizedRater(_RaterModel):
         Tv = self._fit_target_scale(Yv)
         per_rater = self._fit_traits(X)
         self.direction_coef_ = None
+        self.rater_ridges_ = None
         self.known_raters_ = per_rater.index.to_numpy(dtype=object)
         Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
@@ -406,7 +455,7 @@ class PersonalizedRater(_RaterModel):
             self.generic_assistant_.append(effect)
             self.generic_links_.append(self._fit_link(scores, Yv[rated, c]))
         self.fit_keys_ = None  # not needed after fit (keeps pickled bundles small)
-        self._train_features = None
+        self._train_features = self._train_groups = None
         for effects in self.effects_:
             effects.compact()
         return self
@@ -423,6 +472,8 @@ class PersonalizedRater(_RaterModel):
         self.effects_, self.links_known_, self.links_cold_, coefs = [], [], [], []
         self.assistant_effects_ = []
         self.assistant_rows_ = np.zeros(Tv.shape)  # in-sample assistant effects, for backfitting
+        if links:
+            self.rater_ridges_ = [] if self.rater_ridge is not None else None
         directions = None
         if self.rater_directions and links:  # learned once, in the round whose effects are kept
             # What the text model, each rater's leniency and their slope leave: the directions are learned on it.
@@ -459,10 +510,19 @@ class PersonalizedRater(_RaterModel):
             # Two links: scores of known raters are sharper than trait-only scores of new raters. Both are
             # fitted on what a *new* rating gets: leave-one-out rater effects (in-sample ones contain the
             # rating itself and make the known link overconfident) and trait-only effects.
+            if links and self.rater_ridge is not None:
+                # Each rater's own content weights on what the effects leave (in-sample effects: the
+                # residual is the content the leniency cannot hold); the known link sees their held-out
+                # predictions (inner folds), as a new rating of a known rater would.
+                resid = base - a_rows - effects.adjust(g, effects.posterior_[rows], extra)
+                content = self._fit_rater_ridge(np.flatnonzero(rated), rows, resid, len(Z))
+                self.rater_ridges_.append(content)
+                a_link = a_link + content.oof_
             if links:  # only the final round's links are ever used
                 loo = effects.loo_posterior(rows, g, base - a_rows, extra)
                 known = g + self.common_known_[rows] + effects.adjust(g, loo, extra) + a_link
-                cold = g + common_cold[rows] + effects.adjust(g, effects.prior(Z)[rows], extra) + a_link
+                cold = g + common_cold[rows] + effects.adjust(g, effects.prior(Z)[rows], extra) + a_link \
+                    - (content.oof_ if self.rater_ridge is not None else 0.0)  # a new rater has no weights
                 self.links_known_.append(self._fit_link(known, y))
                 self.links_cold_.append(self._fit_link(cold, y))
             coefs.append(effects.posterior_)
@@ -515,6 +575,9 @@ class PersonalizedRater(_RaterModel):
         common[known] = self.common_known_[rows[known]]
         shift = self._assistant_shift(getattr(self, "assistant_effects_", []), X)
         extra = self.rater_direction_values(X)
+        content = self.rater_content_shifts(X, rows)
+        if content is not None:
+            shift = shift + content
         out = {}
         for j, control in enumerate(self.controls_):
             effects, g = self.effects_[j], g_all[:, j]

@@ -49,6 +49,8 @@ def check_live(model) -> None:
         raise LiveUnsupported("a leniency pooled over controls is not updated live")
     if getattr(model, "rater_directions", 0):
         raise LiveUnsupported("rater directions (extra random-effect columns) are not updated live yet")
+    if getattr(model, "rater_ridge", None) is not None:
+        raise LiveUnsupported("each rater's own content weights (rater_ridge) are not updated live yet")
     missing = [name for name in ("target_values_", "trained_keys_") if not hasattr(model, name)]
     if missing or not all(hasattr(e, "rater_gram_") for e in model.effects_):
         raise LiveUnsupported("this version was trained before live statistics were kept")

@@ -170,6 +170,11 @@ class CompiledBundle:
         personalized, generic = bundle.personalized, bundle.generic
         if list(generic.controls_) != list(personalized.controls_):
             raise ValueError("the bundle's generic and personalized models predict different controls")
+        if getattr(personalized, "rater_ridges_", None) is not None:
+            # Each known rater's own content weights (PersonalizedRater.rater_ridge) are not in the rater
+            # table the compiled path serves from: refuse rather than serve predictions without them.
+            raise ValueError("a model with rater_ridge (each rater's own content weights) is not served by the "
+                             "compiled path yet; predict with the estimator (PersonalizedRater.predict_proba)")
         self.version = bundle.version
         self.controls = list(personalized.controls_)
         self.levels = np.asarray(bundle.levels)

@@ -127,3 +127,20 @@ def test_evaluate_relational_weight_reaches_the_rater_models(tmp_path):
         assert result.exit_code == 0, result.output
         scores[weight] = json.loads(out.read_text())["splits"]["known_rater"]["models"]["generic"]["overall"]
     assert scores["0"] != scores["3"]  # the generic model read the relational columns
+
+
+def test_evaluate_rater_ridge_reaches_the_personalized_model(tmp_path):
+    write_convabuse(tmp_path, n_conversations=16)
+    scores = {}
+    for option in ([], ["--rater-ridge", "1", "--rater-ridge-from", "text"]):
+        out = tmp_path / f"result-{len(option)}.json"
+        result = runner.invoke(app, ["evaluate", "--convabuse", str(tmp_path), "--splits", "known_rater", "--folds",
+                                     "3", "--boot", "0", "--models", "generic,personalized", *option, "--json",
+                                     str(out)])
+        assert result.exit_code == 0, result.output
+        models = json.loads(out.read_text())["splits"]["known_rater"]["models"]
+        scores[len(option)] = (models["generic"]["overall"], models["personalized"]["overall"])
+    assert scores[0][0] == scores[4][0]  # the generic model has no such parameter
+    assert scores[0][1] != scores[4][1]  # the personalized model read each rater's own weights
+    result = runner.invoke(app, ["evaluate", "--convabuse", str(tmp_path), "--rater-ridge", "lots"])
+    assert result.exit_code == 2 and "--rater-ridge" in result.output
