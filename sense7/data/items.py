@@ -210,7 +210,11 @@ def _conversation_item(conv: Conversation, turn_index) -> dict:
 def _with_contexts(rows: list[dict], contexts: dict, taxonomy: Taxonomy) -> dict[str, list]:
     """Rows as columns, plus ctx_<field>: each item's raw context answer (None when its (conversation,
     rater) pair has no context or no answer)."""
-    columns = {name: [row[name] for row in rows] for name in ITEM_COLUMNS}
+    return _add_contexts({name: [row[name] for row in rows] for name in ITEM_COLUMNS}, contexts, taxonomy)
+
+
+def _add_contexts(columns: dict[str, list], contexts: dict, taxonomy: Taxonomy) -> dict[str, list]:
+    """Item columns plus ctx_<field> (see `_with_contexts`)."""
     pairs = list(zip(columns["conversation_id"], columns["rater_id"]))
     for fld in taxonomy.context_fields:
         columns[f"ctx_{fld.key}"] = [(contexts.get(pair) or {}).get(fld.key) for pair in pairs]
@@ -304,13 +308,9 @@ def task_columns(task_datas: list[dict], contexts: dict, taxonomy: Taxonomy) -> 
         positions.append(float(position))
         counts.append(float(n_turns))
         assistant_ids.append(assistant_id_of(assistant_id))
-    columns = {"conversation_id": conversation_ids, "turn_index": turn_indices, "rater_id": rater_ids,
-               "text": texts, "history_text": history_texts, "turn_position": positions, "n_turns": counts,
-               "assistant_id": assistant_ids}
-    pairs = list(zip(conversation_ids, rater_ids))
-    for fld in taxonomy.context_fields:
-        columns[f"ctx_{fld.key}"] = [(contexts.get(pair) or {}).get(fld.key) for pair in pairs]
-    return columns
+    return _add_contexts({"conversation_id": conversation_ids, "turn_index": turn_indices, "rater_id": rater_ids,
+                          "text": texts, "history_text": history_texts, "turn_position": positions,
+                          "n_turns": counts, "assistant_id": assistant_ids}, contexts, taxonomy)
 
 
 def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dict,
