@@ -82,7 +82,7 @@ class RaterResidualRidge:
         self.n_folds = n_folds
         self.min_ratings = min_ratings
 
-    def _fit_raters(self, F, rater_rows, e, rows, alphas, n_raters):
+    def _fit_raters(self, F, rater_rows, e, rows, alphas):
         """{rater: (coef (p, A), mean)} fitted on `rows` (indices into F / e)."""
         out = {}
         by_rater = rater_rows[rows]
@@ -105,7 +105,7 @@ class RaterResidualRidge:
             if n_groups >= 2 else []
         held_out = np.zeros((n, len(alphas)))
         for train, test in folds:
-            fitted = self._fit_raters(F, rater_rows, e, train, alphas, n_raters)
+            fitted = self._fit_raters(F, rater_rows, e, train, alphas)
             for r, (coef, mean) in fitted.items():
                 mine = test[rater_rows[test] == r]
                 if len(mine):
@@ -137,7 +137,7 @@ class RaterResidualRidge:
         if folds:
             own = choice[np.clip(rater_rows, 0, None)]
             self.oof_ = np.where(own < len(alphas), held_out[np.arange(n), np.minimum(own, len(alphas) - 1)], 0.0)
-        fitted = self._fit_raters(F, rater_rows, e, np.arange(n), alphas, n_raters)
+        fitted = self._fit_raters(F, rater_rows, e, np.arange(n), alphas)
         for r, (coef, mean) in fitted.items():
             if on[r]:
                 self.coef_[:, r] = coef[:, choice[r]]
