@@ -77,11 +77,20 @@ def _trait_audit(data, tax, folds: int, seed: int, boot: int) -> dict:
     return audit
 
 
-def _set_text_model(estimators: dict, text_encoder: str, relational_weight: float | None) -> None:
-    """--text-encoder / --relational-weight on every estimator that has those parameters (the rater models)."""
+def _set_text_model(estimators: dict, text_encoder: str, relational_weight: float | None,
+                    text_alpha: str | None = None) -> None:
+    """--text-encoder / --relational-weight / --text-alpha on every estimator that has those parameters (the
+    rater models: generic and personalized alike, so that their comparison stays like for like)."""
     if text_encoder not in ("ngrams", "minilm"):
         raise fail(f"--text-encoder: unknown encoder {text_encoder!r}; choose ngrams or minilm", 2)
     params = {} if relational_weight is None else {"relational_weight": relational_weight}
+    if text_alpha is not None:
+        try:
+            params["alpha"] = text_alpha if text_alpha == "cv" else float(text_alpha)
+        except ValueError:
+            raise fail(f"--text-alpha: expected cv or a penalty, got {text_alpha!r}", 2)
+        if params["alpha"] != "cv" and not 0 < params["alpha"] < float("inf"):
+            raise fail(f"--text-alpha: a penalty must be a finite number above 0, got {text_alpha!r}", 2)
     if text_encoder == "minilm":
         from sense7.model.embeddings import SentenceEmbeddingEncoder, embeddings_available
 
@@ -146,6 +155,10 @@ def evaluate_command(
     rater_ridge_from: str = typer.Option("encoder", "--rater-ridge-from",
                                          help="the features of --rater-ridge: encoder (needs --text-encoder "
                                               "minilm) or text (every text feature)"),
+    text_alpha: str = typer.Option(None, "--text-alpha", show_default=False,
+                                   help="the rater models' text ridge penalty: a number, or cv (per control, by "
+                                        "inner cross-validation on each training fold; ~4x the fit time); "
+                                        "default the models' own (10)"),
 ) -> None:
     """Cross-validate the rater models and the trivial baselines; print metrics with 95% CIs.
 
@@ -168,7 +181,7 @@ def evaluate_command(
         estimators = default_models(None if models is None else [m.strip() for m in models.split(",") if m.strip()])
     except ValueError as exc:
         raise fail(f"--models: {exc}", 2)
-    _set_text_model(estimators, text_encoder, relational_weight)
+    _set_text_model(estimators, text_encoder, relational_weight, text_alpha)
     _set_rater_ridge(estimators, rater_ridge, rater_ridge_from)
     tax = resolve_taxonomy(taxonomy)
     data, name = _load(conversations, ratings, raters, wassa2024, tax, assignments=assignments, convabuse=convabuse)

@@ -27,6 +27,9 @@ from sense7.model.features import ItemFeatures
 # Scale of the relational features (sense7.data.items.RELATIONAL_COLUMNS) in both rater models; 0 = off.
 # docs/BENCHMARKS.md ("Relational features") has the measurements this default follows.
 RELATIONAL_WEIGHT = 0.0
+# The text ridge's penalty (alpha) by default, and the candidates alpha="cv" chooses from.
+DEFAULT_ALPHA = 10.0
+TEXT_ALPHAS = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 from sense7.model.ordinal import OrdinalLink
 from sense7.model.rater_effects import AssistantEffects, RaterEffects, assistant_keys
 from sense7.model.rater_ridge import RaterResidualRidge
@@ -94,11 +97,13 @@ class _RaterModel(BaseEstimator):
             out[rated, c] = mid[np.searchsorted(self.levels_, Yv[rated, c])]
         return out
 
-    def _fit_text(self, X: pd.DataFrame, Yv: np.ndarray) -> np.ndarray:
+    def _fit_text(self, X: pd.DataFrame, Yv: np.ndarray, choose_alpha: bool = True) -> np.ndarray:
         """Fit the text ridge per control; return out-of-fold scores (NaN where unrated).
 
         Folds group by conversation, so a turn's score never comes from a model that saw its conversation.
-        All controls and folds are solved together (sense7.model.ridge).
+        All controls and folds are solved together (sense7.model.ridge). With alpha="cv", choose_alpha=False
+        uses DEFAULT_ALPHA instead of choosing (the personalized model chooses in its last backfitting
+        round only, on the targets its final text model is fitted on).
         """
         self.features_ = ItemFeatures(self.text_features, max_features=self.max_features,
                                       history_chars=self.history_chars,
@@ -117,8 +122,10 @@ class _RaterModel(BaseEstimator):
             in_train = np.zeros(n, dtype=bool)
             in_train[train] = True
             weights.append((rated & in_train[:, None]).astype(float))
+        self.alpha_ = self._choose_alpha(F, Yv, weights, folds) if choose_alpha or not isinstance(self.alpha, str) \
+            else np.full(C, DEFAULT_ALPHA)
         targets = np.tile(Yv, (1, len(weights)))
-        coef, intercept = multi_ridge(F, targets, np.hstack(weights), self.alpha)
+        coef, intercept = multi_ridge(F, targets, np.hstack(weights), np.tile(self.alpha_, len(weights)))
         self.text_coef_, self.text_intercept_ = coef[:, :C].astype(np.float32), intercept[:C]
         if getattr(self, "rater_directions", 0) or getattr(self, "rater_ridge", None) is not None:
             # The rater directions and the raters' own ridges are learned on it (PersonalizedRater).
@@ -132,6 +139,30 @@ class _RaterModel(BaseEstimator):
                 block = slice(f * C, (f + 1) * C)
                 oof[test] = np.asarray(F[test] @ coef[:, block]) + intercept[block]
         return np.where(rated, oof, np.nan)
+
+    def _choose_alpha(self, F, Yv: np.ndarray, weights: list, folds: list) -> np.ndarray:
+        """The text ridge's penalty per control (C,): `alpha` itself, or (alpha="cv") the candidate of
+        TEXT_ALPHAS with the least squared error of the out-of-fold scores on the same folds (grouped by
+        conversation) the scores are made on, i.e. on the training rows only; all candidates, folds and
+        controls in one solve."""
+        C = Yv.shape[1]
+        if not isinstance(self.alpha, str):
+            return np.full(C, float(self.alpha))
+        if self.alpha != "cv":
+            raise ValueError(f"alpha must be a number or 'cv', got {self.alpha!r}")
+        if not folds:
+            return np.full(C, float(DEFAULT_ALPHA))
+        fold_weights = np.hstack(weights[1:])  # (n, folds * C)
+        K = fold_weights.shape[1]
+        coef, intercept = multi_ridge(F, np.tile(Yv, (1, len(folds) * len(TEXT_ALPHAS))),
+                                      np.tile(fold_weights, (1, len(TEXT_ALPHAS))), np.repeat(TEXT_ALPHAS, K))
+        errors = np.zeros((len(TEXT_ALPHAS), C))
+        for a in range(len(TEXT_ALPHAS)):
+            for f, (_, test) in enumerate(folds):
+                block = slice(a * K + f * C, a * K + (f + 1) * C)
+                err = np.asarray(F[test] @ coef[:, block]) + intercept[block] - Yv[test]
+                errors[a] += np.nansum(err ** 2, axis=0)
+        return np.asarray(TEXT_ALPHAS, dtype=float)[errors.argmin(axis=0)]
 
     def text_scores(self, X: pd.DataFrame) -> np.ndarray:
         """(n, controls) the text model's scores (text, history, position, context), before any rater."""
@@ -191,9 +222,11 @@ class GenericRater(_RaterModel):
     assistant_effects: add a shrunk per-assistant effect (X's optional `assistant_id`: who is rated, e.g. a
     model version; in WASSA the other person), learned in fit from the training rows' residuals
     (sense7.model.rater_effects.AssistantEffects); unknown or unseen assistants get 0. Not rater-specific.
+    alpha: the text ridge's penalty, or "cv" (chosen per control by inner cross-validation on the training
+    rows, see _choose_alpha).
     """
 
-    def __init__(self, text_features: str = "tfidf", alpha: float = 10.0, max_features: int = 30000,
+    def __init__(self, text_features: str = "tfidf", alpha: float | str = DEFAULT_ALPHA, max_features: int = 30000,
                  history_chars: int = 300, text_weighting: str = "presence",
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, assistant_effects: bool = True,
@@ -273,13 +306,14 @@ class PersonalizedRater(_RaterModel):
 
     Shared with GenericRater: text_features / text_weighting / max_features / history_chars /
     context_weight / context_interactions / relational_weight / text_encoder
-    (sense7.model.features.ItemFeatures), alpha (ridge penalty),
+    (sense7.model.features.ItemFeatures), alpha (the text ridge's penalty, or "cv": chosen per control by
+    inner cross-validation on the training rows, see _choose_alpha),
     cv (folds, grouped by conversation, for the out-of-fold scores the links and rater effects are fitted
     on), target_scale ("normal": regress each level's normal score, see _fit_target_scale), levels
     (default: read from Y).
     """
 
-    def __init__(self, text_features: str = "tfidf", alpha: float = 10.0, max_features: int = 30000,
+    def __init__(self, text_features: str = "tfidf", alpha: float | str = DEFAULT_ALPHA, max_features: int = 30000,
                  history_chars: int = 300, text_weighting: str = "presence",
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, slopes: bool = True, pool_controls: bool = False,
@@ -356,7 +390,7 @@ class PersonalizedRater(_RaterModel):
         for c in range(C):
             rated = np.isfinite(residual[:, c]) & known
             weights[np.flatnonzero(rated), c * n_raters + rows_all[rated]] = 1.0
-        coef, _ = multi_ridge(F, targets, weights, self.alpha)
+        coef, _ = multi_ridge(F, targets, weights, float(np.median(self.alpha_)))
         counts = weights.sum(axis=0).reshape(C, n_raters)
         basis = np.zeros((F.shape[1], C, r))
         for c in range(C):
@@ -432,7 +466,7 @@ class PersonalizedRater(_RaterModel):
         self.fit_keys_ = assistant_keys(X) if self.assistant_effects else None
         if self.fit_keys_ is not None and not any(k is not None for k in self.fit_keys_):
             self.fit_keys_ = None  # no assistant is known: nothing to learn (and no extra EM rounds)
-        oof = self._fit_text(X, Tv)
+        oof = self._fit_text(X, Tv, choose_alpha=self.backfit == 0)
         # Rater effects per control (optionally after a general leniency pooled over controls).
         self._fit_raters(Tv, Yv, oof, rows_all, Z, links=self.backfit == 0)
         for round_ in range(self.backfit):
@@ -440,7 +474,7 @@ class PersonalizedRater(_RaterModel):
             # are not credited with who happened to rate them; then the rater effects on the new scores.
             offsets = self.common_known_[rows_all][:, None] + self.rater_coef_[rows_all, :, 0] \
                 + self.assistant_rows_
-            oof = self._fit_text(X, Tv - offsets)
+            oof = self._fit_text(X, Tv - offsets, choose_alpha=round_ == self.backfit - 1)
             self._fit_raters(Tv, Yv, oof, rows_all, Z, links=round_ == self.backfit - 1)
         # What GenericRater would learn from the same data (same text model, links on the same out-of-fold
         # scores): kept so a bundle gets both models from one text fit.

@@ -11,13 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def multi_ridge(F, targets: np.ndarray, weights: np.ndarray, alpha: float, tol: float = 1e-5,
+def multi_ridge(F, targets: np.ndarray, weights: np.ndarray, alpha, tol: float = 1e-5,
                 max_iter: int = 500) -> tuple[np.ndarray, np.ndarray]:
-    """Solve min_b sum_i w_ik (y_ik - b0_k - F_i b_k)^2 + alpha |b_k|^2 for every column k.
+    """Solve min_b sum_i w_ik (y_ik - b0_k - F_i b_k)^2 + alpha_k |b_k|^2 for every column k.
 
     F: sparse (n, p); targets, weights: (n, K) (a weight of 0 leaves the row out; NaN targets must have
-    weight 0). Returns coef (p, K) and intercept (K,), the intercept unpenalised (the fit is centered).
+    weight 0); alpha: one penalty, or one per column (K,). Returns coef (p, K) and intercept (K,), the
+    intercept unpenalised (the fit is centered).
     """
+    alpha = np.asarray(alpha, dtype=np.float64)
     W = np.asarray(weights, dtype=np.float64)
     Y = np.where(W > 0, np.nan_to_num(targets, nan=0.0), 0.0)
     total = W.sum(axis=0)

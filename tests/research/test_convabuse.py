@@ -24,9 +24,10 @@ def _row(no, annotator, conv, texts, level, bot="E.L.I.Z.A."):
 
 
 def write_convabuse(directory, n_conversations=12, items_per_conversation=2, n_annotators=4, seed=0,
-                    repeat=True):
+                    repeat=True, noise=0.0):
     """A ConvAbuse-format file: each item rated by three of the annotators; annotator A3 rates one level
-    harsher; insults are rated high. With `repeat`, A1 rates the first item a second time."""
+    harsher; insults are rated high; with probability `noise` a rating is a random level instead. With
+    `repeat`, A1 rates the first item a second time."""
     rng = np.random.default_rng(seed)
     rows, no = [], 0
     for c in range(n_conversations):
@@ -36,6 +37,8 @@ def write_convabuse(directory, n_conversations=12, items_per_conversation=2, n_a
             texts = (f"How can I help {c}?", f"hi {i}", "Please go on.", "you are stupid" if rude else f"tell me {i}")
             for a in rng.choice(n_annotators, 3, replace=False):
                 level = min(5, (4 if rude else 1) + (a == 3))
+                if noise and rng.random() < noise:
+                    level = int(rng.integers(1, 6))
                 rows.append(_row(no, f"Annotator{a}", conv, texts, level))
                 no += 1
     if repeat:
@@ -130,7 +133,7 @@ def test_evaluate_relational_weight_reaches_the_rater_models(tmp_path):
 
 
 def test_evaluate_rater_ridge_reaches_the_personalized_model(tmp_path):
-    write_convabuse(tmp_path, n_conversations=16)
+    write_convabuse(tmp_path, n_conversations=16, noise=0.3)  # without noise every model is perfect
     scores = {}
     for option in ([], ["--rater-ridge", "1", "--rater-ridge-from", "text"]):
         out = tmp_path / f"result-{len(option)}.json"
@@ -144,3 +147,24 @@ def test_evaluate_rater_ridge_reaches_the_personalized_model(tmp_path):
     assert scores[0][1] != scores[4][1]  # the personalized model read each rater's own weights
     result = runner.invoke(app, ["evaluate", "--convabuse", str(tmp_path), "--rater-ridge", "lots"])
     assert result.exit_code == 2 and "--rater-ridge" in result.output
+
+
+def test_evaluate_text_alpha_reaches_both_rater_models(tmp_path):
+    write_convabuse(tmp_path, n_conversations=16, noise=0.3)  # without noise the personalized model is perfect
+    scores = {}
+    for option in ([], ["--text-alpha", "cv"], ["--text-alpha", "0.3"]):
+        out = tmp_path / f"result-{'-'.join(option)}.json"
+        result = runner.invoke(app, ["evaluate", "--convabuse", str(tmp_path), "--splits", "known_rater", "--folds",
+                                     "3", "--boot", "0", "--models", "rater_median,generic,personalized", *option,
+                                     "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        # The soft-label distance reads each model's whole predicted distribution.
+        models = json.loads(out.read_text())["splits"]["known_rater"]["perspectivist"]["models"]
+        scores[tuple(option)] = {name: models[name]["lewidi_wasserstein"]["mean"] for name in models}
+    default, fixed = scores[()], scores[("--text-alpha", "0.3")]
+    assert fixed["generic"] != default["generic"] and fixed["personalized"] != default["personalized"]
+    assert fixed["rater_median"] == default["rater_median"]  # a baseline has no text model
+    assert scores[("--text-alpha", "cv")]["generic"] != default["generic"]
+    for bad in ("lots", "0", "-1", "inf", "nan"):
+        result = runner.invoke(app, ["evaluate", "--convabuse", str(tmp_path), "--text-alpha", bad])
+        assert result.exit_code == 2 and "--text-alpha" in result.output, (bad, result.output)
