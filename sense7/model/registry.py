@@ -233,7 +233,7 @@ class ModelRegistry:
                 fh.write(version + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, 0o600)  # the owner only, as every data file of a home (mkstemp makes it so; kept explicit)
             os.replace(tmp, self.pointer_path)  # readers see the old name or the new one, never half
         except BaseException:
             if os.path.exists(tmp):

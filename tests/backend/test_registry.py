@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 import pytest
 
@@ -23,6 +24,7 @@ def test_add_promote_current_list(registry):
     assert [(v.name, v.current) for v in listed] == [("v1", False), ("v2", True)]
     assert registry.load("v2").version == "v2"
     assert not [p for p in registry.model_dir.iterdir() if p.name.startswith(".")]  # no leftovers
+    assert stat.S_IMODE(registry.pointer_path.stat().st_mode) == 0o600  # a data file of the home: owner only
 
 
 def test_version_names_cannot_escape_the_directory(registry):
