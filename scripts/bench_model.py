@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench_model.py --skip-oracle     # speed only (--skip-speed: the rest only)
     .venv/bin/python scripts/bench_model.py --wassa ../shared/data/wassa2024   # + WASSA known/cold Spearman
     .venv/bin/python scripts/bench_model.py --skip-oracle --encoder minilm    # the same with sentence embeddings
+    .venv/bin/python scripts/bench_model.py --skip-oracle --alpha cv          # the text penalty by inner CV
 
 --encoder minilm: both models with the sentence-embedding encoder (the [embeddings] extra) and its relational
 similarities (relational_weight 0.3); its line cache is emptied before every timed fit and prediction pass,
@@ -61,7 +62,8 @@ def bench_encoder_alone(texts: list[str], repeats: int) -> dict:
             "encoder_texts_per_s_median": round(statistics.median(rates), 1)}
 
 
-def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int, encoder: str = "ngrams") -> dict:
+def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int, encoder: str = "ngrams",
+                alpha: str | None = None) -> dict:
     synth = generate(n_conversations, n_raters, 1, load_taxonomy())
     started = time.perf_counter()
     X, Y = build_items(synth.rating_data(), synth.taxonomy)
@@ -69,6 +71,9 @@ def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int, e
     out = {"encoder": encoder, "items": len(X), "ratings": int(Y.notna().sum().sum()),
            "build_items_s": round(items_seconds, 2)}
     params, clear = _encoder_params(encoder)
+    if alpha is not None:  # --alpha: both models' text penalty (a number or cv)
+        params = {**params, "alpha": alpha if alpha == "cv" else float(alpha)}
+        out["alpha"] = alpha
     if encoder != "ngrams":
         distinct = list(dict.fromkeys(X["text"].astype(str)))[:2000]
         out.update(bench_encoder_alone(distinct, repeats))
@@ -143,10 +148,12 @@ def main() -> None:
     parser.add_argument("--wassa", default=None, help="directory with the WASSA 2024 CSV files")
     parser.add_argument("--encoder", choices=("ngrams", "minilm"), default="ngrams",
                         help="the text encoder: n-grams (default) or sentence embeddings (the [embeddings] extra)")
+    parser.add_argument("--alpha", default=None, help="the rater models' text penalty: a number or cv (default: theirs)")
     args = parser.parse_args()
     report = {}
     if not args.skip_speed:
-        report["speed"] = bench_speed(args.conversations, args.raters, args.batch, args.repeats, args.encoder)
+        report["speed"] = bench_speed(args.conversations, args.raters, args.batch, args.repeats, args.encoder,
+                                      args.alpha)
         print(json.dumps(report, indent=2), flush=True)
     if not args.skip_oracle:
         report["oracle"] = {k: round(v, 3) for k, v in compare_with_oracle(generate(300, 40, 7, load_taxonomy())).items()}
