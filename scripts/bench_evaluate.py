@@ -162,8 +162,9 @@ def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed
     param, values = spec.split("=")
     data = _load_named(name, path)
 
-    def ci(block) -> str:
-        return "n/a" if not block else f"{block['mean']:.3f} [{block['ci'][0]:.3f}, {block['ci'][1]:.3f}]"
+    def ci(block, digits: int = 3) -> str:
+        return "n/a" if not block else \
+            f"{block['mean']:.{digits}f} [{block['ci'][0]:.{digits}f}, {block['ci'][1]:.{digits}f}]"
 
     print(f"\n## {name}: {param} in {values}{' with ' + fixed if fixed else ''} ({folds} folds, seed {seed}, "
           f"{boot} resamples)\n")
@@ -184,7 +185,7 @@ def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed
                 extra = ("", "")
                 if model == "personalized":
                     extra = (f"{paired['spearman']:+.3f} [{paired['ci'][0]:+.3f}, {paired['ci'][1]:+.3f}]"
-                             if paired.get("spearman") is not None else "n/a", ci(gain))
+                             if paired.get("spearman") is not None else "n/a", ci(gain, 4))  # often within 0.001 of 0
                 print(f"| {split} | {value} | {model} | {_fmt(o['spearman'])} | {_fmt(o['mae'])} | "
                       f"{ci(p['lewidi_anad'])} | {ci(p['lewidi_wasserstein'])} | {extra[0]} | {extra[1]} |",
                       flush=True)

@@ -107,11 +107,11 @@ def _set_rater_ridge(estimators: dict, rater_ridge: str | None, rater_ridge_from
     if rater_ridge is None:
         return
     value: str | float = rater_ridge
-    if rater_ridge not in ("cv", "cv_rater"):
+    if rater_ridge not in ("cv", "cv_rater", "cv_rater_1se"):
         try:
             value = float(rater_ridge)
         except ValueError:
-            raise fail(f"--rater-ridge: expected cv, cv_rater or a penalty, got {rater_ridge!r}", 2)
+            raise fail(f"--rater-ridge: expected cv, cv_rater, cv_rater_1se or a penalty, got {rater_ridge!r}", 2)
     if rater_ridge_from not in ("encoder", "text"):
         raise fail(f"--rater-ridge-from: expected encoder or text, got {rater_ridge_from!r}", 2)
     for estimator in estimators.values():
@@ -151,7 +151,8 @@ def evaluate_command(
     rater_ridge: str = typer.Option(None, "--rater-ridge", show_default=False,
                                     help="each known rater's own content weights in the personalized model: cv "
                                          "(penalty by inner cross-validation on each training fold, off if it "
-                                         "does not help), cv_rater (chosen per rater) or a penalty; default off"),
+                                         "does not help), cv_rater (chosen per rater), cv_rater_1se (per rater, "
+                                         "on only if it beats off by one standard error) or a penalty; default off"),
     rater_ridge_from: str = typer.Option("encoder", "--rater-ridge-from",
                                          help="the features of --rater-ridge: encoder (needs --text-encoder "
                                               "minilm) or text (every text feature)"),

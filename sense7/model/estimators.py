@@ -299,7 +299,9 @@ class PersonalizedRater(_RaterModel):
     with one penalty per control (sense7.model.rater_ridge.RaterResidualRidge). "cv": the penalty is chosen
     by inner cross-validation on the training rows (folds by conversation) from a grid that includes "off",
     so a control where raters' own weights do not predict held-out ratings keeps leniency only; "cv_rater":
-    the same, each rater's penalty (or off) chosen on their own held-out ratings; a number:
+    the same, each rater's penalty (or off) chosen on their own held-out ratings; "cv_rater_1se": the same
+    with the one-standard-error rule (a rater's weights only when they beat off by more than the standard
+    error of the difference on their held-out ratings); a number:
     that penalty. A rater with a dozen ratings gets weights near 0 either way; a new rater gets none.
     None (default): off. rater_ridge_from: "encoder" (the text encoder's columns, e.g. 384 sentence-embedding
     dimensions; needs a text_encoder) or "text" (every text feature; memory: features x raters x controls).
@@ -420,14 +422,16 @@ class PersonalizedRater(_RaterModel):
     def _fit_rater_ridge(self, items: np.ndarray, rows: np.ndarray, resid: np.ndarray,
                          n_raters: int) -> RaterResidualRidge:
         if isinstance(self.rater_ridge, str):
-            if self.rater_ridge not in ("cv", "cv_rater"):
-                raise ValueError(f"rater_ridge must be None, 'cv', 'cv_rater' or a penalty, got {self.rater_ridge!r}")
+            if self.rater_ridge not in ("cv", "cv_rater", "cv_rater_1se"):
+                raise ValueError(f"rater_ridge must be None, 'cv', 'cv_rater', 'cv_rater_1se' or a penalty, "
+                                 f"got {self.rater_ridge!r}")
             alpha = None
         else:
             alpha = float(self.rater_ridge)
         F = self._train_features[:, self._rater_ridge_columns()][items]
         return RaterResidualRidge(alpha=alpha, n_folds=max(int(self.cv), 2),
-                                  per_rater=self.rater_ridge == "cv_rater").fit(
+                                  per_rater=self.rater_ridge in ("cv_rater", "cv_rater_1se"),
+                                  one_se=self.rater_ridge == "cv_rater_1se").fit(
             F, rows, resid, self._train_groups[items], n_raters)
 
     def rater_content_shifts(self, X, rater_rows: np.ndarray) -> np.ndarray | None:

@@ -61,6 +61,17 @@ def ridge_path(F, y: np.ndarray, alphas) -> tuple[np.ndarray, np.ndarray]:
     return coef, mean
 
 
+def beats_off_by_one_se(squared: np.ndarray, column: int) -> bool:
+    """The one-standard-error rule for one rater: squared (rows, candidates + 1) held-out squared errors, the
+    last column "off". True when `column` beats off on these rows by more than the standard error of the
+    mean difference (rows differ a lot in how much content helps them; a rater whose gain is within its own
+    noise keeps leniency only)."""
+    gain = squared[:, -1] - squared[:, column]
+    if len(gain) < 2:
+        return False
+    return bool(gain.mean() > gain.std(ddof=1) / np.sqrt(len(gain)))
+
+
 class RaterResidualRidge:
     """Per-rater ridge weights on one control's residuals; arrays only (the estimator maps ids to rows).
 
@@ -68,14 +79,16 @@ class RaterResidualRidge:
     per_rater: with alpha None, each rater's penalty is chosen from the same candidates on their own
     held-out rows (raters differ in how much content moves them; a rater with few held-out ratings then
     decides on few, which is why it is not the default); alpha_ is then the pooled choice, alphas_ each
-    rater's.
+    rater's. one_se (with per_rater): a rater gets weights only when they beat "off" by more than one
+    standard error (beats_off_by_one_se).
     After fit: coef_ (p, raters) float32 (zeros for raters without weights), offset_ (raters,) = mean_r .
     w_r, alpha_ (np.inf = off), cv_error_ {alpha: mean squared held-out error} and oof_ (the training rows'
     held-out predictions under alpha_, what a new rating of a known rater gets: the known link is fitted
     on them)."""
 
     def __init__(self, alpha: float | None = None, alphas=ALPHAS, n_folds: int = 3, min_ratings: int = 3,
-                 per_rater: bool = False):
+                 per_rater: bool = False, one_se: bool = False):
+        self.one_se = one_se
         self.per_rater = per_rater
         self.alpha = alpha
         self.alphas = alphas
@@ -132,6 +145,8 @@ class RaterResidualRidge:
                 mine = rater_rows == r
                 if mine.any():
                     choice[r] = int(np.argmin(squared[mine].mean(axis=0)))
+                    if self.one_se and choice[r] < len(alphas) and not beats_off_by_one_se(squared[mine], choice[r]):
+                        choice[r] = len(alphas)
         on = choice < len(alphas)
         self.alphas_[on] = alphas[choice[on]]
         if folds:

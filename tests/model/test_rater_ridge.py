@@ -55,6 +55,30 @@ def test_inner_cv_switches_itself_off_on_noise_and_on_where_raters_differ():
     assert not on.predict(F, np.full(len(rows), -1)).any()  # a new rater: no content shift
 
 
+def test_the_one_standard_error_rule_keeps_raters_whose_weights_are_noise_off():
+    """Half the raters have their own weights, half none. Choosing each rater's penalty by their held-out
+    error alone switches some of the second half on by chance; with the one-standard-error rule (cv_rater_1se)
+    the weights must beat "off" by more than their own noise."""
+    noise_on, noise_on_1se, signal_on_1se = 0, 0, 0
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        n_raters, per_rater, p = 12, 120, 8
+        rows = np.repeat(np.arange(n_raters), per_rater)
+        F = rng.normal(size=(len(rows), p))
+        groups = rng.integers(0, 100, len(rows))
+        weights = rng.normal(0, 0.5, size=(n_raters, p))
+        weights[n_raters // 2:] = 0
+        e = (F * weights[rows]).sum(axis=1) + rng.normal(size=len(rows))
+        argmin = RaterResidualRidge(per_rater=True).fit(F, rows, e, groups, n_raters)
+        one_se = RaterResidualRidge(per_rater=True, one_se=True).fit(F, rows, e, groups, n_raters)
+        noise_on += int(np.isfinite(argmin.alphas_[n_raters // 2:]).sum())
+        noise_on_1se += int(np.isfinite(one_se.alphas_[n_raters // 2:]).sum())
+        signal_on_1se += int(np.isfinite(one_se.alphas_[:n_raters // 2]).sum())
+        assert not one_se.coef_[:, ~np.isfinite(one_se.alphas_)].any()  # off means no weights at all
+    # Measured: 13 of 30 noise raters on by the argmin, 3 by the rule; all 30 planted raters kept.
+    assert signal_on_1se == 30 and noise_on >= 8 and noise_on_1se <= noise_on // 2, (noise_on, noise_on_1se)
+
+
 class Cues(TextEncoder):
     """Four dense columns of a turn's text (deterministic per text), standing in for sentence embeddings."""
 
