@@ -158,7 +158,7 @@ def evaluate_command(
                                               "minilm) or text (every text feature)"),
     text_alpha: str = typer.Option(None, "--text-alpha", show_default=False,
                                    help="the rater models' text ridge penalty: a number, or cv (per control, by "
-                                        "inner cross-validation on each training fold; ~4x the fit time); "
+                                        "inner cross-validation on each training fold; ~4.5x the fit time); "
                                         "default the models' own (10)"),
 ) -> None:
     """Cross-validate the rater models and the trivial baselines; print metrics with 95% CIs.
