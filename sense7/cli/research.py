@@ -106,12 +106,14 @@ def _set_rater_ridge(estimators: dict, rater_ridge: str | None, rater_ridge_from
     """--rater-ridge / --rater-ridge-from on every estimator that has them (the personalized model)."""
     if rater_ridge is None:
         return
+    from sense7.model.rater_ridge import RATER_RIDGE_CHOICES
+
     value: str | float = rater_ridge
-    if rater_ridge not in ("cv", "cv_rater", "cv_rater_1se"):
+    if rater_ridge not in RATER_RIDGE_CHOICES:
         try:
             value = float(rater_ridge)
         except ValueError:
-            raise fail(f"--rater-ridge: expected cv, cv_rater, cv_rater_1se or a penalty, got {rater_ridge!r}", 2)
+            raise fail(f"--rater-ridge: expected {', '.join(RATER_RIDGE_CHOICES)} or a penalty, got {rater_ridge!r}", 2)
     if rater_ridge_from not in ("encoder", "text"):
         raise fail(f"--rater-ridge-from: expected encoder or text, got {rater_ridge_from!r}", 2)
     for estimator in estimators.values():

@@ -32,7 +32,7 @@ DEFAULT_ALPHA = 10.0
 TEXT_ALPHAS = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 from sense7.model.ordinal import OrdinalLink
 from sense7.model.rater_effects import AssistantEffects, RaterEffects, assistant_keys
-from sense7.model.rater_ridge import RaterResidualRidge
+from sense7.model.rater_ridge import RATER_RIDGE_CHOICES, RaterResidualRidge
 from sense7.model.ridge import multi_ridge
 
 
@@ -122,8 +122,7 @@ class _RaterModel(BaseEstimator):
             in_train = np.zeros(n, dtype=bool)
             in_train[train] = True
             weights.append((rated & in_train[:, None]).astype(float))
-        self.alpha_ = self._choose_alpha(F, Yv, weights, folds) if choose_alpha or not isinstance(self.alpha, str) \
-            else np.full(C, DEFAULT_ALPHA)
+        self.alpha_ = self._choose_alpha(F, Yv, weights, folds if choose_alpha else [])
         targets = np.tile(Yv, (1, len(weights)))
         coef, intercept = multi_ridge(F, targets, np.hstack(weights), np.tile(self.alpha_, len(weights)))
         self.text_coef_, self.text_intercept_ = coef[:, :C].astype(np.float32), intercept[:C]
@@ -144,7 +143,7 @@ class _RaterModel(BaseEstimator):
         """The text ridge's penalty per control (C,): `alpha` itself, or (alpha="cv") the candidate of
         TEXT_ALPHAS with the least squared error of the out-of-fold scores on the same folds (grouped by
         conversation) the scores are made on, i.e. on the training rows only; all candidates, folds and
-        controls in one solve."""
+        controls in one solve. Without folds (none given, or too few conversations): DEFAULT_ALPHA."""
         C = Yv.shape[1]
         if not isinstance(self.alpha, str):
             return np.full(C, float(self.alpha))
@@ -422,8 +421,8 @@ class PersonalizedRater(_RaterModel):
     def _fit_rater_ridge(self, items: np.ndarray, rows: np.ndarray, resid: np.ndarray,
                          n_raters: int) -> RaterResidualRidge:
         if isinstance(self.rater_ridge, str):
-            if self.rater_ridge not in ("cv", "cv_rater", "cv_rater_1se"):
-                raise ValueError(f"rater_ridge must be None, 'cv', 'cv_rater', 'cv_rater_1se' or a penalty, "
+            if self.rater_ridge not in RATER_RIDGE_CHOICES:
+                raise ValueError(f"rater_ridge must be None, {', '.join(RATER_RIDGE_CHOICES)} or a penalty, "
                                  f"got {self.rater_ridge!r}")
             alpha = None
         else:

@@ -61,6 +61,10 @@ def ridge_path(F, y: np.ndarray, alphas) -> tuple[np.ndarray, np.ndarray]:
     return coef, mean
 
 
+# PersonalizedRater(rater_ridge=...) by name: pooled inner CV, per rater, per rater with the one-SE rule.
+RATER_RIDGE_CHOICES = ("cv", "cv_rater", "cv_rater_1se")
+
+
 def beats_off_by_one_se(squared: np.ndarray, column: int) -> bool:
     """The one-standard-error rule for one rater: squared (rows, candidates + 1) held-out squared errors, the
     last column "off". True when `column` beats off on these rows by more than the standard error of the
