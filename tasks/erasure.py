@@ -17,7 +17,7 @@ import logging
 
 from sense7.data.participation import Withdrawals, erase_rater_rows, staff_user
 from sense7.labelstudio.erasure import erase_rater, rater_account_ids
-from sense7.labelstudio.rater_accounts import placeholder_email
+from sense7.labelstudio.rater_accounts import account_email
 from sense7.model.registry import ModelRegistry, RegistryError
 from sense7.tasks import names
 from sense7.tasks.runtime import Runtime
@@ -51,7 +51,7 @@ def erase_withdrawn(rt: Runtime, rater_ids=None, confirmed_by: str | None = None
     done = []
     for row in pending:
         rater_id = row["rater_id"]
-        emails = {rt.store.rater_emails().get(rater_id), placeholder_email(rater_id)} - {None}
+        emails = {rt.store.rater_emails().get(rater_id), account_email(rater_id)} - {None}
         accounts = rater_account_ids(rt.client, emails)
         counts = erase_rater(rt.client, projects, rater_id, emails)
         versions = versions_trained_on(registry, rater_id)

@@ -1,5 +1,5 @@
-"""`sense7 raters import|invite|revoke|list|withdraw|erase`: rater traits, the raters' private rating links, and
-withdrawal with erasure (sense7.tasks.erasure)."""
+"""`sense7 raters import|invite|revoke|list|withdraw|erase|move-accounts`: rater traits, the raters' private rating
+links, withdrawal with erasure (sense7.tasks.erasure), and attribution accounts moved off raters' emails."""
 
 from __future__ import annotations
 
@@ -232,6 +232,27 @@ def _erase(rater_ids) -> None:
     if done:
         console.print(f"retrain: {done[0].get('retrain', 'not asked')}", highlight=False, markup=False)
         _store().log_staff("raters erase", receipts=[r["receipt"] for r in done])
+
+
+@raters_app.command("move-accounts")
+def move_accounts() -> None:
+    """Move the attribution accounts that sense7 made before 2026-11-28 with raters' own emails to their
+    reserved addresses (rater-<hash>@raters.sense7.invalid), so that no rater's email stays in Label Studio,
+    whose user list every account reads and whose exports name annotators by email. Each account's
+    annotations move with it (only their author changes); staff members' own logins are left alone. Needs
+    Label Studio running; running it again finishes an interrupted move and otherwise changes nothing."""
+    from sense7.labelstudio.rater_accounts import move_accounts as move
+    from sense7.tasks.runtime import Runtime, describe_error
+
+    rt = Runtime(settings())
+    try:
+        counts = move(rt.client, rt.store, [rt.rating_project, rt.profile_project])
+    except Exception as exc:
+        raise fail(f"accounts not all moved ({describe_error(exc)}); run it again to finish", 1)
+    _store().log_staff("raters move-accounts", **counts)
+    console.print(f"{counts['accounts']} account(s) moved to reserved addresses with {counts['annotations']} "
+                  f"annotation(s); {counts['staff_logins_left']} staff login(s) with a rater's email left alone",
+                  highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

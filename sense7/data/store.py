@@ -469,22 +469,20 @@ class Store:
             return pd.DataFrame(index=pd.Index([], name="rater_id"))
         return frame.set_index("rater_id")
 
-    def set_email(self, rater_id: str, email: str) -> None:
-        """Give a rater (created when missing) an email, without touching their traits."""
-        with self.engine.begin() as conn:
-            row = conn.execute(select(raters).where(raters.c.rater_id == rater_id)).mappings().first()
-            self.upsert_rows(conn, raters, [{"rater_id": rater_id, "email": email.strip().lower(),
-                                         "traits": row["traits"] if row else {}, "updated_at": _now()}],
-                         ["rater_id"])
+    def add_raters(self, rater_ids: Iterable[str]) -> None:
+        """Create the raters not in the store yet (no email, no traits); existing ones are left as they are."""
+        rows = [{"rater_id": rid, "email": None, "traits": {}, "updated_at": _now()}
+                for rid in dict.fromkeys(rater_ids)]
+        if rows:
+            with self.engine.begin() as conn:
+                self.upsert_rows(conn, raters, rows, ["rater_id"], keep_existing=True)
 
-    def rater_id_for_email(self, email: str) -> str | None:
-        with self.engine.connect() as conn:
-            return conn.scalar(select(raters.c.rater_id).where(raters.c.email == email.strip().lower()))
-
-    def rater_emails(self) -> dict[str, str]:
+    def rater_emails(self, every_rater: bool = False) -> dict[str, str | None]:
+        """rater_id -> email of the raters with one (`every_rater`: of every rater, None when unknown)."""
+        query = select(raters.c.rater_id, raters.c.email)
         with self.engine.connect() as conn:
             return {rid: email for rid, email in conn.execute(
-                select(raters.c.rater_id, raters.c.email).where(raters.c.email.is_not(None)))}
+                query if every_rater else query.where(raters.c.email.is_not(None)))}
 
     # -- conversations and contexts ------------------------------------------------------------------
     def upsert_conversations(self, items: Iterable[Conversation]) -> None:

@@ -7,7 +7,7 @@ upserts are keyed by annotation id + updated time, and annotations no longer in 
 deleted in the store.
 
 Who rated: `completed_by` (a Label Studio user id) -> that user's email (users API) -> our rater id
-(`store.rater_id_for_email`). Attribution is never guessed: an annotation whose author is not a known
+(`raters_by_email`: the rater's attribution address, or the email the store has for them). Attribution is never guessed: an annotation whose author is not a known
 rater, or is a rater other than the task's own, is *quarantined*: stored with the reason, counted, never
 trained on. A questionnaire answer changes traits only when the rater it asks about wrote it. (Staff who
 enter a paper form use `sense7 ratings import`: an explicit, logged entry.) Every change is kept in the
@@ -40,6 +40,7 @@ from sense7.labelstudio.protocol import (
     rating_result,
     user_id,
 )
+from sense7.labelstudio.rater_accounts import raters_by_email
 from sense7.taxonomy import Taxonomy
 
 
@@ -150,9 +151,7 @@ class LabelSync:
         email = self.email_of(completed_by)
         if not email:
             return None
-        if self._rater_by_email is not None:
-            return self._rater_by_email.get(email)
-        return self.store.rater_id_for_email(email)
+        return (self._rater_by_email if self._rater_by_email is not None else raters_by_email(self.store)).get(email)
 
     def attribution(self, completed_by, task_data: dict) -> tuple[str | None, str | None]:
         """(rater, None) when the task's own rater wrote the annotation, else (None, why not)."""
@@ -328,7 +327,7 @@ class LabelSync:
         accepted for these annotations. Read after the tasks, so a submission behind an annotation read
         here is in the outbox already (delivery writes to Label Studio after the submission is stored)."""
         ids = [int(a["id"]) for task in tasks for a in (dict(x) for x in task.annotations or [])]
-        self._rater_by_email = {email: rid for rid, email in self.store.rater_emails().items()}
+        self._rater_by_email = raters_by_email(self.store)
         self._submitted = Outbox(self.store).revisions(task_ids=[task.id for task in tasks])
         self._accepted = self.store.accepted_versions(annotation_ids=ids)
 
@@ -426,7 +425,7 @@ class LabelSync:
         """Make the store equal to Label Studio for both projects (the source of truth)."""
         result = SyncResult()
         self._load_users()
-        self._rater_by_email = {email: rid for rid, email in self.store.rater_emails().items()}
+        self._rater_by_email = raters_by_email(self.store)
         self._stored = self.store.annotation_states()
         self._submitted = Outbox(self.store).revisions()
         self._accepted = self.store.accepted_versions()

@@ -4,14 +4,18 @@ annotations.
 
 A rater rates on sense7's rater page, never in Label Studio. So that Label Studio (the system of record)
 credits each annotation to its rater explicitly, every rater has an *attribution account*: a Label Studio
-user with the rater's email (or a reserved `.invalid` address when none is known) and a random password
-that is discarded at once, so nobody can sign in with it. The rater page knows the rater from their private
-link and writes as that account; the sync attributes the annotation through that email, as for any user.
+user with a reserved address derived from the rater id (`account_email`, never a mailbox and never the
+rater's own email: every Label Studio account reads the user list, and its CSV and JSON exports name each
+annotator by email) and a random password that is discarded at once, so nobody can sign in with it. The
+rater page knows the rater from their private link and writes as that account; the sync attributes the
+annotation through that address (`raters_by_email`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 import secrets
 from typing import Any
 
@@ -27,14 +31,28 @@ from sense7.taxonomy import Taxonomy
 RESERVED_DOMAIN = "raters.sense7.invalid"  # RFC 2606: never a real mailbox
 
 
-def placeholder_email(rater_id: str) -> str:
-    """A stable, reserved address for a rater whose email is not known (the id itself may be any text)."""
+@functools.lru_cache(maxsize=65536)  # the sync maps every rater's address per batch: hash each id once
+def account_email(rater_id: str) -> str:
+    """The address of a rater's attribution account: stable, reserved and derived from the rater id alone
+    (which may itself be a platform id, so only a hash of it appears)."""
     return f"rater-{hashlib.sha256(rater_id.encode()).hexdigest()[:20]}@{RESERVED_DOMAIN}"
 
 
-def ensure_users(client: LabelStudio, emails: dict[str, str]) -> dict[str, int]:
-    """rater_id -> Label Studio user id, creating a user (password discarded) per email not there yet."""
-    existing = {(u.email or "").lower(): u.id for u in client.users.list()}
+def raters_by_email(store: Store) -> dict[str, str]:
+    """Label Studio email -> rater: every rater's attribution address, and the email the store has for a
+    rater (an account made before attribution addresses, or a staff member's own login: see
+    ensure_accounts)."""
+    emails = store.rater_emails(every_rater=True)
+    found = {account_email(rater_id): rater_id for rater_id in emails}
+    found.update({email: rater_id for rater_id, email in emails.items() if email})
+    return found
+
+
+def ensure_users(client: LabelStudio, emails: dict[str, str], users: dict[str, int] | None = None
+                 ) -> dict[str, int]:
+    """rater_id -> Label Studio user id, creating a user (password discarded) per email not there yet.
+    `users`: email -> user id of every Label Studio user, when the caller has listed them already."""
+    existing = dict(users) if users is not None else {(u.email or "").lower(): u.id for u in client.users.list()}
     ids = {}
     for rater_id, email in emails.items():
         email = email.lower()
@@ -47,20 +65,57 @@ def ensure_users(client: LabelStudio, emails: dict[str, str]) -> dict[str, int]:
 
 
 def ensure_accounts(client: LabelStudio, store: Store, rater_ids) -> dict[str, int]:
-    """The raters' attribution accounts (created when missing); a rater without an email gets the
-    reserved address in the store too, so that the sync attributes their annotations."""
-    known = store.rater_emails()
-    emails = {}
-    for rater_id in rater_ids:
-        if not known.get(rater_id):
-            store.set_email(rater_id, placeholder_email(rater_id))
-            known[rater_id] = placeholder_email(rater_id)
-        emails[rater_id] = known[rater_id]
-    return ensure_users(client, emails)
+    """The raters' attribution accounts (and the raters in the store): created when missing, each account at
+    its rater's reserved address.
+
+    A rater whose own email already has an account in Label Studio keeps that account, so their earlier
+    annotations and later ones stay on one account: a staff member's own login (their email is in Label
+    Studio because they are staff), or an account sense7 made with the rater's email before attribution
+    addresses (`move_accounts` moves those to the reserved address)."""
+    rater_ids = list(rater_ids)
+    store.add_raters(rater_ids)  # a crowd participant may have no row yet: the sync knows raters by theirs
+    users = {(u.email or "").lower(): u.id for u in client.users.list()}
+    stored = store.rater_emails()
+    own = {r: users[stored[r]] for r in rater_ids if stored.get(r) in users}
+    return {**own, **ensure_users(client, {r: account_email(r) for r in rater_ids if r not in own}, users)}
 
 
 def ensure_account(client: LabelStudio, store: Store, rater_id: str) -> int:
     return ensure_accounts(client, store, [rater_id])[rater_id]
+
+
+def made_by_sense7(username: str, email: str) -> bool:
+    """Whether a user with this username and email is an attribution account (ensure_users' usernames:
+    the address's first 30 characters before the @, a dash and 6 hex digits), not somebody's login."""
+    return re.fullmatch(re.escape(email.split("@")[0][:30]) + r"-[0-9a-f]{6}", username or "") is not None
+
+
+def move_accounts(client: LabelStudio, store: Store, projects) -> dict[str, int]:
+    """Move every attribution account that carries a rater's own email (made before attribution
+    addresses) to the rater's reserved address: a new account at that address takes over the old
+    account's annotations in `projects` (their author changes, nothing else), then the old account and
+    with it the email are deleted. Label Studio refuses to change a user's email, hence the move.
+    Staff members' own logins are left alone. Re-running after an interruption finishes the job.
+    Returns counts: accounts moved, annotations moved, staff logins left."""
+    stored = {email: rater for rater, email in store.rater_emails().items()
+              if not email.endswith("@" + RESERVED_DOMAIN)}
+    users = list(client.users.list())
+    old = {u.id: stored[(u.email or "").lower()] for u in users
+           if (u.email or "").lower() in stored and made_by_sense7(u.username, (u.email or "").lower())}
+    left = sum((u.email or "").lower() in stored for u in users) - len(old)
+    new = ensure_users(client, {old[uid]: account_email(old[uid]) for uid in old},
+                       {(u.email or "").lower(): u.id for u in users})
+    annotations = 0
+    for project in projects if old else ():
+        for task in list_tasks(client, 1000, project=project, fields="all"):
+            for annotation in (dict(a) for a in task.annotations or []):
+                author = user_id(annotation.get("completed_by"))
+                if author in old:
+                    client.annotations.update(annotation["id"], completed_by=new[old[author]])
+                    annotations += 1
+    for uid in sorted(old):
+        client.users.delete(uid)
+    return {"accounts": len(old), "annotations": annotations, "staff_logins_left": left}
 
 
 def _latest(items: list[dict], key: str = "created_at") -> dict | None:

@@ -48,7 +48,9 @@ def test_traits_merge_and_emails_are_case_insensitive(store_url):
     store = Store(store_url)
     store.upsert_raters([{"rater_id": "r1", "email": "Ann@Example.org", "traits": {"tipi_1": 3}}])
     store.update_traits("r1", {"llm_use": "daily"})
-    assert store.rater_id_for_email("ann@example.ORG") == "r1"
+    store.upsert_raters([{"rater_id": "r2", "traits": {}}])
+    assert store.rater_emails() == {"r1": "ann@example.org"}
+    assert store.rater_emails(every_rater=True) == {"r1": "ann@example.org", "r2": None}
     assert store.raters_frame().loc["r1"].to_dict() == {"tipi_1": 3, "llm_use": "daily"}
     assert "email" not in store.raters_frame().columns
 

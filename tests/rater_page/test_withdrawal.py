@@ -23,7 +23,7 @@ from sense7.data.raterpage import LinkBook, RaterQueue, token_hash
 from sense7.data.toy_study import make_conversations, turn_level
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 from sense7.labelstudio.protocol import user_id
-from sense7.labelstudio.rater_accounts import placeholder_email
+from sense7.labelstudio.rater_accounts import account_email
 from tests.jobs.helpers import make_raters, wait_for
 from tests.rater_page.conftest import csrf_of, start_rating_services
 from tests.rater_page.test_submissions import answer_profile, submit
@@ -154,7 +154,7 @@ def test_choices_before_rating_then_withdrawal_erases_everything_of_theirs(job_s
 
     a_texts = _own_texts(convs, A)
     a_hash = token_hash(links[A].rsplit("/", 1)[1])
-    a_emails = {f"{A}@raters.test", placeholder_email(A)}
+    a_emails = {f"{A}@raters.test", account_email(A)}
     a_accounts = {u.id for u in rt.client.users.list() if (u.email or "").lower() in a_emails}
     assert a_accounts
     b_rows, b_tasks = _rows_of(rt.store, B), {t.id for t in _tasks(rt, B)}
