@@ -238,7 +238,7 @@ def _erase(rater_ids) -> None:
 def move_accounts() -> None:
     """Move the attribution accounts that sense7 made before 2026-11-28 with raters' own emails to their
     reserved addresses (rater-<hash>@raters.sense7.invalid), so that no rater's email stays in Label Studio,
-    whose user list every account reads and whose exports name annotators by email. Each account's
+    whose user list every account reads and which shows each annotation's author by email. Each account's
     annotations move with it (only their author changes); staff members' own logins are left alone. Needs
     Label Studio running; running it again finishes an interrupted move and otherwise changes nothing."""
     from sense7.labelstudio.rater_accounts import move_accounts as move

@@ -7,11 +7,11 @@ upserts are keyed by annotation id + updated time, and annotations no longer in 
 deleted in the store.
 
 Who rated: `completed_by` (a Label Studio user id) -> that user's email (users API) -> our rater id
-(`raters_by_email`: the rater's attribution address, or the email the store has for them). Attribution is never guessed: an annotation whose author is not a known
-rater, or is a rater other than the task's own, is *quarantined*: stored with the reason, counted, never
-trained on. A questionnaire answer changes traits only when the rater it asks about wrote it. (Staff who
-enter a paper form use `sense7 ratings import`: an explicit, logged entry.) Every change is kept in the
-store's rating history.
+(`raters_by_email`: the rater's attribution address, or the email the store has for them). Attribution is
+never guessed: an annotation whose author is not a known rater, or is a rater other than the task's own, is
+*quarantined*: stored with the reason, counted, never trained on. A questionnaire answer changes traits only
+when the rater it asks about wrote it. (Staff who enter a paper form use `sense7 ratings import`: an explicit,
+logged entry.) Every change is kept in the store's rating history.
 
 Label Studio cannot tell who wrote under an account (every account is staff, and the delivery job writes
 with the service token): so an annotation credited to a rater counts as theirs only when a rater-page
@@ -151,7 +151,8 @@ class LabelSync:
         email = self.email_of(completed_by)
         if not email:
             return None
-        return (self._rater_by_email if self._rater_by_email is not None else raters_by_email(self.store)).get(email)
+        known = self._rater_by_email if self._rater_by_email is not None else raters_by_email(self.store)
+        return known.get(email)
 
     def attribution(self, completed_by, task_data: dict) -> tuple[str | None, str | None]:
         """(rater, None) when the task's own rater wrote the annotation, else (None, why not)."""

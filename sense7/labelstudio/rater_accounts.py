@@ -5,8 +5,8 @@ annotations.
 A rater rates on sense7's rater page, never in Label Studio. So that Label Studio (the system of record)
 credits each annotation to its rater explicitly, every rater has an *attribution account*: a Label Studio
 user with a reserved address derived from the rater id (`account_email`, never a mailbox and never the
-rater's own email: every Label Studio account reads the user list, and its CSV and JSON exports name each
-annotator by email) and a random password that is discarded at once, so nobody can sign in with it. The
+rater's own email: every Label Studio account reads the user list, and Label Studio shows each annotation's
+author by email) and a random password that is discarded at once, so nobody can sign in with it. The
 rater page knows the rater from their private link and writes as that account; the sync attributes the
 annotation through that address (`raters_by_email`).
 """
@@ -99,12 +99,11 @@ def move_accounts(client: LabelStudio, store: Store, projects) -> dict[str, int]
     Returns counts: accounts moved, annotations moved, staff logins left."""
     stored = {email: rater for rater, email in store.rater_emails().items()
               if not email.endswith("@" + RESERVED_DOMAIN)}
-    users = list(client.users.list())
-    old = {u.id: stored[(u.email or "").lower()] for u in users
-           if (u.email or "").lower() in stored and made_by_sense7(u.username, (u.email or "").lower())}
-    left = sum((u.email or "").lower() in stored for u in users) - len(old)
-    new = ensure_users(client, {old[uid]: account_email(old[uid]) for uid in old},
-                       {(u.email or "").lower(): u.id for u in users})
+    users = {(u.email or "").lower(): u for u in client.users.list()}
+    with_rater_email = {email: user for email, user in users.items() if email in stored}
+    old = {u.id: stored[email] for email, u in with_rater_email.items() if made_by_sense7(u.username, email)}
+    new = ensure_users(client, {rater: account_email(rater) for rater in old.values()},
+                       {email: u.id for email, u in users.items()})
     annotations = 0
     for project in projects if old else ():
         for task in list_tasks(client, 1000, project=project, fields="all"):
@@ -115,7 +114,7 @@ def move_accounts(client: LabelStudio, store: Store, projects) -> dict[str, int]
                     annotations += 1
     for uid in sorted(old):
         client.users.delete(uid)
-    return {"accounts": len(old), "annotations": annotations, "staff_logins_left": left}
+    return {"accounts": len(old), "annotations": annotations, "staff_logins_left": len(with_rater_email) - len(old)}
 
 
 def _latest(items: list[dict], key: str = "created_at") -> dict | None:
