@@ -240,7 +240,8 @@ def move_accounts() -> None:
     reserved addresses (rater-<hash>@raters.sense7.invalid), so that no rater's email stays in Label Studio,
     whose user list every account reads and which shows each annotation's author by email. Each account's
     annotations move with it (only their author changes); staff members' own logins are left alone. Needs
-    Label Studio running; running it again finishes an interrupted move and otherwise changes nothing."""
+    Label Studio running, and the worker and rater page stopped (they keep the accounts they looked up);
+    running it again finishes an interrupted move and otherwise changes nothing."""
     from sense7.labelstudio.rater_accounts import move_accounts as move
     from sense7.tasks.runtime import Runtime, describe_error
 
