@@ -5,6 +5,7 @@
     .venv/bin/python scripts/bench_model.py --wassa ../shared/data/wassa2024   # + WASSA known/cold Spearman
     .venv/bin/python scripts/bench_model.py --skip-oracle --encoder minilm    # the same with sentence embeddings
     .venv/bin/python scripts/bench_model.py --skip-oracle --alpha cv          # the text penalty by inner CV
+    .venv/bin/python scripts/bench_model.py --skip-oracle --rater-ridge 3     # each rater's own content weights
 
 --encoder minilm: both models with the sentence-embedding encoder (the [embeddings] extra) and its relational
 similarities (relational_weight 0.3); its line cache is emptied before every timed fit and prediction pass,
@@ -63,7 +64,7 @@ def bench_encoder_alone(texts: list[str], repeats: int) -> dict:
 
 
 def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int, encoder: str = "ngrams",
-                alpha: str | None = None) -> dict:
+                alpha: str | None = None, rater_ridge: str | None = None) -> dict:
     synth = generate(n_conversations, n_raters, 1, load_taxonomy())
     started = time.perf_counter()
     X, Y = build_items(synth.rating_data(), synth.taxonomy)
@@ -80,7 +81,12 @@ def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int, e
     # What train_bundle fits: the personalized model; the served generic model is its text part.
     clear()
     started = time.perf_counter()
-    personalized = PersonalizedRater(**params).fit(X, Y)
+    own_weights = {}
+    if rater_ridge is not None:  # --rater-ridge: each known rater's own content weights (personalized only)
+        own_weights = {"rater_ridge": rater_ridge if rater_ridge.startswith("cv") else float(rater_ridge),
+                       "rater_ridge_from": "text" if encoder == "ngrams" else "encoder"}
+        out["rater_ridge"] = rater_ridge
+    personalized = PersonalizedRater(**params, **own_weights).fit(X, Y)
     generic = personalized.to_generic()
     out["fit_bundle_s"] = round(time.perf_counter() - started, 2)
     clear()
@@ -149,11 +155,13 @@ def main() -> None:
     parser.add_argument("--encoder", choices=("ngrams", "minilm"), default="ngrams",
                         help="the text encoder: n-grams (default) or sentence embeddings (the [embeddings] extra)")
     parser.add_argument("--alpha", default=None, help="the rater models' text penalty: a number or cv (default: theirs)")
+    parser.add_argument("--rater-ridge", default=None,
+                        help="each known rater's own content weights: a penalty or cv, cv_rater, cv_rater_1se")
     args = parser.parse_args()
     report = {}
     if not args.skip_speed:
         report["speed"] = bench_speed(args.conversations, args.raters, args.batch, args.repeats, args.encoder,
-                                      args.alpha)
+                                      args.alpha, args.rater_ridge)
         print(json.dumps(report, indent=2), flush=True)
     if not args.skip_oracle:
         report["oracle"] = {k: round(v, 3) for k, v in compare_with_oracle(generate(300, 40, 7, load_taxonomy())).items()}

@@ -433,14 +433,18 @@ class PersonalizedRater(_RaterModel):
                                   one_se=self.rater_ridge == "cv_rater_1se").fit(
             F, rows, resid, self._train_groups[items], n_raters)
 
-    def rater_content_shifts(self, X, rater_rows: np.ndarray) -> np.ndarray | None:
+    def rater_content_features(self, X):
+        """The features of the items of X (a frame or plain item columns) that the raters' own content
+        weights (rater_ridge) read."""
+        F = self.features_.transform(X)[:, self._rater_ridge_columns()]
+        return F.tocsr() if sp.issparse(F) else F
+
+    def rater_content_shifts(self, X, rater_rows: np.ndarray, features=None) -> np.ndarray | None:
         """(n, controls) each row's shift from its rater's own content weights (rater_ridge; 0 for new
-        raters); None without them."""
+        raters); None without them. `features`: rater_content_features(X), when the caller has them."""
         if getattr(self, "rater_ridges_", None) is None:
             return None
-        F = self.features_.transform(X)[:, self._rater_ridge_columns()]
-        if sp.issparse(F):
-            F = F.tocsr()
+        F = self.rater_content_features(X) if features is None else features
         return np.column_stack([ridge.predict(F, rater_rows) for ridge in self.rater_ridges_])
 
     def rater_direction_values(self, X) -> np.ndarray | None:

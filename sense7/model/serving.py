@@ -170,11 +170,6 @@ class CompiledBundle:
         personalized, generic = bundle.personalized, bundle.generic
         if list(generic.controls_) != list(personalized.controls_):
             raise ValueError("the bundle's generic and personalized models predict different controls")
-        if getattr(personalized, "rater_ridges_", None) is not None:
-            # Each known rater's own content weights (PersonalizedRater.rater_ridge) are not in the rater
-            # table the compiled path serves from: refuse rather than serve predictions without them.
-            raise ValueError("a model with rater_ridge (each rater's own content weights) is not served by the "
-                             "compiled path yet; predict with the estimator (PersonalizedRater.predict_proba)")
         self.version = bundle.version
         self.controls = list(personalized.controls_)
         self.levels = np.asarray(bundle.levels)
@@ -199,6 +194,10 @@ class CompiledBundle:
         self._slopes = bool(personalized.slopes)
         self._n_base = 2 if self._slopes else 1
         self._raters_for: tuple | None = None  # (trait table, its RaterTable): rebuilt when the table changes
+        # Each known rater's own content weights (PersonalizedRater.rater_ridge), by the model's own rows:
+        # they are fitted per known rater, so a rater table's rows (which add newcomers) do not index them.
+        self._content_rows = {str(r): i for i, r in enumerate(personalized.known_raters_)} \
+            if getattr(personalized, "rater_ridges_", None) is not None else None
 
     def rater_table(self, traits: pd.DataFrame) -> RaterTable:
         """Coefficients of every known rater and of every rater in `traits` (trait_<name> columns, index
@@ -261,6 +260,9 @@ class CompiledBundle:
             if coef.shape[2] > self._n_base:  # slopes on the rater directions (PersonalizedRater.rater_directions)
                 values = self.personalized.rater_direction_values(_rows_of(columns, personal))  # (i, c, d)
                 shift = shift + np.einsum("icd,icd->ic", coef[:, :, self._n_base:], values)
+            if self._content_rows is not None:
+                raters_of = [str(columns["rater_id"][i]) for i in personal]
+                shift = shift + self._content_shifts(_rows_of(columns, personal), raters_of)
             scores = g + raters.common[rows][:, None] + shift \
                 + self._personal_assistants([assistants[i] for i in personal])
             known = raters.known[rows]
@@ -281,6 +283,12 @@ class CompiledBundle:
         if probs is None:  # no items
             probs = np.empty((0, len(self.controls), len(self.levels)))
         return Predictions(kinds, probs, self.levels)
+
+    def _content_shifts(self, columns: dict, rater_ids: list[str], features=None) -> np.ndarray:
+        """(items, controls) each item's shift from its rater's own content weights (0 for a rater the model
+        has no weights for: a newcomer served from their traits)."""
+        rows = np.array([self._content_rows.get(r, -1) for r in rater_ids], dtype=np.int64)
+        return self.personalized.rater_content_shifts(columns, rows, features)
 
     def _rater_links(self, scores: np.ndarray, known: np.ndarray) -> np.ndarray:
         """Probabilities through the known link for known raters, the cold one for the others: only the
@@ -309,6 +317,10 @@ class CompiledBundle:
         if coef.shape[3] > self._n_base:
             values = self.personalized.rater_direction_values(columns)  # (items, controls, directions)
             shift = shift + np.einsum("mcd,icd->imc", coef[0, :, :, self._n_base:], values)
+        if self._content_rows is not None:  # the items' features once, then each member's own weights
+            features = self.personalized.rater_content_features(columns)
+            shift = shift + np.stack([self._content_shifts(columns, [str(m)] * g.shape[0], features)
+                                      for m in members], axis=1)
         scores = g + raters.common[rows][None, :, None] + shift \
             + self._personal_assistants(columns["assistant_id"])[:, None, :]
         known = raters.known[rows]

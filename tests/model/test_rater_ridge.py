@@ -151,17 +151,12 @@ def test_rater_ridge_falls_back_to_leniency_only_where_it_does_not_predict_held_
     assert np.allclose(model.predict_expected(X), plain.predict_expected(X))
 
 
-def test_serving_and_live_refuse_rater_ridge():
-    from sense7.model.bundle import ModelBundle
+def test_live_updates_refuse_rater_ridge():
+    """(The compiled serving path serves it: tests/model/test_serving.py, tests/research/test_jury.py.)"""
     from sense7.model.live import LiveUnsupported, check_live
-    from sense7.model.serving import CompiledBundle
 
     X, Y = _planted(40, seed=9)
     model = PersonalizedRater(text_encoder=Cues(), rater_ridge=30.0).fit(X, Y)
     assert model.rater_ridges_[0].alpha_ == 30.0  # a fixed penalty is used as given
     with pytest.raises(LiveUnsupported, match="rater_ridge"):
         check_live(model)
-    bundle = ModelBundle(personalized=model, generic=model.to_generic(), version="v", levels=model.levels_,
-                         controls=list(model.controls_), known_raters=frozenset(model.known_raters_))
-    with pytest.raises(ValueError, match="rater_ridge"):
-        CompiledBundle(bundle)

@@ -114,9 +114,11 @@ def test_compiled_equals_reference_for_every_kind_of_rater(study, served_tasks):
     (PersonalizedRater(text_encoder=CueEncoder(), rater_directions=1, rater_directions_from="encoder"), None),
     (PersonalizedRater(rater_directions=2), None),
     (PersonalizedRater(rater_directions=1, slopes=False), None),
+    (PersonalizedRater(rater_ridge="cv_rater", rater_ridge_from="text"), None),  # own content weights, per rater
+    (PersonalizedRater(text_encoder=CueEncoder(), rater_ridge=3.0), None),
 ], ids=["pooled-no-slopes-separate-generic", "char-ngrams", "tfidf-weighting", "relational", "text-encoder",
         "text-encoder-relational", "rater-directions-from-the-encoder",
-        "rater-directions", "rater-directions-no-slopes"])
+        "rater-directions", "rater-directions-no-slopes", "rater-ridge", "rater-ridge-text-encoder"])
 def test_compiled_equals_reference_for_non_default_models(study, served_tasks, personalized, generic):
     bundle = train_bundle(study.rating_data(), "v2", TAXONOMY, personalized=personalized, generic=generic)
     _compare(bundle, served_tasks)

@@ -23,6 +23,7 @@ from sense7.data.items import task_columns, trait_table
 from sense7.data.store import Store
 from sense7.data.synth import CUE_WEIGHT, CUES, generate
 from sense7.labelstudio.protocol import rating_tasks
+from sense7.model import PersonalizedRater
 from sense7.model.bundle import train_bundle
 from sense7.model.oracle import SynthOracle
 from sense7.model.registry import ModelRegistry
@@ -62,7 +63,7 @@ def study():
         if conv.conversation_id in ids[40:]:
             held.setdefault(conv.conversation_id, conv)
     return SimpleNamespace(synth=synth, bundle=train_bundle(train, "v1", TAXONOMY), held=list(held.values()),
-                           raters=data.raters, members=raters)
+                           raters=data.raters, members=raters, train=train)
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +85,12 @@ def planted_expected(synth, jury: JuryResult, truth=None) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------
 # The served model, vectorized over the panel
 
-def test_predict_panel_equals_predict_on_the_replicated_items(study):
-    compiled = study.bundle.compile()
+@pytest.mark.parametrize("own_weights", [False, True], ids=["default", "rater-ridge"])
+def test_predict_panel_equals_predict_on_the_replicated_items(study, own_weights):
+    """own_weights: a model that gives each known rater content weights of their own (rater_ridge)."""
+    bundle = train_bundle(study.train, "v2", TAXONOMY, personalized=PersonalizedRater(
+        rater_ridge=3.0, rater_ridge_from="text")) if own_weights else study.bundle
+    compiled = bundle.compile()
     newcomer = study.raters.iloc[[0]].set_axis(["new-profile-only"])  # traits, no ratings: the trait prior
     raters = pd.concat([study.raters, newcomer])
     table = compiled.rater_table(trait_table(raters, TAXONOMY))
