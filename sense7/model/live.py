@@ -19,8 +19,8 @@ both against Gaussian conditioning written out in covariance form, for known, tr
 `LivePredictor` turns the posterior into predictions with the compiled bundle's text scores (one text pass
 over the rater's rated turns, at most a few hundred, and one over the turns to predict) and the version's
 links (see `predict_with`). Versions trained before
-these statistics were kept, or with `pool_controls`, have no live form (`LiveUnsupported`): callers keep
-the static prediction.
+these statistics were kept, or with `pool_controls` or rater directions, have no live form
+(`LiveUnsupported`): callers keep the static prediction.
 """
 
 from __future__ import annotations
@@ -49,8 +49,6 @@ def check_live(model) -> None:
         raise LiveUnsupported("a leniency pooled over controls is not updated live")
     if getattr(model, "rater_directions", 0):
         raise LiveUnsupported("rater directions (extra random-effect columns) are not updated live yet")
-    if getattr(model, "rater_ridge", None) is not None:
-        raise LiveUnsupported("each rater's own content weights (rater_ridge) are not updated live yet")
     missing = [name for name in ("target_values_", "trained_keys_") if not hasattr(model, name)]
     if missing or not all(hasattr(e, "rater_gram_") for e in model.effects_):
         raise LiveUnsupported("this version was trained before live statistics were kept")
@@ -392,7 +390,12 @@ class LivePredictor:
         g = self.compiled.text_scores(columns)
         coef = state.coef()
         shift = coef[:, 0][None] + (coef[:, 1][None] * (g - self._g_mean) if coef.shape[1] > 1 else 0.0)
+        # A known rater's own content weights (rater_ridge) stay as the version has them: live answers move
+        # their leniency (and slope), as the version's effects were fitted before those weights.
         scores = g + shift + self.compiled.assistant_shifts(columns["assistant_id"])
+        content = self.compiled.content_shifts(columns, [state.rater_id] * len(g))
+        if content is not None:
+            scores = scores + content
         weight = state.information_share()[:, None]
         thresholds = (1 - weight) * self._cold[0] + weight * self._known[0]
         scale = (1 - weight[:, 0]) * self._cold[1] + weight[:, 0] * self._known[1]

@@ -262,7 +262,7 @@ class CompiledBundle:
                 shift = shift + np.einsum("icd,icd->ic", coef[:, :, self._n_base:], values)
             if self._content_rows is not None:
                 raters_of = [str(columns["rater_id"][i]) for i in personal]
-                shift = shift + self._content_shifts(_rows_of(columns, personal), raters_of)
+                shift = shift + self.content_shifts(_rows_of(columns, personal), raters_of)
             scores = g + raters.common[rows][:, None] + shift \
                 + self._personal_assistants([assistants[i] for i in personal])
             known = raters.known[rows]
@@ -284,10 +284,13 @@ class CompiledBundle:
             probs = np.empty((0, len(self.controls), len(self.levels)))
         return Predictions(kinds, probs, self.levels)
 
-    def _content_shifts(self, columns: dict, rater_ids: list[str], features=None) -> np.ndarray:
-        """(items, controls) each item's shift from its rater's own content weights (0 for a rater the model
-        has no weights for: a newcomer served from their traits)."""
-        rows = np.array([self._content_rows.get(r, -1) for r in rater_ids], dtype=np.int64)
+    def content_shifts(self, columns: dict, rater_ids: list[str], features=None) -> np.ndarray | None:
+        """(items, controls) each item's shift from its rater's own content weights (rater_ridge; 0 for a
+        rater the model has no weights for: a newcomer served from their traits); None for a model without
+        them. `features`: the personalized model's rater_content_features(columns), when known."""
+        if self._content_rows is None:
+            return None
+        rows = np.array([self._content_rows.get(str(r), -1) for r in rater_ids], dtype=np.int64)
         return self.personalized.rater_content_shifts(columns, rows, features)
 
     def _rater_links(self, scores: np.ndarray, known: np.ndarray) -> np.ndarray:
@@ -319,7 +322,7 @@ class CompiledBundle:
             shift = shift + np.einsum("mcd,icd->imc", coef[0, :, :, self._n_base:], values)
         if self._content_rows is not None:  # the items' features once, then each member's own weights
             features = self.personalized.rater_content_features(columns)
-            shift = shift + np.stack([self._content_shifts(columns, [str(m)] * g.shape[0], features)
+            shift = shift + np.stack([self.content_shifts(columns, [str(m)] * g.shape[0], features)
                                       for m in members], axis=1)
         scores = g + raters.common[rows][None, :, None] + shift \
             + self._personal_assistants(columns["assistant_id"])[:, None, :]

@@ -13,6 +13,7 @@ import pytest
 from sense7.data.dataset import RatingData
 from sense7.data.items import trait_table, transcript_columns
 from sense7.data.synth import generate
+from sense7.model import PersonalizedRater
 from sense7.model.bundle import train_bundle
 from sense7.model.live import LiveUnsupported, LivePredictor, OnlinePosterior, batch_posterior, check_live
 from sense7.taxonomy import load_taxonomy
@@ -20,10 +21,11 @@ from sense7.taxonomy import load_taxonomy
 TAXONOMY = load_taxonomy()
 
 
-@pytest.fixture(scope="module")
-def setup():
+@pytest.fixture(scope="module", params=["default", "rater-ridge"])
+def setup(request):
     """A version trained without: the last 3 conversations of a known rater, every rating of a rater with
-    traits (`traits`) and of one whose traits are unknown (`unknown`)."""
+    traits (`traits`) and of one whose traits are unknown (`unknown`). rater-ridge: a version that gives each
+    known rater content weights of their own (kept as the version has them while their leniency moves)."""
     synth = copy.deepcopy(generate(80, 12, seed=5, taxonomy=TAXONOMY))
     for i, conv in enumerate(synth.conversations):  # named assistants: their effects are in the residual
         conv.context = dict(conv.context, assistant_id=f"model-{i % 3}")
@@ -35,7 +37,10 @@ def setup():
             | ((data.ratings["rater_id"] == known) & data.ratings["conversation_id"].isin(known_convs)))
     raw = data.raters.drop(columns=["email"], errors="ignore")
     train = RatingData(data.conversations, data.ratings[~held], raw.drop(index=[unknown]))
-    bundle = train_bundle(train, "v1", TAXONOMY)
+    own_weights = request.param == "rater-ridge"
+    bundle = train_bundle(train, "v1", TAXONOMY, personalized=PersonalizedRater(
+        rater_ridge=3.0, rater_ridge_from="text") if own_weights else None)
+    assert (bundle.personalized.rater_ridges_ is not None) == own_weights
     compiled = bundle.compile()
     traits = trait_table(raw.drop(index=[unknown]), TAXONOMY)
     return synth, data, compiled, traits, {"known": (known, known_convs), "traits": (with_traits, None),

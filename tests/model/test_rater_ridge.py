@@ -151,12 +151,9 @@ def test_rater_ridge_falls_back_to_leniency_only_where_it_does_not_predict_held_
     assert np.allclose(model.predict_expected(X), plain.predict_expected(X))
 
 
-def test_live_updates_refuse_rater_ridge():
-    """(The compiled serving path serves it: tests/model/test_serving.py, tests/research/test_jury.py.)"""
-    from sense7.model.live import LiveUnsupported, check_live
-
+def test_a_fixed_penalty_is_used_as_given():
+    """(Served by the compiled path: tests/model/test_serving.py, tests/research/test_jury.py; updated live:
+    tests/model/test_live_posterior.py.)"""
     X, Y = _planted(40, seed=9)
     model = PersonalizedRater(text_encoder=Cues(), rater_ridge=30.0).fit(X, Y)
-    assert model.rater_ridges_[0].alpha_ == 30.0  # a fixed penalty is used as given
-    with pytest.raises(LiveUnsupported, match="rater_ridge"):
-        check_live(model)
+    assert [r.alpha_ for r in model.rater_ridges_] == [30.0] * len(model.controls_)
