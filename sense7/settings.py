@@ -359,6 +359,9 @@ class Settings:
     study: StudyDesign = field(default_factory=StudyDesign)
     quality: QualityPolicy = field(default_factory=QualityPolicy)
     taxonomy_path: Path | None = None  # the study's taxonomy YAML (SENSE7_TAXONOMY); None = the packaged one
+    # What the retrain job fits beyond the defaults, as written (sense7.model.options.served_params parses them):
+    model_alpha: str | None = None        # SENSE7_MODEL_ALPHA: the text penalty, a number above 0 or cv
+    model_rater_ridge: str | None = None  # SENSE7_MODEL_RATER_RIDGE: each known rater's own content weights
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> "Settings":
@@ -397,6 +400,8 @@ class Settings:
             rater_page=RaterPage.from_env(env),
             study=StudyDesign.from_env(env),
             quality=QualityPolicy.from_env(env),
+            model_alpha=env.get("SENSE7_MODEL_ALPHA") or None,
+            model_rater_ridge=env.get("SENSE7_MODEL_RATER_RIDGE") or None,
         )
 
 

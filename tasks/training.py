@@ -15,6 +15,7 @@ from sense7.tasks.cadence import retrain_finished
 from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import current_runtime
 
+from sense7.model.options import served_params
 from sense7.model.registry import ModelRegistry
 from sense7.research.retraining import Retrainer, RetrainBusy, RetrainResult
 
@@ -42,7 +43,8 @@ def run_retrain(runtime, redis_url: str, reason: str) -> dict:
         with retrain_lock(redis_url, ttl=jobs.retrain_lock_ttl):
             registry = ModelRegistry(runtime.settings.model_dir)
             retrainer = Retrainer(runtime.store, registry, runtime.taxonomy, keep_versions=jobs.keep_versions,
-                                  quality=runtime.settings.quality)
+                                  quality=runtime.settings.quality,
+                                  personalized_params=served_params(runtime.settings))
             result = retrainer.run(reason)
     except RetrainBusy as exc:
         return RetrainResult("skipped", None, ModelRegistry(runtime.settings.model_dir).current(), str(exc)).as_dict()

@@ -33,9 +33,12 @@ def _redis(cfg) -> str:
 
 
 def _check_config() -> None:
-    """Reject a malformed SENSE7_* number before anything is started or changed."""
+    """Reject a malformed SENSE7_* setting (a number, the served model's options) before anything is started
+    or changed."""
+    from sense7.model.options import served_params
+
     try:
-        settings()
+        served_params(settings())
     except ValueError as exc:
         raise fail(str(exc))
 

@@ -85,12 +85,12 @@ def _set_text_model(estimators: dict, text_encoder: str, relational_weight: floa
         raise fail(f"--text-encoder: unknown encoder {text_encoder!r}; choose ngrams or minilm", 2)
     params = {} if relational_weight is None else {"relational_weight": relational_weight}
     if text_alpha is not None:
+        from sense7.model import options
+
         try:
-            params["alpha"] = text_alpha if text_alpha == "cv" else float(text_alpha)
-        except ValueError:
-            raise fail(f"--text-alpha: expected cv or a penalty, got {text_alpha!r}", 2)
-        if params["alpha"] != "cv" and not 0 < params["alpha"] < float("inf"):
-            raise fail(f"--text-alpha: a penalty must be a finite number above 0, got {text_alpha!r}", 2)
+            params["alpha"] = options.text_alpha(text_alpha)
+        except ValueError as exc:
+            raise fail(f"--text-alpha: {exc}", 2)
     if text_encoder == "minilm":
         from sense7.model.embeddings import SentenceEmbeddingEncoder, embeddings_available
 
@@ -106,14 +106,12 @@ def _set_rater_ridge(estimators: dict, rater_ridge: str | None, rater_ridge_from
     """--rater-ridge / --rater-ridge-from on every estimator that has them (the personalized model)."""
     if rater_ridge is None:
         return
-    from sense7.model.rater_ridge import RATER_RIDGE_CHOICES
+    from sense7.model import options
 
-    value: str | float = rater_ridge
-    if rater_ridge not in RATER_RIDGE_CHOICES:
-        try:
-            value = float(rater_ridge)
-        except ValueError:
-            raise fail(f"--rater-ridge: expected {', '.join(RATER_RIDGE_CHOICES)} or a penalty, got {rater_ridge!r}", 2)
+    try:
+        value = options.rater_ridge(rater_ridge)
+    except ValueError as exc:
+        raise fail(f"--rater-ridge: {exc}", 2)
     if rater_ridge_from not in ("encoder", "text"):
         raise fail(f"--rater-ridge-from: expected encoder or text, got {rater_ridge_from!r}", 2)
     for estimator in estimators.values():

@@ -88,8 +88,10 @@ class ModelBundle:
 
 
 def train_bundle(data: RatingData, version: str, taxonomy: Taxonomy,
-                 generic: GenericRater | None = None, personalized: PersonalizedRater | None = None) -> ModelBundle:
-    """Fit both models on all of `data` (evaluation is sense7.research.evaluation's job, on held-out folds)."""
+                 generic: GenericRater | None = None, personalized: PersonalizedRater | None = None,
+                 personalized_params: dict | None = None) -> ModelBundle:
+    """Fit both models on all of `data` (evaluation is sense7.research.evaluation's job, on held-out folds).
+    personalized_params: parameters of the default personalized model (sense7.model.options.served_params)."""
     tax = taxonomy
     X, Y = build_items(data, tax)
     if not len(X):
@@ -98,7 +100,8 @@ def train_bundle(data: RatingData, version: str, taxonomy: Taxonomy,
     if personalized is None:
         # Taxonomy controls are served on the taxonomy's whole scale, even a level nobody used yet.
         in_taxonomy = set(Y.columns) <= set(tax.controls)
-        personalized = PersonalizedRater(levels=list(range(1, tax.levels + 1)) if in_taxonomy else None)
+        personalized = PersonalizedRater(levels=list(range(1, tax.levels + 1)) if in_taxonomy else None,
+                                         **(personalized_params or {}))
     personalized = personalized.fit(X, Y)
     # The default generic model is the personalized model's own text part: one text fit, not two.
     generic = generic.fit(X, Y) if generic is not None else personalized.to_generic()

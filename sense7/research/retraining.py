@@ -130,8 +130,11 @@ class Retrainer:
     """Train on the store's ratings, compare with the served version on the held-out slice, promote."""
 
     def __init__(self, store, registry: ModelRegistry, taxonomy: Taxonomy, holdout_fraction: float = 0.2,
-                 keep_versions: int = 5, tolerance: float = 0.0, min_items: int = 10, quality=None):
+                 keep_versions: int = 5, tolerance: float = 0.0, min_items: int = 10, quality=None,
+                 personalized_params: dict | None = None):
         self.store = store
+        # Parameters of the personalized model beyond the defaults (sense7.model.options.served_params):
+        self.personalized_params = dict(personalized_params or {})
         self.quality = quality  # sense7.research.quality.QualityPolicy: flagged raters left out; None = keep all
         self.registry = registry
         self.taxonomy = taxonomy
@@ -197,7 +200,7 @@ class Retrainer:
         Y_test = Y_test.reindex(columns=[c for c in Y_train.columns if c in Y_test.columns])
         version = self.registry.next_version()
         started = time.perf_counter()
-        bundle = train_bundle(train, version, self.taxonomy)
+        bundle = train_bundle(train, version, self.taxonomy, personalized_params=self.personalized_params)
         train_seconds = time.perf_counter() - started
         levels = list(range(1, self.taxonomy.levels + 1))
         candidate = score_bundle(bundle, X_test, Y_test, levels)
@@ -215,7 +218,7 @@ class Retrainer:
             "n_train_ratings": int(len(train.ratings)), "n_holdout_conversations": len(held),
             "holdout": candidate, "served_on_holdout": served and {"version": serving, **served},
             "baseline_majority": baseline, "promoted": promote, "bundle": dict(bundle.metrics or {}),
-            "excluded_raters": len(excluded),
+            "excluded_raters": len(excluded), "personalized_params": self.personalized_params,
         }
         bundle.metrics = metrics
         self.registry.add(bundle, version, metrics)

@@ -61,6 +61,49 @@ def test_bad_job_setting_is_named_and_the_cli_changes_nothing(tmp_path):
     assert not (tmp_path / "redis").exists() and not (tmp_path / "models").exists()
 
 
+@pytest.mark.parametrize("variable, value, expected", [
+    ("SENSE7_MODEL_RATER_RIDGE", "lots", "expected cv, cv_rater, cv_rater_1se or a penalty, got 'lots'"),
+    ("SENSE7_MODEL_ALPHA", "-1", "a penalty must be a finite number above 0, got '-1'"),
+])
+def test_a_bad_served_model_option_is_named_and_the_cli_changes_nothing(tmp_path, variable, value, expected):
+    env = {**os.environ, "SENSE7_HOME": str(tmp_path), variable: value}
+    env.pop("SENSE7_REDIS_URL", None)
+    for command in ("retrain", "worker"):
+        done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "sense7"), command], env=env,
+                              capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert done.returncode == 1, command
+        assert f"{variable}: {expected}" in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
+        assert not (tmp_path / "redis").exists() and not (tmp_path / "models").exists() and \
+            not (tmp_path / "run").exists()
+
+
+def test_sense7_retrain_fits_the_served_model_options(tmp_path, redis_server):
+    """`sense7 retrain` (the retrain job's own code, sense7.tasks.training.run_retrain, under its Redis lock)
+    fits a version with SENSE7_MODEL_RATER_RIDGE and records it."""
+    from sense7.data import synth
+    from sense7.data.formats import read_conversations, read_raters, read_ratings
+    from sense7.data.store import Store
+    from sense7.model.registry import ModelRegistry
+    from sense7.taxonomy import load_taxonomy
+
+    tax = load_taxonomy()
+    synth.write(synth.generate(40, 6, seed=5, taxonomy=tax), tmp_path / "data")
+    home = tmp_path / "home"
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    store.upsert_raters(read_raters(tmp_path / "data" / "raters.csv", tax))
+    store.upsert_conversations(read_conversations(tmp_path / "data" / "conversations.jsonl", taxonomy=tax))
+    store.import_ratings(read_ratings(tmp_path / "data" / "ratings.csv", tax))
+    env = {**os.environ, "SENSE7_HOME": str(home), "SENSE7_STORE_URL": f"sqlite:///{tmp_path / 'store.sqlite'}",
+           "SENSE7_REDIS_URL": redis_server.url, "SENSE7_MODEL_RATER_RIDGE": "30"}
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "sense7"), "retrain"], env=env,
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr
+    registry = ModelRegistry(home / "models")
+    served = registry.load(registry.current())
+    assert served.metrics["personalized_params"] == {"rater_ridge": 30.0, "rater_ridge_from": "text"}
+    assert [r.alpha_ for r in served.personalized.rater_ridges_] == [30.0] * len(served.controls)
+
+
 def test_holdout_is_stable_and_never_empty_or_everything():
     ids = [f"c{i}" for i in range(200)]
     held = holdout_conversations(ids)

@@ -71,3 +71,23 @@ def test_the_demo_names_the_served_version_and_the_scores_that_kept_a_candidate_
     lines = serving_lines(registry.list_versions())
     assert lines[0].startswith(f"[bold]Serving:[/] {promoted.version} (promoted: held-out macro Spearman ")
     assert len(lines) == 1  # the earlier candidate is older than the served version: no longer news
+
+
+def test_the_served_model_options_reach_the_retrained_version_and_are_recorded(served_and_spoiled):
+    """SENSE7_MODEL_ALPHA / SENSE7_MODEL_RATER_RIDGE (sense7.model.options.served_params) as the retrain job
+    passes them: the new version is fitted with them, serves through the compiled path, and says so."""
+    from sense7.model.options import served_params
+    from sense7.settings import Settings
+
+    store, registry, tax = served_and_spoiled
+    params = served_params(Settings.from_env({"SENSE7_HOME": str(registry.model_dir.parent),
+                                              "SENSE7_MODEL_ALPHA": "cv", "SENSE7_MODEL_RATER_RIDGE": "cv_rater"}))
+    assert params == {"alpha": "cv", "rater_ridge": "cv_rater", "rater_ridge_from": "text"}
+    result = Retrainer(store, registry, tax, tolerance=2.0, personalized_params=params).run("test: options")
+    assert result.status == "promoted" and result.metrics["personalized_params"] == params
+    model = registry.load(result.version).personalized
+    assert (model.alpha, model.rater_ridge, model.rater_ridge_from) == ("cv", "cv_rater", "text")
+    assert model.rater_ridges_ is not None and len(set(np.atleast_1d(model.alpha_))) >= 1
+    registry.load(result.version).compile()  # the ML backend can serve it
+    default = Retrainer(store, registry, tax, tolerance=2.0).run("test: defaults")
+    assert default.metrics["personalized_params"] == {} and registry.load(default.version).personalized.rater_ridge is None
