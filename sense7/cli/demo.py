@@ -111,6 +111,12 @@ def demo(
     model on the pilot's ratings; imports a batch, pre-annotated by it in the same requests, and rater
     traits; simulates annotators, which drives sync, retrain and fresh pre-annotations; writes the personalized-vs-generic report. Re-running reuses what exists."""
     cfg = settings()
+    from sense7.model.options import served_params
+
+    try:
+        served_params(cfg)  # a bad SENSE7_MODEL_* option: one error line before anything starts
+    except ValueError as exc:
+        raise fail(str(exc), 2)
     stack = Stack(cfg)  # what this run started is stopped again on Ctrl-C or failure
     try:
         if crowd:
@@ -176,7 +182,7 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack
         study = _study_data(cfg, store, tax, conversations, raters, n_conversations, n_raters, seed)
     registry = ModelRegistry(cfg.model_dir)
     with phases.phase("first model (pilot ratings)"):  # before any task exists: tasks arrive pre-annotated
-        first_version = _first_model(store, registry, tax)
+        first_version = _first_model(cfg, store, registry, tax)
     # New tasks carry the served version's pre-annotations in the same bulk request that creates them.
     predict = build_model(cfg).import_predictor(client.projects.get(rating_id).label_config)
     with phases.phase(f"import {len(study.live)} conversations as tasks with {first_version} pre-annotations"):
@@ -235,12 +241,14 @@ def _study_data(cfg: Settings, store, tax, conversations, raters, n_conversation
     return StudyData(conversations, raters, ratings_path, batch, traits, ratings, live_ids)
 
 
-def _first_model(store, registry, tax) -> str:
-    """The served version: the pilot's model, trained unless one is already served."""
+def _first_model(cfg: Settings, store, registry, tax) -> str:
+    """The served version: the pilot's model (with the served model's options, as the retrain job fits it),
+    trained unless one is already served."""
+    from sense7.model.options import served_params
     from sense7.research.retraining import Retrainer
 
     if registry.current() is None:
-        Retrainer(store, registry, tax).run("demo: pilot ratings")
+        Retrainer(store, registry, tax, personalized_params=served_params(cfg)).run("demo: pilot ratings")
     first_version = registry.current()
     if first_version is None:
         raise fail("no model could be trained from the pilot ratings")
@@ -494,7 +502,7 @@ def _run_crowd_demo(cfg: Settings, n: int, n_conversations: int, n_raters: int, 
         study = _study_data(cfg, store, tax, None, None, n_conversations, n_raters, seed)
     registry = ModelRegistry(cfg.model_dir)
     with phases.phase("first model (pilot ratings)"):
-        _first_model(store, registry, tax)
+        _first_model(cfg, store, registry, tax)
     with phases.phase(f"ML backend on {stack.backend.url}"):
         _serve_backend(stack, client, store, tax, rating_id, profile_id)
     with phases.phase("Celery worker and beat"):
