@@ -29,6 +29,7 @@ import time
 from sense7.data.items import build_items
 from sense7.data.synth import generate
 from sense7.model import GenericRater, PersonalizedRater
+from sense7.model import options
 from sense7.model.bundle import ModelBundle
 from sense7.model.oracle import compare_with_oracle
 from sense7.taxonomy import load_taxonomy
@@ -73,7 +74,7 @@ def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int, e
            "build_items_s": round(items_seconds, 2)}
     params, clear = _encoder_params(encoder)
     if alpha is not None:  # --alpha: both models' text penalty (a number or cv)
-        params = {**params, "alpha": alpha if alpha == "cv" else float(alpha)}
+        params = {**params, "alpha": options.text_alpha(alpha)}
         out["alpha"] = alpha
     if encoder != "ngrams":
         distinct = list(dict.fromkeys(X["text"].astype(str)))[:2000]
@@ -83,7 +84,7 @@ def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int, e
     started = time.perf_counter()
     own_weights = {}
     if rater_ridge is not None:  # --rater-ridge: each known rater's own content weights (personalized only)
-        own_weights = {"rater_ridge": rater_ridge if rater_ridge.startswith("cv") else float(rater_ridge),
+        own_weights = {"rater_ridge": options.rater_ridge(rater_ridge),
                        "rater_ridge_from": "text" if encoder == "ngrams" else "encoder"}
         out["rater_ridge"] = rater_ridge
     personalized = PersonalizedRater(**params, **own_weights).fit(X, Y)
