@@ -29,10 +29,11 @@ def study():
     return generate(40, 8, seed=11, taxonomy=TAXONOMY)
 
 
-@pytest.fixture
-def served_app(study, tmp_path, settings):
+@pytest.fixture(params=[None, {"rater_ridge": 3.0, "rater_ridge_from": "text"}], ids=["default", "rater-ridge"])
+def served_app(study, tmp_path, settings, request):
+    """The default version, or one with each known rater's own content weights (SENSE7_MODEL_RATER_RIDGE)."""
     registry = ModelRegistry(tmp_path / "real-models")
-    registry.add(train_bundle(study.rating_data(), "v1", TAXONOMY), "v1")
+    registry.add(train_bundle(study.rating_data(), "v1", TAXONOMY, personalized_params=request.param), "v1")
     registry.promote("v1")
     store = Store(f"sqlite:///{tmp_path / 'real-store.sqlite'}")
     raters = study.raters.drop(columns=["email"]).set_index("rater_id")
