@@ -257,12 +257,14 @@ class CompiledBundle:
             shift = coef[:, :, 0]
             if self._slopes:  # slopes: how strongly this rater follows the text score
                 shift = shift + coef[:, :, 1] * (g - self._g_mean)
+            # The personal items' columns, gathered only when a rater-specific feature pass needs them.
+            part = None if coef.shape[2] <= self._n_base and self._content_rows is None else \
+                columns if everyone else _rows_of(columns, personal)
             if coef.shape[2] > self._n_base:  # slopes on the rater directions (PersonalizedRater.rater_directions)
-                values = self.personalized.rater_direction_values(_rows_of(columns, personal))  # (i, c, d)
+                values = self.personalized.rater_direction_values(part)  # (i, c, d)
                 shift = shift + np.einsum("icd,icd->ic", coef[:, :, self._n_base:], values)
             if self._content_rows is not None:
-                raters_of = [str(columns["rater_id"][i]) for i in personal]
-                shift = shift + self.content_shifts(_rows_of(columns, personal), raters_of)
+                shift = shift + self.content_shifts(part, part["rater_id"])
             scores = g + raters.common[rows][:, None] + shift \
                 + self._personal_assistants([assistants[i] for i in personal])
             known = raters.known[rows]
