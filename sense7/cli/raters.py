@@ -218,7 +218,9 @@ def _erase(rater_ids) -> None:
         rows = sum(v for k, v in store_counts.items() if k != "staff_log_redacted")
         console.print(f"erased (receipt {receipt['receipt']}): {rows} store row(s), {ls.get('tasks', 0)} Label "
                       f"Studio task(s), {ls.get('annotations', 0)} annotation(s), {ls.get('accounts', 0)} "
-                      f"account(s); model versions to remove: {', '.join(receipt['model_versions']) or 'none'}",
+                      f"account(s)" + (f" ({ls['staff_logins_kept']} staff login(s) with the rater's email "
+                                       "kept, their annotations deleted)" if ls.get("staff_logins_kept") else "")
+                      + f"; model versions to remove: {', '.join(receipt['model_versions']) or 'none'}",
                       highlight=False, markup=False)
 
     rt = Runtime(settings())

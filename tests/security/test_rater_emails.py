@@ -122,3 +122,30 @@ def test_move_accounts_takes_old_accounts_off_raters_emails_and_keeps_their_rati
     assert again.returncode == 0 and "0 account(s) moved" in again.stdout
     # Of the three raters' emails, only the staff member's own login is left in Label Studio.
     assert [e for e in (u.email or "" for u in rt.client.users.list()) if domain in e] == [emails[staff_rater]]
+
+
+def test_erasing_a_staff_member_who_rated_keeps_their_login_and_deletes_their_ratings(job_stack):
+    rt, raters, domain = study(job_stack, 2)
+    staff_rater, other = (r["rater_id"] for r in raters)
+    email = raters[0]["email"]
+    staff = rt.client.users.create(username=email, email=email, password=secrets.token_urlsafe(16)).id
+    accounts = ensure_accounts(rt.client, rt.store, [staff_rater, other])
+    assert accounts[staff_rater] == staff
+    made = rate_all(rt, accounts)
+    # The staff member also annotated the other rater's task (review work, say): it is theirs to erase too.
+    other_task = next(t for t in project_tasks(rt.client, rt.rating_project) if t.data["rater_id"] == other)
+    extra = annotate(rt.client, other_task, staff).id
+    from sense7.labelstudio.erasure import erase_rater
+
+    emails = {email, account_email(staff_rater)}
+    counts = erase_rater(rt.client, [rt.rating_project], staff_rater, emails)
+    assert counts["staff_logins_kept"] == 1 and counts["accounts"] == 0
+    assert rt.client.users.get(staff).email == email  # the login stays
+    tasks = list(rt.client.tasks.list(project=rt.rating_project, fields="all", page_size=1000))
+    left = {dict(a)["id"] for t in tasks for a in (t.annotations or [])}
+    assert extra not in left and made[other_task.id] in left  # their annotation gone, the other rater's kept
+    assert not [t for t in project_tasks(rt.client, rt.rating_project) if t.data["rater_id"] == staff_rater]
+    # An attribution account sense7 made is deleted as before.
+    counts = erase_rater(rt.client, [rt.rating_project], other, {account_email(other)})
+    assert counts["accounts"] == 1 and counts["staff_logins_kept"] == 0 and counts["tasks"] >= 1
+    assert account_email(other) not in {(u.email or "").lower() for u in rt.client.users.list()}
