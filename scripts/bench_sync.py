@@ -17,11 +17,16 @@ the sync path's own; the paper-scale demo measures everything running together.
 
     .venv/bin/python scripts/bench_sync.py [--raters 109] [--rate-seconds 60] [--reconcile 50000] [--out f.json]
 
+`--attribution-only N` measures only what crediting one annotation looks up in a store of N raters (no
+stack): the whole address map (`raters_by_email`, a batch's way) against the task's own rater (one indexed
+query, `sync_annotation`'s way), best of 20 each.
+
 Prints one JSON document (also written to --out). Timings are wall-clock on whatever else the machine runs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -115,6 +120,32 @@ def latency_figures(sub: Submitter, poller: StorePoller, ids) -> dict:
             "label_studio_ack": percentiles([sub.acked[i] - sub.sent[i] for i in ids])}
 
 
+def attribution_lookups(n_raters: int, repeats: int = 20) -> dict:
+    """Milliseconds (best of `repeats`) to find one annotation's rater in a store of `n_raters` (half with
+    an email): the whole map against the task's own rater."""
+    import tempfile
+
+    from sense7.data.store import Store
+    from sense7.labelstudio.rater_accounts import raters_by_email
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(f"sqlite:///{tmp}/store.sqlite")
+        store.upsert_raters([{"rater_id": f"r{i:06d}", "email": f"r{i}@example.test" if i % 2 else None}
+                             for i in range(n_raters)])
+        target = f"r{n_raters // 2:06d}"
+
+        def best(call) -> float:
+            times = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - started)
+            return round(min(times) * 1000, 3)
+
+        return {"raters": n_raters, "whole_map_ms": best(lambda: raters_by_email(store)),
+                "own_rater_ms": best(lambda: store.rater_emails(every_rater=True, rater_ids=[target]))}
+
+
 def main() -> None:
     parser = argument_parser(__doc__)
     parser.add_argument("--raters", type=int, default=109)
@@ -127,7 +158,12 @@ def main() -> None:
     parser.add_argument("--reconcile", type=int, default=50_000, help="annotations imported in bulk, then reconciled")
     parser.add_argument("--ls-database-url", default=None,
                         help="run Label Studio on this PostgreSQL database (default: SQLite, as the demo)")
+    parser.add_argument("--attribution-only", type=int, default=0, metavar="N",
+                        help="only time the attribution lookups on a store of N raters (no stack)")
     args = parser.parse_args()
+    if args.attribution_only:
+        print(json.dumps(attribution_lookups(args.attribution_only), indent=2))
+        return
 
     cfg = fresh_home("bench-sync-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0",
                      **({"SENSE7_LS_DATABASE_URL": args.ls_database_url} if args.ls_database_url else {}))

@@ -477,9 +477,13 @@ class Store:
             with self.engine.begin() as conn:
                 self.upsert_rows(conn, raters, rows, ["rater_id"], keep_existing=True)
 
-    def rater_emails(self, every_rater: bool = False) -> dict[str, str | None]:
-        """rater_id -> email of the raters with one (`every_rater`: of every rater, None when unknown)."""
+    def rater_emails(self, every_rater: bool = False, rater_ids: Iterable[str] | None = None
+                     ) -> dict[str, str | None]:
+        """rater_id -> email of the raters with one (`every_rater`: of every rater, None when unknown);
+        `rater_ids`: of these raters only (those in the store)."""
         query = select(raters.c.rater_id, raters.c.email)
+        if rater_ids is not None:
+            query = query.where(raters.c.rater_id.in_(list(rater_ids)))
         with self.engine.connect() as conn:
             return {rid: email for rid, email in conn.execute(
                 query if every_rater else query.where(raters.c.email.is_not(None)))}

@@ -40,7 +40,7 @@ from sense7.labelstudio.protocol import (
     rating_result,
     user_id,
 )
-from sense7.labelstudio.rater_accounts import raters_by_email
+from sense7.labelstudio.rater_accounts import account_email, raters_by_email
 from sense7.taxonomy import Taxonomy
 
 
@@ -146,19 +146,26 @@ class LabelSync:
                 return None
         return self._emails.get(user_id) or None
 
-    def author_rater(self, completed_by) -> str | None:
-        """The rater who wrote an annotation, from its author's email; None when the author is no rater."""
+    def author_rater(self, completed_by, expected: str | None = None) -> str | None:
+        """The rater who wrote an annotation, from its author's email; None when the author is no rater.
+        `expected`: the rater it most likely is (the task's own), checked first with one indexed query
+        where no batch map is loaded: a single annotation's sync then costs the same at any number of
+        raters, and the whole map is built only when the author is somebody else."""
         email = self.email_of(completed_by)
         if not email:
             return None
+        if self._rater_by_email is None and expected:
+            stored = self.store.rater_emails(every_rater=True, rater_ids=[expected])
+            if expected in stored and email in (account_email(expected), stored[expected]):
+                return expected
         known = self._rater_by_email if self._rater_by_email is not None else raters_by_email(self.store)
         return known.get(email)
 
     def attribution(self, completed_by, task_data: dict) -> tuple[str | None, str | None]:
         """(rater, None) when the task's own rater wrote the annotation, else (None, why not)."""
         author = user_id(completed_by)
-        rater = self.author_rater(completed_by)
         owner = task_data.get("rater_id")
+        rater = self.author_rater(completed_by, expected=str(owner) if owner not in (None, "") else None)
         if rater is None:
             return None, f"author (Label Studio user {author}) is not a known rater"
         if owner not in (None, "") and str(owner) != rater:

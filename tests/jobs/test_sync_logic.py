@@ -92,6 +92,26 @@ def test_single_annotation_sync_fetches_the_truth_and_maps_the_rater(synced):
     assert syncer.store.annotation_versions() == {}
 
 
+def test_single_annotation_sync_checks_the_author_against_the_tasks_rater(synced):
+    """One annotation synced alone (a webhook's path) is credited through the task's own rater without the
+    whole address map; anybody else's annotation still gets the same reasons as in a batch."""
+    syncer, raters, users = synced
+    client, store = syncer.client, syncer.store
+    tasks = project_tasks(client, syncer.rating_project)
+    owner = tasks[4].data["rater_id"]
+    other = next(r["rater_id"] for r in raters if r["rater_id"] != owner)
+    by_other = annotate(client, tasks[4], users[other])
+    by_admin = annotate(client, tasks[5], client.users.whoami().id)
+    assert syncer.sync_annotation(by_other.id).quarantined == 1
+    assert syncer.sync_annotation(by_admin.id).quarantined == 1
+    reasons = {row["annotation_id"]: row["quarantine"] for row in store.quarantined()}
+    assert reasons[by_other.id] == f"rater {other} answered a task of rater {owner}"
+    assert "not a known rater" in reasons[by_admin.id]
+    by_owner = annotate(client, tasks[4], users[owner], store=store)
+    assert syncer.sync_annotation(by_owner.id).credited == 1
+    assert set(store.ratings_frame()["rater_id"]) == {owner}
+
+
 def test_attribution_is_never_guessed_a_strangers_annotation_is_quarantined(synced):
     """The admin (any staff account) and a rater answering another rater's task are credited to nobody:
     the annotation is kept with the reason and counted, but never reaches the training data."""
