@@ -53,6 +53,7 @@ class _TextScores:
         self.dense_inputs = ["n_turns", "turn_position", *features.ctx_numeric_, *features.ctx_categories_]
         self.dense_rows: dict | None = None if float(getattr(features, "relational_weight", 0.0) or 0.0) else {}
         self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale)
+        self.block_columns = []  # (first design-matrix column, block scale) of each block
         self.fast = not features.context_interactions
         offset = n_dense
         for name, vec in features.vectorizers_.items():
@@ -62,16 +63,21 @@ class _TextScores:
             if not (isinstance(vec, BulkNgramVectorizer) and vec.weighting == "presence"):
                 self.fast = False
             self.blocks.append((name, vec, coef[offset:offset + width] * float(features.block_scales_[name])))
+            self.block_columns.append((offset, float(features.block_scales_[name])))
             offset += width
 
-    def scores(self, columns: dict) -> np.ndarray:
-        """(n, controls) text scores of the items in `columns`."""
+    def cells(self, columns: dict) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per text block, the (document, column) cells of the terms present in the items (fast path only):
+        what `scores` sums coefficients over, kept when another scorer reads the same cells."""
+        return [vec.present_cells(self.features.block_texts(columns, name)) for name, vec, _ in self.blocks]
+
+    def scores(self, columns: dict, cells: list | None = None) -> np.ndarray:
+        """(n, controls) text scores of the items in `columns`; `cells`: cells(columns), when known."""
         if not self.fast:
             return self.model.text_scores(pd.DataFrame(columns))
         out = self.dense_scores(columns)
-        for name, vec, coef in self.blocks:
+        for (name, vec, coef), (rows, cols) in zip(self.blocks, cells if cells is not None else self.cells(columns)):
             # Presence features: a term counts once per document, however often it occurs.
-            rows, cols = vec.present_cells(self.features.block_texts(columns, name))
             if not len(rows):
                 continue
             starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))  # (np.r_ costs more)
@@ -102,6 +108,46 @@ class _TextScores:
             rows.update(zip((keys[i] for i in missing), computed))
             self.dense_rows = rows
         return np.array([rows[key] for key in keys]).reshape(n, len(self.intercept))
+
+
+class _RaterContentScores:
+    """Each known rater's own content weights (PersonalizedRater.rater_ridge over every feature column,
+    rater_ridge_from="text") summed over the present cells the text scores read, as _TextScores sums the
+    text model's: the feature matrix is never built. Only where the text scores have their fast path."""
+
+    def __init__(self, model, text: _TextScores):
+        ridges = model.rater_ridges_
+        n_columns, n_raters = ridges[0].coef_.shape
+        # (columns, raters, controls): one gather reads every control's weight of a cell's rater.
+        self.weights = np.zeros((n_columns, n_raters, len(ridges)))
+        self.offsets = np.zeros((n_raters, len(ridges)))
+        for c, ridge in enumerate(ridges):
+            if np.isfinite(ridge.alpha_):  # an infinite penalty: the control has no content weights
+                self.weights[:, :, c] = ridge.coef_
+                self.offsets[:, c] = ridge.offset_
+        self.text = text
+        self.n_dense = len(text.dense_coef)
+
+    @classmethod
+    def usable(cls, model, text: _TextScores) -> bool:
+        return getattr(model, "rater_ridges_", None) is not None and text.fast \
+            and model.rater_ridge_from == "text" and not model.features_.context_interactions \
+            and (model.features_.vectorizers_ or {}).get("encoder") is None
+
+    def shifts(self, columns: dict, rater_rows: np.ndarray, cells: list) -> np.ndarray:
+        """(n, controls) each item's shift for its rater (rater_rows: the model's known-rater rows; -1: 0)."""
+        rows = np.asarray(rater_rows)
+        mine = np.maximum(rows, 0)
+        features = self.text.features
+        dense = features.dense_features(columns) * features.context_weight  # (n, k)
+        out = np.einsum("ik,kic->ic", dense, self.weights[:self.n_dense][:, mine])
+        for (offset, scale), (docs, cols) in zip(self.text.block_columns, cells):
+            if len(docs):  # cells are sorted by document: one sum per document, as _TextScores.scores
+                starts = np.flatnonzero(np.concatenate(([True], docs[1:] != docs[:-1])))
+                out[docs[starts]] += np.add.reduceat(self.weights[offset + cols, mine[docs]], starts, axis=0) * scale
+        out -= self.offsets[mine]
+        out[rows < 0] = 0.0
+        return out
 
 
 class _Links:
@@ -198,6 +244,8 @@ class CompiledBundle:
         # they are fitted per known rater, so a rater table's rows (which add newcomers) do not index them.
         self._content_rows = {str(r): i for i, r in enumerate(personalized.known_raters_)} \
             if getattr(personalized, "rater_ridges_", None) is not None else None
+        self._content = _RaterContentScores(personalized, self._text) \
+            if _RaterContentScores.usable(personalized, self._text) else None
 
     def rater_table(self, traits: pd.DataFrame) -> RaterTable:
         """Coefficients of every known rater and of every rater in `traits` (trait_<name> columns, index
@@ -247,7 +295,9 @@ class CompiledBundle:
         probs = None if len(personal) == n or len(generic) == n else \
             np.empty((n, len(self.controls), len(self.levels)))
         kinds = ["generic"] * n
-        text = self._text.scores(columns) if len(personal) or self._generic_text is self._text else None
+        # The content shifts read the same present cells as the text scores: found once for both.
+        cells = self._text.cells(columns) if self._content is not None and len(personal) else None
+        text = self._text.scores(columns, cells) if len(personal) or self._generic_text is self._text else None
         assistants = columns["assistant_id"]
         if len(personal):
             everyone = len(personal) == n
@@ -258,12 +308,15 @@ class CompiledBundle:
             if self._slopes:  # slopes: how strongly this rater follows the text score
                 shift = shift + coef[:, :, 1] * (g - self._g_mean)
             # The personal items' columns, gathered only when a rater-specific feature pass needs them.
-            part = None if coef.shape[2] <= self._n_base and self._content_rows is None else \
+            part = None if coef.shape[2] <= self._n_base and (self._content_rows is None or self._content is not None) else \
                 columns if everyone else _rows_of(columns, personal)
             if coef.shape[2] > self._n_base:  # slopes on the rater directions (PersonalizedRater.rater_directions)
                 values = self.personalized.rater_direction_values(part)  # (i, c, d)
                 shift = shift + np.einsum("icd,icd->ic", coef[:, :, self._n_base:], values)
-            if self._content_rows is not None:
+            if self._content is not None:  # over every item (generic ones get 0), then the personal ones
+                content = self.content_shifts(columns, columns["rater_id"], cells)
+                shift = shift + (content if everyone else content[personal])
+            elif self._content_rows is not None:
                 shift = shift + self.content_shifts(part, part["rater_id"])
             scores = g + raters.common[rows][:, None] + shift \
                 + self._personal_assistants([assistants[i] for i in personal])
@@ -286,14 +339,23 @@ class CompiledBundle:
             probs = np.empty((0, len(self.controls), len(self.levels)))
         return Predictions(kinds, probs, self.levels)
 
-    def content_shifts(self, columns: dict, rater_ids: list[str], features=None) -> np.ndarray | None:
+    def content_inputs(self, columns: dict):
+        """What content_shifts reads of the items, computed once for several calls on the same items: the
+        present cells (fast path) or the personalized model's rater_content_features."""
+        if self._content is not None:
+            return self._text.cells(columns)
+        return self.personalized.rater_content_features(columns)
+
+    def content_shifts(self, columns: dict, rater_ids: list[str], inputs=None) -> np.ndarray | None:
         """(items, controls) each item's shift from its rater's own content weights (rater_ridge; 0 for a
         rater the model has no weights for: a newcomer served from their traits); None for a model without
-        them. `features`: the personalized model's rater_content_features(columns), when known."""
+        them. `inputs`: content_inputs(columns), when known."""
         if self._content_rows is None:
             return None
         rows = np.array([self._content_rows.get(str(r), -1) for r in rater_ids], dtype=np.int64)
-        return self.personalized.rater_content_shifts(columns, rows, features)
+        if self._content is not None:
+            return self._content.shifts(columns, rows, inputs if inputs is not None else self._text.cells(columns))
+        return self.personalized.rater_content_shifts(columns, rows, inputs)
 
     def _rater_links(self, scores: np.ndarray, known: np.ndarray) -> np.ndarray:
         """Probabilities through the known link for known raters, the cold one for the others: only the
@@ -323,8 +385,8 @@ class CompiledBundle:
             values = self.personalized.rater_direction_values(columns)  # (items, controls, directions)
             shift = shift + np.einsum("mcd,icd->imc", coef[0, :, :, self._n_base:], values)
         if self._content_rows is not None:  # the items' features once, then each member's own weights
-            features = self.personalized.rater_content_features(columns)
-            shift = shift + np.stack([self.content_shifts(columns, [str(m)] * g.shape[0], features)
+            inputs = self.content_inputs(columns)
+            shift = shift + np.stack([self.content_shifts(columns, [str(m)] * g.shape[0], inputs)
                                       for m in members], axis=1)
         scores = g + raters.common[rows][None, :, None] + shift \
             + self._personal_assistants(columns["assistant_id"])[:, None, :]
