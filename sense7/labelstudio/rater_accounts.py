@@ -84,6 +84,21 @@ def ensure_account(client: LabelStudio, store: Store, rater_id: str) -> int:
     return ensure_accounts(client, store, [rater_id])[rater_id]
 
 
+def is_account_of(client: LabelStudio, store: Store, rater_id: str, account: int) -> bool:
+    """Whether Label Studio user `account` still exists and is the rater's (their reserved address, or the
+    email the store has for them)."""
+    from label_studio_sdk.core.api_error import ApiError
+
+    try:
+        email = (client.users.get(account).email or "").strip().lower()
+    except ApiError as exc:
+        if exc.status_code == 404:
+            return False
+        raise
+    stored = store.rater_emails(rater_ids=[rater_id]).get(rater_id)
+    return email in (account_email(rater_id), stored)
+
+
 def made_by_sense7(username: str, email: str) -> bool:
     """Whether a user with this username and email is an attribution account (ensure_users' usernames:
     the address's first 30 characters before the @, a dash and 6 hex digits), not somebody's login."""
@@ -213,9 +228,11 @@ def copy_queues(client: LabelStudio, store: Store, rating_project: int, profile_
 def copy_queue(client: LabelStudio, store: Store, rating_project: int, profile_project: int | None,
                taxonomy: Taxonomy, rater_id: str, account: int | None = None) -> int:
     """Copy one rater's queue into the store with a filtered query (fetch_queue): what the rater page does
-    when a rater without a copy opens their link. `account`: the rater's attribution account when the
-    caller knows it (it never changes); returns it, so the caller can keep it."""
-    if account is None:
+    when a rater without a copy opens their link. `account`: the rater's attribution account as the caller
+    last knew it; returns the account, so the caller can keep it. A kept account is checked first (one small
+    request): `move_accounts` replaces accounts, and a queue read through a replaced one would show the
+    rater none of their earlier answers."""
+    if account is None or not is_account_of(client, store, rater_id, account):
         account = ensure_account(client, store, rater_id)
     RaterQueue(store).replace(rater_id, fetch_queue(client, rating_project, profile_project, rater_id, account,
                                                     taxonomy))

@@ -18,7 +18,7 @@ def queue_refresher(settings: Settings, store, taxonomy):
     from sense7.labelstudio.rater_accounts import copy_queue
 
     state: dict = {}
-    accounts: dict[str, int] = {}  # a rater's attribution account never changes: looked up once per process
+    accounts: dict[str, int] = {}  # each rater's attribution account as last seen (copy_queue checks it)
 
     def refresh(rater_id: str) -> bool:
         try:

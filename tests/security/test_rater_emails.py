@@ -15,10 +15,11 @@ import pytest
 from sqlalchemy import select
 
 from sense7.data.store import annotations as annotations_table
+from sense7.data.store import rater_tasks
 from sense7.labelstudio.importer import import_conversations
 from sense7.labelstudio.label_sync import LabelSync
 from sense7.labelstudio.protocol import user_id
-from sense7.labelstudio.rater_accounts import account_email, ensure_accounts, ensure_users
+from sense7.labelstudio.rater_accounts import account_email, copy_queue, ensure_accounts, ensure_users
 from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)
 from tests.jobs.helpers import annotate, make_conversations, make_raters, project_tasks
 
@@ -53,6 +54,14 @@ def stored_authors(rt) -> dict[int, tuple]:
     with rt.store.engine.connect() as conn:
         return {r.annotation_id: (r.rater_id, r.quarantine, r.held) for r in conn.execute(
             select(t.c.annotation_id, t.c.rater_id, t.c.quarantine, t.c.held).where(t.c.deleted.is_(False)))}
+
+
+def copied_answers(rt, rater: str) -> list[bool]:
+    """Per task of the rater's queue copy, whether the copy holds their answer as read from Label Studio
+    (not the page's own submissions, which the page would show first)."""
+    with rt.store.engine.connect() as conn:
+        return [answer is not None for (answer,) in conn.execute(
+            select(rater_tasks.c.answer).where(rater_tasks.c.rater_id == rater).order_by(rater_tasks.c.position))]
 
 
 def exported(rt, export_type: str) -> str:
@@ -99,6 +108,10 @@ def test_move_accounts_takes_old_accounts_off_raters_emails_and_keeps_their_rati
     before = stored_authors(rt)
     assert sorted(rater for rater, _, _ in before.values()) == sorted([old_rater, staff_rater, new_rater] * 2)
 
+    # The rater page keeps each rater's account between queue copies (sense7.rater_page.wsgi).
+    kept = copy_queue(rt.client, rt.store, rt.rating_project, None, rt.taxonomy, old_rater)
+    assert kept == old and copied_answers(rt, old_rater) == [True, True]
+
     env = {**job_stack.env, "SENSE7_HOME": str(job_stack.tmp / "home")}
     moved = subprocess.run([SENSE7, "raters", "move-accounts"], env=env, capture_output=True, text=True,
                            cwd=job_stack.tmp, timeout=300)
@@ -116,6 +129,9 @@ def test_move_accounts_takes_old_accounts_off_raters_emails_and_keeps_their_rati
     assert result.quarantined == 0 and result.held == 0
     assert stored_authors(rt) == before
     assert ensure_accounts(rt.client, rt.store, [old_rater])[old_rater] == moved_to
+    # A page still holding the old account copies the queue through the new one, earlier answers included.
+    assert copy_queue(rt.client, rt.store, rt.rating_project, None, rt.taxonomy, old_rater, kept) == moved_to
+    assert copied_answers(rt, old_rater) == [True, True]
 
     again = subprocess.run([SENSE7, "raters", "move-accounts"], env=env, capture_output=True, text=True,
                            cwd=job_stack.tmp, timeout=300)
