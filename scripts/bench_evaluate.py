@@ -151,7 +151,8 @@ def _load_named(name: str, path: Path):
     return load_convabuse(path)
 
 
-def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed: int, fixed: str = "") -> None:
+def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed: int, fixed: str = "",
+                   repeats: int = 1) -> None:
     """`--variants param=v1,v2`: generic and personalized (and rater_median) with each value of one
     estimator parameter on WASSA or ConvAbuse: Spearman, the personalization gains with CIs, LeWiDi's ANAD
     and Wasserstein (sense7.research.lewidi), one Markdown row per split and value."""
@@ -167,27 +168,30 @@ def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed
             f"{block['mean']:.{digits}f} [{block['ci'][0]:.{digits}f}, {block['ci'][1]:.{digits}f}]"
 
     print(f"\n## {name}: {param} in {values}{' with ' + fixed if fixed else ''} ({folds} folds, seed {seed}, "
-          f"{boot} resamples)\n")
-    print("| split | value | model | Spearman | MAE | ANAD | WS | p - g Spearman | within-rater gain |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          f"{boot} resamples{f', within-rater gain also over {repeats} fold assignments' if repeats > 1 else ''})\n")
+    print("| split | value | model | Spearman | MAE | ANAD | WS | p - g Spearman | within-rater gain |"
+          + (f" over {repeats} assignments |" if repeats > 1 else ""))
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if repeats > 1 else ""))
     for value in values.split(","):
         kw = {**parse_fixed(fixed), param: parse_value(value)}
         generic_kw = {k: v for k, v in kw.items() if k in GenericRater().get_params()}  # e.g. not rater_directions
         models = {"rater_median": RaterMedian(), "generic": GenericRater(**generic_kw),
                   "personalized": PersonalizedRater(**kw)}
         result = evaluate(data, n_folds=folds, seed=seed, n_boot=boot, models=models, dataset=name,
-                          taxonomy=load_taxonomy())
+                          taxonomy=load_taxonomy(), repeats=repeats)
         for split, body in result["splits"].items():
             paired = body["paired"].get("personalized_minus_generic") or {}
             gain = ((body["perspectivist"].get("personalization_gain") or {}).get("spearman"))
+            repeated = body["perspectivist"].get("personalization_gain_repeated")
             for model in models:
                 o, p = body["models"][model]["overall"], body["perspectivist"]["models"][model]
                 extra = ("", "")
                 if model == "personalized":
                     extra = (f"{paired['spearman']:+.3f} [{paired['ci'][0]:+.3f}, {paired['ci'][1]:+.3f}]"
                              if paired.get("spearman") is not None else "n/a", ci(gain, 4))  # often within 0.001 of 0
+                more = "" if repeats <= 1 else f" {ci(repeated, 4) if model == 'personalized' else ''} |"
                 print(f"| {split} | {value} | {model} | {_fmt(o['spearman'])} | {_fmt(o['mae'])} | "
-                      f"{ci(p['lewidi_anad'])} | {ci(p['lewidi_wasserstein'])} | {extra[0]} | {extra[1]} |",
+                      f"{ci(p['lewidi_anad'])} | {ci(p['lewidi_wasserstein'])} | {extra[0]} | {extra[1]} |{more}",
                       flush=True)
 
 
@@ -286,6 +290,8 @@ def main() -> None:
                                                                       "--variants and --oracle-gain")
     parser.add_argument("--data", choices=("wassa", "convabuse"), default="wassa", help="the data of --variants")
     parser.add_argument("--convabuse", type=Path, default=DEFAULT_WASSA.parent / "convabuse")
+    parser.add_argument("--repeats", type=int, default=1, help="--variants: the within-rater gain also over this "
+                                                                   "many fold assignments (seed, seed + 1, ...)")
     parser.add_argument("--oracle-gain", default="", help="CxR: within-rater gain of personalized vs the oracle "
                                                               "on synthetic data (only that is run)")
     args = parser.parse_args()
@@ -294,7 +300,7 @@ def main() -> None:
         return
     if args.variants:
         bench_variants(args.data, args.wassa if args.data == "wassa" else args.convabuse, args.variants,
-                       args.folds, args.boot, args.seed, args.fixed)
+                       args.folds, args.boot, args.seed, args.fixed, args.repeats)
         return
     if (args.wassa / "trac1_CONVD_train.csv").is_file():
         bench_wassa(args.wassa, args.out, args.folds, args.boot, args.seed)

@@ -136,6 +136,9 @@ def evaluate_command(
                                     f"default all: {', '.join(CATALOG.names())}"),
     list_models: bool = typer.Option(False, "--list-models", help="list the registered models and exit"),
     jobs: int = typer.Option(1, min=1, help="fit folds in parallel processes (same results)"),
+    repeats: int = typer.Option(1, min=1, help="fold assignments for the within-rater gain (repeated "
+                                               "cross-validation: seeds seed, seed + 1, ...); other figures "
+                                               "are the first assignment's"),
     json_path: Path = typer.Option(None, "--json", help="write the full result as JSON"),
     report: Path = typer.Option(None, help="write a self-contained HTML report"),
     taxonomy: Path = taxonomy_option(),
@@ -187,10 +190,12 @@ def evaluate_command(
     tax = resolve_taxonomy(taxonomy)
     data, name = _load(conversations, ratings, raters, wassa2024, tax, assignments=assignments, convabuse=convabuse)
     with progress() as bar:
-        job = bar.add_task("Cross-validating", total=len(chosen) * len(estimators) * folds)
+        pair = int("generic" in estimators and "personalized" in estimators)
+        job = bar.add_task("Cross-validating",
+                           total=len(chosen) * folds * (len(estimators) + 2 * pair * (repeats - 1)))
         try:
             result = evaluate(data, splits=chosen, n_folds=folds, seed=seed, n_boot=boot, models=estimators,
-                              n_jobs=jobs, taxonomy=tax,
+                              n_jobs=jobs, taxonomy=tax, repeats=repeats,
                               dataset=name, progress=lambda label: bar.update(job, advance=1, description=label))
         except ValueError as exc:
             raise fail(str(exc), 2)

@@ -98,6 +98,12 @@ def _print_perspectivist(split: dict) -> None:
             g = gain[key]
             console.print(f"personalization gain per rater, {what}: {g['mean']:+.3f} {_ci(g['ci'])}; "
                           f"of {g['n_raters']} raters {g['share_gain']:.0%} gain, {g['share_loss']:.0%} lose")
+    repeated = block.get("personalization_gain_repeated")
+    if repeated:
+        each = ", ".join("n/a" if v is None else f"{v:+.3f}" for v in repeated["per_assignment"])
+        console.print(f"within-rater Spearman gain over {repeated['repeats']} fold assignments (seeds "
+                      f"{repeated['seeds'][0]}-{repeated['seeds'][-1]}): {repeated['mean']:+.3f} {_ci(repeated['ci'])}; "
+                      f"of {repeated['n_raters']} raters {repeated['share_gain']:.0%} gain; each assignment alone: {each}")
 
 
 def print_trait_audit(audit: dict) -> None:

@@ -40,7 +40,8 @@ from sense7.research.metrics import (
     percentile_ci,
     point_metrics,
 )
-from sense7.research.perspectivist import RaterTurns, perspectivist_metrics
+from sense7.research.perspectivist import (RaterTurns, perspectivist_metrics, repeated_gain,
+                                           spearman_gain_sums, strict_json)
 
 SPLITS = {"known_rater": "conversation_id", "cold_start": "rater_id"}
 # Bins of "how many training ratings did this rater have in this fold" for the personalization-gain curve.
@@ -247,7 +248,7 @@ def _train_count_bins(y, scores, train_counts, raters, fold_ids) -> list[dict]:
 
 def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(SPLITS), n_folds: int = 5,
                    seed: int = 0, n_boot: int = 1000, dataset: str = "", progress: Progress | None = None,
-                   n_jobs: int = 1, scale=None) -> dict:
+                   n_jobs: int = 1, scale=None, repeats: int = 1) -> dict:
     """`evaluate` on an item frame (X, Y) already built by `sense7.data.items.build_items`.
 
     Returns {"dataset", "n_ratings", "n_items", "n_raters", "n_conversations", "controls", "levels", ...,
@@ -263,10 +264,16 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
         "rater_train_ratings": [mean training ratings per rater, sorted],
         "perspectivist": LeWiDi 2025's ANAD and Wasserstein, sense7's per-rater distance and 0-1 Wasserstein,
                          the per-rater personalization gain (distances on the median; ANAD also on the mode) (see sense7.research.perspectivist.perspectivist_metrics),
+                         and with repeats > 1 "personalization_gain_repeated": the within-rater Spearman gain
+                         over `repeats` fold assignments (seeds seed, seed + 1, ...; perspectivist.repeated_gain),
         "fit_predict_seconds": {name: seconds}, "n_folds", "cluster"}}}
     Undefined values (e.g. Spearman of a constant prediction) are None, so the result is strict JSON.
     `scale`: the rating levels (e.g. a taxonomy's 1..7); default the range of the observed ratings.
+    `repeats`: fold assignments for the within-rater gain (the generic and personalized models are
+    cross-validated once more per extra assignment); every other figure is the first assignment's.
     """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     X, Y = X.reset_index(drop=True), Y.reset_index(drop=True).astype(float)
     observed = Y.to_numpy(float)[np.isfinite(Y.to_numpy(float))]
     if len(observed) == 0:
@@ -336,8 +343,31 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
         split_out["perspectivist"] = perspectivist_metrics(Y, raters, medians, scores, turn_distances, turns,
                                                            fold_ids, len(data_levels), n_boot, seed,
                                                            mode_levels=levels)
+        if repeats > 1 and "personalized" in models and "generic" in models:
+            split_out["perspectivist"]["personalization_gain_repeated"] = _repeated_gain(
+                X, Y, models, split, n_folds, seed, repeats, scores, fold_ids, data_levels, n_boot, progress, n_jobs)
         result["splits"][split] = split_out
     return result
+
+
+def _repeated_gain(X, Y, models, split, n_folds, seed, repeats, scores, fold_ids, data_levels, n_boot, progress,
+                   n_jobs) -> dict | None:
+    """The within-rater gain over `repeats` fold assignments: the first one's scores (already computed), then
+    generic and personalized cross-validated on each further assignment (seed + 1, ...)."""
+    codes = pd.factorize(X["rater_id"].astype(str))[0]
+    n_raters = int(codes.max()) + 1 if len(codes) else 0
+    sums = [spearman_gain_sums(Y, scores["personalized"], scores["generic"], codes, fold_ids, n_raters)]
+    seeds = [seed + r for r in range(repeats)]
+    for extra in seeds[1:]:
+        folds = make_folds(X, split, n_folds, extra)
+        ids = np.empty(len(X), int)
+        for k, (_, test) in enumerate(folds):
+            ids[test] = k
+        again = {name: cross_val_predictions(models[name], X, Y, folds, data_levels, progress,
+                                             label=f"{split} {name} (assignment {extra})", n_jobs=n_jobs)[1]
+                 for name in ("generic", "personalized")}
+        sums.append(spearman_gain_sums(Y, again["personalized"], again["generic"], codes, ids, n_raters))
+    return strict_json(repeated_gain(sums, seeds, n_boot, seed))
 
 
 def _paired(model_results: dict, boot: dict, controls: list[str]) -> dict:
@@ -365,7 +395,7 @@ def _confusion(y_true, y_level, levels) -> list[list[int]]:
 
 def evaluate(data, splits=("known_rater", "cold_start"), n_folds: int = 5, seed: int = 0, n_boot: int = 1000,
              models: dict | None = None, dataset: str | None = None, progress: Progress | None = None,
-             n_jobs: int = 1, *, taxonomy) -> dict:
+             n_jobs: int = 1, repeats: int = 1, *, taxonomy) -> dict:
     """Cross-validate `models` (default: every kind of sense7.model.catalog.CATALOG) on a
     `sense7.data.dataset.RatingData`.
 
@@ -379,4 +409,4 @@ def evaluate(data, splits=("known_rater", "cold_start"), n_folds: int = 5, seed:
         scale = range(1, taxonomy.levels + 1)
     name = dataset if dataset is not None else getattr(data, "name", "") or ""
     return evaluate_items(X, Y, models if models is not None else default_models(), splits, n_folds, seed,
-                          n_boot, dataset=name, progress=progress, n_jobs=n_jobs, scale=scale)
+                          n_boot, dataset=name, progress=progress, n_jobs=n_jobs, scale=scale, repeats=repeats)

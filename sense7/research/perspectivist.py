@@ -175,6 +175,16 @@ def _spearman_gain(Y: pd.DataFrame, personalized: pd.DataFrame, generic: pd.Data
     from fold to fold, and it is learned from the rater's *other* ratings, so pooled across folds it runs
     against the held-out ratings and would make personalization look bad at ranking (with a handful of
     ratings per rater, as in WASSA, strongly so)."""
+    total, weight = spearman_gain_sums(Y, personalized, generic, rater_codes, fold_ids, n_raters)
+    with np.errstate(all="ignore"):
+        return np.where(weight > 0, total / weight, np.nan)
+
+
+def spearman_gain_sums(Y: pd.DataFrame, personalized: pd.DataFrame, generic: pd.DataFrame, rater_codes: np.ndarray,
+                       fold_ids: np.ndarray, n_raters: int) -> tuple[np.ndarray, np.ndarray]:
+    """The per-rater within-rater Spearman gain (see _spearman_gain) as its two sums per rater: the
+    rating-weighted sum of the per-fold gains and the weights. Sums of several fold assignments add up to
+    the gain over all of them (`repeated_gain`)."""
     n_folds = int(fold_ids.max()) + 1 if len(fold_ids) else 1
     groups = rater_codes * n_folds + fold_ids
     total, weight = np.zeros(n_raters), np.zeros(n_raters)
@@ -186,8 +196,26 @@ def _spearman_gain(Y: pd.DataFrame, personalized: pd.DataFrame, generic: pd.Data
         size = np.bincount(groups[np.isfinite(y)], minlength=n_raters * n_folds)[codes]
         np.add.at(total, codes // n_folds, diff.to_numpy(float) * size)
         np.add.at(weight, codes // n_folds, size)
+    return total, weight
+
+
+def repeated_gain(sums: list[tuple[np.ndarray, np.ndarray]], seeds: list[int], n_boot: int, seed: int) -> dict | None:
+    """The within-rater Spearman gain over several fold assignments (repeated cross-validation): each
+    rater's per-fold gains pooled over every assignment (`sums`: spearman_gain_sums per assignment), then
+    the mean over raters with a CI resampling raters, as for one assignment. With a handful of ratings a
+    rater, a test fold holds two or three of theirs, and one assignment's gain swings with where they fell.
+
+    {"repeats", "seeds", "per_assignment": [mean over raters of each assignment alone], mean, ci, ...}"""
+    total = sum(t for t, _ in sums)
+    weight = sum(w for _, w in sums)
     with np.errstate(all="ignore"):
-        return np.where(weight > 0, total / weight, np.nan)
+        values = np.where(weight > 0, total / weight, np.nan)
+        per_assignment = [float(np.nanmean(np.where(w > 0, t / w, np.nan))) if (w > 0).any() else None
+                          for t, w in sums]
+    summary = _rater_summary(values, n_boot, seed, gain=True)
+    if summary is None:
+        return None
+    return {"repeats": len(sums), "seeds": list(seeds), "per_assignment": per_assignment, **summary}
 
 
 def _turn_summary(values_per_control: dict[str, np.ndarray], blocks: dict, n_conversations: int,

@@ -284,6 +284,7 @@ def render_report(result: dict, catalog: Catalog = CATALOG) -> str:
             paired_text = f"{paired['spearman']:+.3f}" + ("" if ci[0] is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
         control = "overall" if "overall" in result["controls"] else result["controls"][0]
         gains = (split.get("perspectivist") or {}).get("personalization_gain") or {}
+        repeated = (split.get("perspectivist") or {}).get("personalization_gain_repeated")
         splits.append((split_name, {
             "rows": rows,
             "paired": paired_text,
@@ -297,7 +298,9 @@ def render_report(result: dict, catalog: Catalog = CATALOG) -> str:
             "perspectivist": _perspectivist_rows(split, catalog),
             "rater_gain_lines": [line for line in (
                 _gain_text(gains.get("distance"), "normalized distance (generic - personalized)"),
-                _gain_text(gains.get("spearman"), "within-rater Spearman (personalized - generic)")) if line],
+                _gain_text(gains.get("spearman"), "within-rater Spearman (personalized - generic)"),
+                _gain_text(repeated, f"within-rater Spearman over {repeated['repeats']} fold assignments"
+                           if repeated else "")) if line],
             "rater_gain_png": _rater_gain_histogram(split, catalog),
         }))
     return TEMPLATE.render(r=result, splits=splits, split_labels=SPLIT_LABELS, paper_label=PAPER_LABEL,

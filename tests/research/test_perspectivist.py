@@ -16,6 +16,7 @@ from sense7.research.evaluation import evaluate, evaluate_items
 from sense7.research.perspectivist import (
     RaterTurns,
     normalized_distance,
+    repeated_gain,
     wasserstein_ordinal,
     within_group_spearman,
 )
@@ -144,6 +145,42 @@ def test_no_multi_rater_turn_gives_no_wasserstein():
     assert block["multi_rater_turns"] == {"overall": 0}
     assert block["models"]["rater_mean"]["wasserstein_01"] is None
     assert block["models"]["rater_mean"]["rater_mean_distance"]["n_raters"] == 10
+
+
+def test_repeated_gain_pools_each_raters_folds_over_the_assignments_by_hand():
+    # Two assignments, two raters: (rating-weighted sum of per-fold gains, weight) per rater.
+    first = (np.array([1.0, 0.2]), np.array([2.0, 1.0]))   # alone: +0.5 and +0.2 -> mean +0.35
+    second = (np.array([0.0, 0.6]), np.array([1.0, 2.0]))  # alone: 0.0 and +0.3 -> mean +0.15
+    out = repeated_gain([first, second], seeds=[4, 5], n_boot=50, seed=0)
+    # Pooled per rater: 1.0 / 3 and 0.8 / 3, not the mean of the two assignments' means (0.25).
+    assert out["mean"] == pytest.approx((1.0 / 3 + 0.8 / 3) / 2)
+    assert out["values"] == pytest.approx([0.8 / 3, 1.0 / 3])
+    assert out["per_assignment"] == pytest.approx([0.35, 0.15])
+    assert (out["repeats"], out["seeds"], out["n_raters"], out["share_gain"]) == (2, [4, 5], 2, 1.0)
+    # A rater with no defined gain in any assignment is left out, not counted as 0.
+    none = (np.array([0.0, 0.0, 0.0]), np.array([0.0, 0.0, 0.0]))
+    assert repeated_gain([none], seeds=[0], n_boot=10, seed=0) is None
+
+
+def test_repeats_add_the_same_models_on_further_fold_assignments():
+    data = generate(24, 12, seed=5, raters_per_conversation=3, taxonomy=TAXONOMY).rating_data()
+    models = CATALOG.make(["generic", "personalized"])
+
+    def run(seed, repeats=1):
+        return evaluate(data, splits=("known_rater",), n_folds=3, seed=seed, n_boot=50, models=models,
+                        repeats=repeats, taxonomy=TAXONOMY)["splits"]["known_rater"]["perspectivist"]
+
+    both = run(0, repeats=2)
+    alone = [run(0)["personalization_gain"]["spearman"], run(1)["personalization_gain"]["spearman"]]
+    repeated = both["personalization_gain_repeated"]
+    # Each assignment alone is what a single run with its seed gives; the first one's block is unchanged.
+    assert repeated["per_assignment"] == pytest.approx([g["mean"] for g in alone])
+    assert both["personalization_gain"]["spearman"] == alone[0]
+    assert repeated["seeds"] == [0, 1] and repeated["n_raters"] >= max(g["n_raters"] for g in alone)
+    assert alone[0]["mean"] != alone[1]["mean"]  # the assignments differ, so pooling them means something
+    assert "personalization_gain_repeated" not in run(0)
+    with pytest.raises(ValueError, match="repeats"):
+        run(0, repeats=0)
 
 
 def test_parallel_folds_give_the_same_perspectivist_block():

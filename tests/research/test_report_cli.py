@@ -165,6 +165,24 @@ def test_bad_conversations_file_is_reported_with_its_line(synth_files, tmp_path)
     assert not (tmp_path / "out.json").exists()
 
 
+def test_evaluate_repeats_prints_and_saves_the_gain_over_fold_assignments(synth_files, tmp_path):
+    json_path, report = tmp_path / "eval.json", tmp_path / "report.html"
+    result = runner.invoke(app, ["evaluate", "--conversations", str(synth_files / "conversations.jsonl"),
+                                 "--ratings", str(synth_files / "ratings.csv"), "--raters", str(synth_files / "raters.csv"),
+                                 "--splits", "known_rater", "--models", "generic,personalized", "--folds", "3",
+                                 "--boot", "30", "--repeats", "3", "--seed", "2", "--json", str(json_path),
+                                 "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    repeated = json.loads(json_path.read_text())["splits"]["known_rater"]["perspectivist"][
+        "personalization_gain_repeated"]
+    assert repeated["repeats"] == 3 and repeated["seeds"] == [2, 3, 4] and len(repeated["per_assignment"]) == 3
+    assert f"over 3 fold assignments (seeds 2-4): {repeated['mean']:+.3f}" in " ".join(result.output.split())
+    assert "within-rater Spearman over 3 fold assignments" in report.read_text()
+    refused = runner.invoke(app, ["evaluate", "--conversations", str(synth_files / "conversations.jsonl"),
+                                  "--ratings", str(synth_files / "ratings.csv"), "--repeats", "0"])
+    assert refused.exit_code == 2 and "--repeats" in refused.output
+
+
 def test_evaluate_command_runs_a_chosen_subset_of_models(synth_files, tmp_path):
     json_path = tmp_path / "eval.json"
     result = runner.invoke(app, ["evaluate", "--conversations", str(synth_files / "conversations.jsonl"),
