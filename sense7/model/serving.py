@@ -113,18 +113,13 @@ class _TextScores:
 class _RaterContentScores:
     """Each known rater's own content weights (PersonalizedRater.rater_ridge over every feature column,
     rater_ridge_from="text") summed over the present cells the text scores read, as _TextScores sums the
-    text model's: the feature matrix is never built. Only where the text scores have their fast path."""
+    text model's: the feature matrix is never built. Only where the text scores have their fast path. The
+    weights are the model's own arrays (features x raters per control), read in place: no copy."""
 
     def __init__(self, model, text: _TextScores):
-        ridges = model.rater_ridges_
-        n_columns, n_raters = ridges[0].coef_.shape
-        # (columns, raters, controls): one gather reads every control's weight of a cell's rater.
-        self.weights = np.zeros((n_columns, n_raters, len(ridges)))
-        self.offsets = np.zeros((n_raters, len(ridges)))
-        for c, ridge in enumerate(ridges):
-            if np.isfinite(ridge.alpha_):  # an infinite penalty: the control has no content weights
-                self.weights[:, :, c] = ridge.coef_
-                self.offsets[:, c] = ridge.offset_
+        # An infinite penalty: that control has no content weights (RaterResidualRidge.predict gives 0).
+        self.ridges = [(c, ridge) for c, ridge in enumerate(model.rater_ridges_) if np.isfinite(ridge.alpha_)]
+        self.n_controls = len(model.rater_ridges_)
         self.text = text
         self.n_dense = len(text.dense_coef)
 
@@ -138,14 +133,20 @@ class _RaterContentScores:
         """(n, controls) each item's shift for its rater (rater_rows: the model's known-rater rows; -1: 0)."""
         rows = np.asarray(rater_rows)
         mine = np.maximum(rows, 0)
+        out = np.zeros((len(rows), self.n_controls))
+        if not self.ridges:
+            return out
         features = self.text.features
         dense = features.dense_features(columns) * features.context_weight  # (n, k)
-        out = np.einsum("ik,kic->ic", dense, self.weights[:self.n_dense][:, mine])
-        for (offset, scale), (docs, cols) in zip(self.text.block_columns, cells):
-            if len(docs):  # cells are sorted by document: one sum per document, as _TextScores.scores
-                starts = np.flatnonzero(np.concatenate(([True], docs[1:] != docs[:-1])))
-                out[docs[starts]] += np.add.reduceat(self.weights[offset + cols, mine[docs]], starts, axis=0) * scale
-        out -= self.offsets[mine]
+        starts = [np.flatnonzero(np.concatenate(([True], docs[1:] != docs[:-1]))) if len(docs) else None
+                  for docs, _ in cells]  # cells are sorted by document: one sum per document
+        for c, ridge in self.ridges:
+            coef = ridge.coef_
+            out[:, c] = np.einsum("ik,ki->i", dense, coef[:self.n_dense, mine]) - ridge.offset_[mine]
+            for (offset, scale), (docs, cols), first in zip(self.text.block_columns, cells, starts):
+                if first is not None:
+                    values = coef[offset + cols, mine[docs]].astype(np.float64)
+                    out[docs[first], c] += np.add.reduceat(values, first) * scale
         out[rows < 0] = 0.0
         return out
 
@@ -308,8 +309,8 @@ class CompiledBundle:
             if self._slopes:  # slopes: how strongly this rater follows the text score
                 shift = shift + coef[:, :, 1] * (g - self._g_mean)
             # The personal items' columns, gathered only when a rater-specific feature pass needs them.
-            part = None if coef.shape[2] <= self._n_base and (self._content_rows is None or self._content is not None) else \
-                columns if everyone else _rows_of(columns, personal)
+            needs_part = coef.shape[2] > self._n_base or (self._content_rows is not None and self._content is None)
+            part = (columns if everyone else _rows_of(columns, personal)) if needs_part else None
             if coef.shape[2] > self._n_base:  # slopes on the rater directions (PersonalizedRater.rater_directions)
                 values = self.personalized.rater_direction_values(part)  # (i, c, d)
                 shift = shift + np.einsum("icd,icd->ic", coef[:, :, self._n_base:], values)
