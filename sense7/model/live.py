@@ -19,8 +19,10 @@ both against Gaussian conditioning written out in covariance form, for known, tr
 `LivePredictor` turns the posterior into predictions with the compiled bundle's text scores (one text pass
 over the rater's rated turns, at most a few hundred, and one over the turns to predict) and the version's
 links (see `predict_with`). Versions trained before
-these statistics were kept, or with `pool_controls` or rater directions, have no live form
-(`LiveUnsupported`): callers keep the static prediction.
+these statistics were kept, or with `pool_controls`, have no live form (`LiveUnsupported`): callers keep
+the static prediction. With rater directions (`PersonalizedRater.rater_directions`) a rating's design also
+holds the rated turn's values on the directions, d_i = [1, g_i - g_mean, v_i], so a rater's slopes on them
+move live too.
 """
 
 from __future__ import annotations
@@ -47,8 +49,6 @@ def check_live(model) -> None:
     """Raise LiveUnsupported unless `model` (a fitted PersonalizedRater) keeps what live updates need."""
     if getattr(model, "pool_controls", False):
         raise LiveUnsupported("a leniency pooled over controls is not updated live")
-    if getattr(model, "rater_directions", 0):
-        raise LiveUnsupported("rater directions (extra random-effect columns) are not updated live yet")
     missing = [name for name in ("target_values_", "trained_keys_") if not hasattr(model, name)]
     if missing or not all(hasattr(e, "rater_gram_") for e in model.effects_):
         raise LiveUnsupported("this version was trained before live statistics were kept")
@@ -129,14 +129,15 @@ class OnlinePosterior:
         self.rhs = moment / self.sigma2[:, None] + np.einsum("cij,cj->ci", self._T_inv, self.prior_mean)
         self.n_ratings = 0  # rated turns added (not counting a known rater's training)
 
-    def update(self, g, ratings, shift=None) -> "OnlinePosterior":
+    def update(self, g, ratings, shift=None, extra=None) -> "OnlinePosterior":
+        """`extra`: (controls, directions) the turn's values on the rater directions, when the model has them."""
         g = np.asarray(g, dtype=float).reshape(-1)
         shift = np.zeros_like(g) if shift is None else np.asarray(shift, dtype=float).reshape(-1)
         targets = _targets(self.model, np.asarray(ratings, dtype=float).reshape(1, -1))[0]
         for j, effects in enumerate(self.model.effects_):
             if not np.isfinite(targets[j]):
                 continue
-            d = effects.design(g[j:j + 1])[0]
+            d = effects.design(g[j:j + 1], None if extra is None else np.asarray(extra, dtype=float)[j][None])[0]
             e = targets[j] - g[j] - shift[j]
             self.precision[j] += np.outer(d, d) / self.sigma2[j]
             self.rhs[j] += d * e / self.sigma2[j]
@@ -150,8 +151,9 @@ class OnlinePosterior:
         other.precision, other.rhs = self.precision.copy(), self.rhs.copy()
         return other
 
-    def update_many(self, g, ratings, shift=None) -> "OnlinePosterior":
-        """The same as `update` once per row of g, ratings, shift (n, controls), in one vectorised step."""
+    def update_many(self, g, ratings, shift=None, extra=None) -> "OnlinePosterior":
+        """The same as `update` once per row of g, ratings, shift (n, controls) and extra (n, controls,
+        directions), in one vectorised step."""
         g = np.atleast_2d(np.asarray(g, dtype=float))
         shift = np.zeros_like(g) if shift is None else np.atleast_2d(np.asarray(shift, dtype=float))
         targets = _targets(self.model, ratings)
@@ -161,8 +163,10 @@ class OnlinePosterior:
         k = self.precision.shape[1]
         g_mean = np.array([effects.g_mean_ for effects in self.model.effects_])
         D = np.ones(g.shape + (k,))
-        if k > 1:
+        if self.model.slopes:
             D[:, :, 1] = g - g_mean
+        if extra is not None:
+            D[:, :, k - np.shape(extra)[2]:] = extra
         self.precision += np.einsum("nc,nci,ncj->cij", weight, D, D)
         self.rhs += np.einsum("nc,nci->ci", e, D)
         self.n_ratings += len(g)
@@ -185,9 +189,10 @@ class OnlinePosterior:
 
 
 def batch_posterior(model, rater_id: str, traits: pd.DataFrame | None, g: np.ndarray, ratings: np.ndarray,
-                    shift: np.ndarray | None = None) -> np.ndarray:
+                    shift: np.ndarray | None = None, extra: np.ndarray | None = None) -> np.ndarray:
     """(controls, k): the same posterior as OnlinePosterior after updating with every row, from all rows at
-    once through `RaterEffects.posterior` (g, ratings, shift: (n, controls))."""
+    once through `RaterEffects.posterior` (g, ratings, shift: (n, controls); extra: (n, controls,
+    directions), the rater directions' values when the model has them)."""
     check_live(model)
     g = np.atleast_2d(np.asarray(g, dtype=float))
     shift = np.zeros_like(g) if shift is None else np.atleast_2d(np.asarray(shift, dtype=float))
@@ -196,7 +201,7 @@ def batch_posterior(model, rater_id: str, traits: pd.DataFrame | None, g: np.nda
     out = []
     for j, effects in enumerate(model.effects_):
         rated = np.isfinite(targets[:, j])
-        D = effects.design(g[rated, j])
+        D = effects.design(g[rated, j], None if extra is None else np.asarray(extra, dtype=float)[rated, j])
         e = targets[rated, j] - g[rated, j] - shift[rated, j]
         mean, _ = effects.posterior(gram[j] + D.T @ D, moment[j] + D.T @ e, prior[j], sigma2[j])
         out.append(mean)
@@ -296,7 +301,9 @@ class LivePredictor:
         self._g_mean = np.array([e.g_mean_ for e in self.model.effects_])
         self._known = _link_arrays(self.model.links_known_)
         self._cold = _link_arrays(self.model.links_cold_)
-        self._score_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # item key hash -> (g, shift)
+        # item key hash -> (g, shift, direction values or None)
+        self._score_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
+        self._n_base = 2 if self.model.slopes else 1  # the rater coefficients before any direction's slope
         self.posteriors = PosteriorCache()
 
     SCORE_CACHE = 200_000  # rated turns whose text scores are kept (about 130 bytes each with 8 controls)
@@ -314,8 +321,9 @@ class LivePredictor:
         at = np.minimum(np.searchsorted(trained, keys), max(len(trained) - 1, 0))
         return ~(trained[at] == keys) if len(trained) else np.ones(len(keys), dtype=bool)
 
-    def _scores(self, rated_columns, keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(text scores, assistant shifts), each (len(rows), controls), of the rated turns `rows` of
+    def _scores(self, rated_columns, keys: np.ndarray, rows: np.ndarray) -> tuple:
+        """(text scores, assistant shifts), each (len(rows), controls), and the rater directions' values
+        (len(rows), controls, directions; None without directions) of the rated turns `rows` of
         `rated_columns` (item columns, or a function making them) whose item-key hashes are `keys`. A rated
         turn's scores never change within a version, so each is computed once per process: a page then
         scores only the turns answered since the rater's last page, not all of their answers again."""
@@ -325,12 +333,14 @@ class LivePredictor:
             columns = rated_columns() if callable(rated_columns) else rated_columns
             part = {name: [values[i] for i in missing] for name, values in columns.items()}
             g, shift = self.compiled.text_scores(part), self.compiled.assistant_shifts(part["assistant_id"])
+            values = self.model.rater_direction_values(part)
             if len(cache) + len(missing) > self.SCORE_CACHE:
                 cache.clear()
             for row, i in enumerate(missing):
-                cache[int(keys[i])] = (g[row], shift[row])
-        pairs = [cache[int(keys[i])] for i in rows]
-        return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+                cache[int(keys[i])] = (g[row], shift[row], None if values is None else values[row])
+        found = [cache[int(keys[i])] for i in rows]
+        values = None if found[0][2] is None else np.array([f[2] for f in found])
+        return np.array([f[0] for f in found]), np.array([f[1] for f in found]), values
 
     def posterior(self, rater_id: str, traits, rated_columns, ratings: np.ndarray,
                   traits_key: Hashable = None, rated_ids: dict | None = None) -> OnlinePosterior:
@@ -361,8 +371,8 @@ class LivePredictor:
 
         def build(state: OnlinePosterior) -> OnlinePosterior:
             if len(rows):
-                g, shift = self._scores(rated_columns, keys, rows)
-                state.update_many(g, counted, shift)
+                g, shift, values = self._scores(rated_columns, keys, rows)
+                state.update_many(g, counted, shift, values)
             return state
 
         return self.posteriors.posterior(self.model, rater_id, traits, traits_key, answers_key, build)
@@ -389,7 +399,9 @@ class LivePredictor:
         the known link, as served. With weight 1 this is `CompiledBundle.predict` with the rater known."""
         g = self.compiled.text_scores(columns)
         coef = state.coef()
-        shift = coef[:, 0][None] + (coef[:, 1][None] * (g - self._g_mean) if coef.shape[1] > 1 else 0.0)
+        shift = coef[:, 0][None] + (coef[:, 1][None] * (g - self._g_mean) if self.model.slopes else 0.0)
+        if coef.shape[1] > self._n_base:  # slopes on the rater directions, as CompiledBundle.predict
+            shift = shift + np.einsum("cd,icd->ic", coef[:, self._n_base:], self.model.rater_direction_values(columns))
         # A known rater's own content weights (rater_ridge) stay as the version has them: live answers move
         # their leniency (and slope), as the version's effects were fitted before those weights.
         scores = g + shift + self.compiled.assistant_shifts(columns["assistant_id"])

@@ -21,11 +21,12 @@ from sense7.taxonomy import load_taxonomy
 TAXONOMY = load_taxonomy()
 
 
-@pytest.fixture(scope="module", params=["default", "rater-ridge"])
+@pytest.fixture(scope="module", params=["default", "rater-ridge", "rater-directions"])
 def setup(request):
     """A version trained without: the last 3 conversations of a known rater, every rating of a rater with
     traits (`traits`) and of one whose traits are unknown (`unknown`). rater-ridge: a version that gives each
-    known rater content weights of their own (kept as the version has them while their leniency moves)."""
+    known rater content weights of their own (kept as the version has them while their leniency moves).
+    rater-directions: each rater also has slopes on two learned directions, which move live too."""
     synth = copy.deepcopy(generate(80, 12, seed=5, taxonomy=TAXONOMY))
     for i, conv in enumerate(synth.conversations):  # named assistants: their effects are in the residual
         conv.context = dict(conv.context, assistant_id=f"model-{i % 3}")
@@ -38,9 +39,11 @@ def setup(request):
     raw = data.raters.drop(columns=["email"], errors="ignore")
     train = RatingData(data.conversations, data.ratings[~held], raw.drop(index=[unknown]))
     own_weights = request.param == "rater-ridge"
-    bundle = train_bundle(train, "v1", TAXONOMY, personalized=PersonalizedRater(
-        rater_ridge=3.0, rater_ridge_from="text") if own_weights else None)
+    personalized = {"default": None, "rater-ridge": PersonalizedRater(rater_ridge=3.0, rater_ridge_from="text"),
+                    "rater-directions": PersonalizedRater(rater_directions=2)}[request.param]
+    bundle = train_bundle(train, "v1", TAXONOMY, personalized=personalized)
     assert (bundle.personalized.rater_ridges_ is not None) == own_weights
+    assert bundle.personalized.rater_coef_.shape[2] == (4 if request.param == "rater-directions" else 2)
     compiled = bundle.compile()
     traits = trait_table(raw.drop(index=[unknown]), TAXONOMY)
     return synth, data, compiled, traits, {"known": (known, known_convs), "traits": (with_traits, None),
@@ -61,10 +64,13 @@ def _held_items(setup, who):
     return columns, ratings
 
 
-def _conditioned(effects, prior_mean, prior_cov, g, targets, shift, sigma2):
-    """Gaussian conditioning in covariance form: m = mu + S D' (D S D' + s2 I)^-1 (e - D mu)."""
+def _conditioned(effects, prior_mean, prior_cov, g, targets, shift, sigma2, extra=None):
+    """Gaussian conditioning in covariance form: m = mu + S D' (D S D' + s2 I)^-1 (e - D mu); D's rows are
+    [1, g - g_mean] and the turn's values on the rater directions (`extra`, (n, directions)) if any."""
     rated = np.isfinite(targets)
-    D = np.column_stack([np.ones(rated.sum()), g[rated] - effects.g_mean_])[:, :len(prior_mean)]
+    D = np.column_stack([np.ones(rated.sum()), g[rated] - effects.g_mean_]
+                        + ([] if extra is None else [extra[rated]]))
+    assert D.shape[1] == len(prior_mean)
     e = targets[rated] - g[rated] - shift[rated]
     gain = prior_cov @ D.T @ np.linalg.inv(D @ prior_cov @ D.T + sigma2 * np.eye(len(e)))
     return prior_mean + gain @ (e - D @ prior_mean)
@@ -81,13 +87,14 @@ def test_online_equals_batch_equals_conditioning(setup, who):
     g = compiled.text_scores(columns)
     shift = compiled.assistant_shifts(columns["assistant_id"])
     assert np.abs(shift).max() > 0  # the assistant's effect is part of the residual
+    extra = model.rater_direction_values(columns)  # (n, controls, directions), None without directions
     online = OnlinePosterior(model, rater, traits)
     assert online.kind == {"known": "personalized", "traits": "traits", "unknown": "generic"}[who]
     for i in range(len(ratings)):
-        online.update(g[i], ratings[i], shift[i])
-    batch = batch_posterior(model, rater, traits, g, ratings, shift)
+        online.update(g[i], ratings[i], shift[i], None if extra is None else extra[i])
+    batch = batch_posterior(model, rater, traits, g, ratings, shift, extra)
     np.testing.assert_allclose(online.coef(), batch, rtol=0, atol=1e-10)
-    at_once = OnlinePosterior(model, rater, traits).update_many(g, ratings, shift)
+    at_once = OnlinePosterior(model, rater, traits).update_many(g, ratings, shift, extra)
     assert at_once.n_ratings == online.n_ratings == len(ratings)
     np.testing.assert_allclose(at_once.coef(), batch, rtol=0, atol=1e-10)
 
@@ -109,7 +116,8 @@ def test_online_equals_batch_equals_conditioning(setup, who):
             Z = model.trait_matrix(traits.loc[[rater]]) if who == "traits" else \
                 np.eye(1, len(model.trait_columns_) + 1)
             prior_mean, prior_cov, s2 = effects.prior(Z)[0], effects.T_, effects.sigma2_
-        expected = _conditioned(effects, prior_mean, prior_cov, g[:, j], targets, shift[:, j], s2)
+        expected = _conditioned(effects, prior_mean, prior_cov, g[:, j], targets, shift[:, j], s2,
+                                None if extra is None else extra[:, j])
         np.testing.assert_allclose(batch[j], expected, rtol=0, atol=1e-8)
 
 
@@ -171,12 +179,14 @@ def test_live_predictions_meet_the_served_ones_at_both_ends(setup):
     # The predictor's path (text scores cached per rated turn) is the batch posterior; a second call (all
     # scores cached) and one on a subset (some cached) too.
     g, shift = compiled.text_scores(columns), compiled.assistant_shifts(columns["assistant_id"])
-    expected = batch_posterior(compiled.personalized, rater, traits, g, ratings, shift)
+    extra = compiled.personalized.rater_direction_values(columns)
+    expected = batch_posterior(compiled.personalized, rater, traits, g, ratings, shift, extra)
     np.testing.assert_allclose(state.coef(), expected, rtol=0, atol=1e-10)
     np.testing.assert_allclose(live.posterior(rater, traits, columns, ratings).coef(), expected, rtol=0, atol=1e-10)
     half = {k: v[::2] for k, v in columns.items()}
     np.testing.assert_allclose(live.posterior(rater, traits, half, ratings[::2]).coef(),
-                               batch_posterior(compiled.personalized, rater, traits, g[::2], ratings[::2], shift[::2]),
+                               batch_posterior(compiled.personalized, rater, traits, g[::2], ratings[::2], shift[::2],
+                                               None if extra is None else extra[::2]),
                                rtol=0, atol=1e-10)
     table = RaterTable(index={rater: 0}, coef=state.coef()[None], common=np.zeros(1), known=np.array([True]))
     np.testing.assert_allclose(live.predict_with(state, columns).probs, compiled.predict(columns, table).probs,
