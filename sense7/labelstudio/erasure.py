@@ -16,10 +16,14 @@ from sense7.labelstudio.protocol import user_id
 from sense7.labelstudio.rater_accounts import made_by_sense7
 
 
-def rater_account_ids(client: LabelStudio, emails) -> list[int]:
-    """Label Studio user ids with any of these emails (the rater's own and their reserved address)."""
+def rater_users(client: LabelStudio, emails) -> list:
+    """Label Studio users with any of these emails (the rater's own and their reserved address)."""
     wanted = {e.lower() for e in emails if e}
-    return [u.id for u in client.users.list() if (u.email or "").lower() in wanted]
+    return [u for u in client.users.list() if (u.email or "").lower() in wanted]
+
+
+def rater_account_ids(client: LabelStudio, emails) -> list[int]:
+    return [u.id for u in rater_users(client, emails)]
 
 
 def erase_rater(client: LabelStudio, projects, rater_id: str, emails) -> dict[str, int]:
@@ -27,8 +31,7 @@ def erase_rater(client: LabelStudio, projects, rater_id: str, emails) -> dict[st
     accounts sense7 made. Returns counts (tasks, annotations, accounts deleted, staff logins kept)."""
     from label_studio_sdk.core.api_error import ApiError
 
-    wanted = {e.lower() for e in emails if e}
-    users = [u for u in client.users.list() if (u.email or "").lower() in wanted]
+    users = rater_users(client, emails)
     accounts = {u.id for u in users}
     logins = {u.id for u in users if not made_by_sense7(u.username or "", u.email or "")}
     tasks = annotations = 0
