@@ -76,8 +76,9 @@ class _TextScores:
         if not self.fast:
             return self.model.text_scores(pd.DataFrame(columns))
         out = self.dense_scores(columns)
-        for (name, vec, coef), (rows, cols) in zip(self.blocks, cells if cells is not None else self.cells(columns)):
+        for i, (name, vec, coef) in enumerate(self.blocks):
             # Presence features: a term counts once per document, however often it occurs.
+            rows, cols = cells[i] if cells is not None else vec.present_cells(self.features.block_texts(columns, name))
             if not len(rows):
                 continue
             starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))  # (np.r_ costs more)
