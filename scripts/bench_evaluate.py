@@ -189,7 +189,9 @@ def bench_variants(name: str, path: Path, spec: str, folds: int, boot: int, seed
                 if model == "personalized":
                     extra = (f"{paired['spearman']:+.3f} [{paired['ci'][0]:+.3f}, {paired['ci'][1]:+.3f}]"
                              if paired.get("spearman") is not None else "n/a", ci(gain, 4))  # often within 0.001 of 0
-                more = "" if repeats <= 1 else f" {ci(repeated, 4) if model == 'personalized' else ''} |"
+                spearman_mean = ((repeated or {}).get("model_spearman") or {}).get(model, {}).get("mean")
+                more = "" if repeats <= 1 else (f" {ci(repeated, 4) + '; ' if model == 'personalized' else ''}"
+                                                f"{'' if spearman_mean is None else f'Spearman {spearman_mean:.3f}'} |")
                 print(f"| {split} | {value} | {model} | {_fmt(o['spearman'])} | {_fmt(o['mae'])} | "
                       f"{ci(p['lewidi_anad'])} | {ci(p['lewidi_wasserstein'])} | {extra[0]} | {extra[1]} |{more}",
                       flush=True)

@@ -104,6 +104,10 @@ def _print_perspectivist(split: dict) -> None:
         console.print(f"within-rater Spearman gain over {repeated['repeats']} fold assignments (seeds "
                       f"{repeated['seeds'][0]}-{repeated['seeds'][-1]}): {repeated['mean']:+.3f} {_ci(repeated['ci'])}; "
                       f"of {repeated['n_raters']} raters {repeated['share_gain']:.0%} gain; each assignment alone: {each}")
+        means = ", ".join(f"{name} {block['mean']:.3f}" for name, block in (repeated.get("model_spearman") or {}).items()
+                          if block.get("mean") is not None)
+        if means:
+            console.print(f"Spearman averaged over the {repeated['repeats']} fold assignments: {means}")
 
 
 def print_trait_audit(audit: dict) -> None:

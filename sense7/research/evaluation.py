@@ -35,6 +35,7 @@ from sense7.research.metrics import (
     METRIC_NAMES,
     RankStructure,
     cluster_draws,
+    finite_or_none,
     json_metrics,
     macro_metrics,
     percentile_ci,
@@ -265,7 +266,8 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
         "perspectivist": LeWiDi 2025's ANAD and Wasserstein, sense7's per-rater distance and 0-1 Wasserstein,
                          the per-rater personalization gain (distances on the median; ANAD also on the mode) (see sense7.research.perspectivist.perspectivist_metrics),
                          and with repeats > 1 "personalization_gain_repeated": the within-rater Spearman gain
-                         over `repeats` fold assignments (seeds seed, seed + 1, ...; perspectivist.repeated_gain),
+                         over `repeats` fold assignments (seeds seed, seed + 1, ...; perspectivist.repeated_gain)
+                         and "model_spearman": {generic, personalized: {mean, per_assignment}},
         "fit_predict_seconds": {name: seconds}, "n_folds", "cluster"}}}
     Undefined values (e.g. Spearman of a constant prediction) are None, so the result is strict JSON.
     `scale`: the rating levels (e.g. a taxonomy's 1..7); default the range of the observed ratings.
@@ -344,30 +346,53 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
                                                            fold_ids, len(data_levels), n_boot, seed,
                                                            mode_levels=levels)
         if repeats > 1 and "personalized" in models and "generic" in models:
+            first = {name: split_out["models"][name]["overall"]["spearman"] for name in ("generic", "personalized")}
             split_out["perspectivist"]["personalization_gain_repeated"] = _repeated_gain(
-                X, Y, models, split, n_folds, seed, repeats, scores, fold_ids, data_levels, n_boot, progress, n_jobs)
+                X, Y, models, split, n_folds, seed, repeats, scores, fold_ids, data_levels, n_boot, progress, n_jobs,
+                first)
         result["splits"][split] = split_out
     return result
 
 
 def _repeated_gain(X, Y, models, split, n_folds, seed, repeats, scores, fold_ids, data_levels, n_boot, progress,
-                   n_jobs) -> dict | None:
+                   n_jobs, first_spearman: dict) -> dict | None:
     """The within-rater gain over `repeats` fold assignments: the first one's scores (already computed), then
-    generic and personalized cross-validated on each further assignment (seed + 1, ...)."""
+    generic and personalized cross-validated on each further assignment (seed + 1, ...). Also each model's
+    overall Spearman per assignment (`first_spearman`: the first one's, as reported)."""
     codes = pd.factorize(X["rater_id"].astype(str))[0]
     n_raters = int(codes.max()) + 1 if len(codes) else 0
     sums = [spearman_gain_sums(Y, scores["personalized"], scores["generic"], codes, fold_ids, n_raters)]
+    spearmans = {name: [value] for name, value in first_spearman.items()}
     seeds = [seed + r for r in range(repeats)]
     for extra in seeds[1:]:
         folds = make_folds(X, split, n_folds, extra)
         ids = np.empty(len(X), int)
         for k, (_, test) in enumerate(folds):
             ids[test] = k
-        again = {name: cross_val_predictions(models[name], X, Y, folds, data_levels, progress,
-                                             label=f"{split} {name} (assignment {extra})", n_jobs=n_jobs)[1]
-                 for name in ("generic", "personalized")}
+        again = {}
+        for name in ("generic", "personalized"):
+            levels, again[name], _ = cross_val_predictions(models[name], X, Y, folds, data_levels, progress,
+                                                           label=f"{split} {name} (assignment {extra})", n_jobs=n_jobs)
+            spearmans[name].append(_overall_spearman(Y, levels, again[name], ids, data_levels))
         sums.append(spearman_gain_sums(Y, again["personalized"], again["generic"], codes, ids, n_raters))
-    return strict_json(repeated_gain(sums, seeds, n_boot, seed))
+    out = repeated_gain(sums, seeds, n_boot, seed)
+    if out is not None:
+        out["model_spearman"] = {name: {"mean": float(np.mean([v for v in values if v is not None]))
+                                        if any(v is not None for v in values) else None, "per_assignment": values}
+                                 for name, values in spearmans.items()}
+    return strict_json(out)
+
+
+def _overall_spearman(Y: pd.DataFrame, levels: pd.DataFrame, scores: pd.DataFrame, fold_ids: np.ndarray,
+                      data_levels) -> float | None:
+    """A model's "overall" Spearman as evaluate_items reports it: within each fold, per control, averaged."""
+    per_control = {}
+    for c in Y.columns:
+        t = Y[c].to_numpy(float)
+        ok = np.isfinite(t) & np.isfinite(levels[c].to_numpy(float))
+        per_control[c] = fold_metrics(t[ok], levels[c].to_numpy(float)[ok], scores[c].to_numpy(float)[ok],
+                                      fold_ids[ok], data_levels)
+    return finite_or_none(macro_metrics(per_control)["spearman"])
 
 
 def _paired(model_results: dict, boot: dict, controls: list[str]) -> dict:

@@ -177,6 +177,13 @@ def test_repeats_add_the_same_models_on_further_fold_assignments():
     assert repeated["per_assignment"] == pytest.approx([g["mean"] for g in alone])
     assert both["personalization_gain"]["spearman"] == alone[0]
     assert repeated["seeds"] == [0, 1] and repeated["n_raters"] >= max(g["n_raters"] for g in alone)
+    # Each model's overall Spearman per assignment: what a single run with that seed reports.
+    for name in ("generic", "personalized"):
+        single = [evaluate(data, splits=("known_rater",), n_folds=3, seed=s, n_boot=50, models=models,
+                           taxonomy=TAXONOMY)["splits"]["known_rater"]["models"][name]["overall"]["spearman"]
+                  for s in (0, 1)]
+        assert repeated["model_spearman"][name]["per_assignment"] == pytest.approx(single)
+        assert repeated["model_spearman"][name]["mean"] == pytest.approx(np.mean(single))
     assert alone[0]["mean"] != alone[1]["mean"]  # the assignments differ, so pooling them means something
     assert "personalization_gain_repeated" not in run(0)
     with pytest.raises(ValueError, match="repeats"):

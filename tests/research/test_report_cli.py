@@ -176,7 +176,10 @@ def test_evaluate_repeats_prints_and_saves_the_gain_over_fold_assignments(synth_
     repeated = json.loads(json_path.read_text())["splits"]["known_rater"]["perspectivist"][
         "personalization_gain_repeated"]
     assert repeated["repeats"] == 3 and repeated["seeds"] == [2, 3, 4] and len(repeated["per_assignment"]) == 3
-    assert f"over 3 fold assignments (seeds 2-4): {repeated['mean']:+.3f}" in " ".join(result.output.split())
+    printed = " ".join(result.output.split())
+    assert f"over 3 fold assignments (seeds 2-4): {repeated['mean']:+.3f}" in printed
+    spearman = repeated["model_spearman"]["personalized"]
+    assert len(spearman["per_assignment"]) == 3 and f"personalized {spearman['mean']:.3f}" in printed
     assert "within-rater Spearman over 3 fold assignments" in report.read_text()
     refused = runner.invoke(app, ["evaluate", "--conversations", str(synth_files / "conversations.jsonl"),
                                   "--ratings", str(synth_files / "ratings.csv"), "--repeats", "0"])
