@@ -131,6 +131,7 @@ class OnlinePosterior:
 
     def update(self, g, ratings, shift=None, extra=None) -> "OnlinePosterior":
         """`extra`: (controls, directions) the turn's values on the rater directions, when the model has them."""
+        self._check_extra(extra)
         g = np.asarray(g, dtype=float).reshape(-1)
         shift = np.zeros_like(g) if shift is None else np.asarray(shift, dtype=float).reshape(-1)
         targets = _targets(self.model, np.asarray(ratings, dtype=float).reshape(1, -1))[0]
@@ -144,6 +145,13 @@ class OnlinePosterior:
         self.n_ratings += 1
         return self
 
+    def _check_extra(self, extra) -> None:
+        """A version with rater directions needs each turn's values on them (and one without, none)."""
+        has_directions = self.precision.shape[1] > (2 if self.model.slopes else 1)
+        if has_directions != (extra is not None):
+            raise ValueError("this version has rater directions: pass the turns' values on them (extra)"
+                             if has_directions else "this version has no rater directions: extra must be None")
+
     def copy(self) -> "OnlinePosterior":
         """An independent copy (its updates leave this one as it is)."""
         other = object.__new__(OnlinePosterior)
@@ -154,6 +162,7 @@ class OnlinePosterior:
     def update_many(self, g, ratings, shift=None, extra=None) -> "OnlinePosterior":
         """The same as `update` once per row of g, ratings, shift (n, controls) and extra (n, controls,
         directions), in one vectorised step."""
+        self._check_extra(extra)
         g = np.atleast_2d(np.asarray(g, dtype=float))
         shift = np.zeros_like(g) if shift is None else np.atleast_2d(np.asarray(shift, dtype=float))
         targets = _targets(self.model, ratings)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
 from sense7.model.bundle import train_bundle
 from sense7.data.dataset import RatingData
@@ -16,7 +17,8 @@ from tests.model.test_live_posterior import TAXONOMY, _held_items, setup  # noqa
 
 def _batch(compiled, rater, traits, columns, ratings):
     g, shift = compiled.text_scores(columns), compiled.assistant_shifts(columns["assistant_id"])
-    return batch_posterior(compiled.personalized, rater, traits, g, ratings, shift)
+    extra = compiled.personalized.rater_direction_values(columns)  # None without rater directions
+    return batch_posterior(compiled.personalized, rater, traits, g, ratings, shift, extra)
 
 
 def _first(columns, n):
@@ -53,7 +55,9 @@ def test_a_new_or_changed_answer_is_never_a_stale_hit(setup, who):  # noqa: F811
     assert not np.allclose(revised.coef(), three.coef())
 
     # A state handed out is the caller's: updating it leaves the cached one as it was.
-    three.update_many(np.zeros((1, len(compiled.controls))), np.full((1, len(compiled.controls)), 5.0))
+    n_controls, k = three.coef().shape
+    three.update_many(np.zeros((1, n_controls)), np.full((1, n_controls), 5.0),
+                      extra=np.zeros((1, n_controls, k - 2)) if k > 2 else None)
     np.testing.assert_array_equal(live.posterior(rater, traits, _first(columns, 3), ratings[:3]).coef(), again.coef())
 
 
@@ -98,7 +102,8 @@ def test_another_served_version_has_its_own_posteriors(setup):  # noqa: F811
     raw = data.raters.drop(columns=["email"], errors="ignore")
     held = data.ratings["rater_id"].isin([raters["traits"][0], raters["unknown"][0]])
     half = data.ratings[~held].iloc[::2]  # another version: trained on half the ratings
-    other = train_bundle(RatingData(data.conversations, half, raw), "v2", TAXONOMY).compile()
+    other = train_bundle(RatingData(data.conversations, half, raw), "v2", TAXONOMY,
+                         personalized=clone(compiled.personalized)).compile()  # the same kind of model
     second = LivePredictor(other).posterior(rater, traits, columns, ratings)
     np.testing.assert_allclose(second.coef(), _batch(other, rater, traits, columns, ratings), rtol=0, atol=1e-10)
     assert not np.allclose(second.coef(), first.coef())
