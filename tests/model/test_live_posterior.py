@@ -95,6 +95,12 @@ def test_online_equals_batch_equals_conditioning(setup, who):
     batch = batch_posterior(model, rater, traits, g, ratings, shift, extra)
     np.testing.assert_allclose(online.coef(), batch, rtol=0, atol=1e-10)
     at_once = OnlinePosterior(model, rater, traits).update_many(g, ratings, shift, extra)
+    # The directions' values are required exactly when the version has directions (never a silent default).
+    wrong = None if extra is not None else np.zeros((len(g), g.shape[1], 1))
+    with pytest.raises(ValueError, match="rater directions"):
+        OnlinePosterior(model, rater, traits).update_many(g, ratings, shift, wrong)
+    with pytest.raises(ValueError, match="rater directions"):
+        OnlinePosterior(model, rater, traits).update(g[0], ratings[0], shift[0], None if wrong is None else wrong[0])
     assert at_once.n_ratings == online.n_ratings == len(ratings)
     np.testing.assert_allclose(at_once.coef(), batch, rtol=0, atol=1e-10)
 
