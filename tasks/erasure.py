@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from sense7.data.participation import Withdrawals, erase_rater_rows, staff_user
-from sense7.labelstudio.erasure import erase_rater, rater_account_ids
+from sense7.labelstudio.erasure import erase_rater, rater_users
 from sense7.labelstudio.rater_accounts import account_email
 from sense7.model.registry import ModelRegistry, RegistryError
 from sense7.tasks import names
@@ -52,8 +52,9 @@ def erase_withdrawn(rt: Runtime, rater_ids=None, confirmed_by: str | None = None
     for row in pending:
         rater_id = row["rater_id"]
         emails = {rt.store.rater_emails().get(rater_id), account_email(rater_id)} - {None}
-        accounts = rater_account_ids(rt.client, emails)
-        counts = erase_rater(rt.client, projects, rater_id, emails)
+        users = rater_users(rt.client, emails)  # listed once: the store's erasure needs the account id too
+        accounts = [u.id for u in users]
+        counts = erase_rater(rt.client, projects, rater_id, users)
         versions = versions_trained_on(registry, rater_id)
         receipt = erase_rater_rows(rt.store, rater_id, account_id=accounts[0] if accounts else None,
                                    confirmed_by=confirmed_by or staff_user(), label_studio=counts,

@@ -22,16 +22,12 @@ def rater_users(client: LabelStudio, emails) -> list:
     return [u for u in client.users.list() if (u.email or "").lower() in wanted]
 
 
-def rater_account_ids(client: LabelStudio, emails) -> list[int]:
-    return [u.id for u in rater_users(client, emails)]
-
-
-def erase_rater(client: LabelStudio, projects, rater_id: str, emails) -> dict[str, int]:
-    """Delete the rater's tasks in `projects`, annotations by their accounts on anybody's tasks, then the
-    accounts sense7 made. Returns counts (tasks, annotations, accounts deleted, staff logins kept)."""
+def erase_rater(client: LabelStudio, projects, rater_id: str, users: list) -> dict[str, int]:
+    """Delete the rater's tasks in `projects`, annotations by their accounts (`users`: rater_users) on
+    anybody's tasks, then the accounts sense7 made. Returns counts (tasks, annotations, accounts deleted, staff
+    logins kept)."""
     from label_studio_sdk.core.api_error import ApiError
 
-    users = rater_users(client, emails)
     accounts = {u.id for u in users}
     logins = {u.id for u in users if not made_by_sense7(u.username or "", u.email or "")}
     tasks = annotations = 0

@@ -151,10 +151,10 @@ def test_erasing_a_staff_member_who_rated_keeps_their_login_and_deletes_their_ra
     # The staff member also annotated the other rater's task (review work, say): it is theirs to erase too.
     other_task = next(t for t in project_tasks(rt.client, rt.rating_project) if t.data["rater_id"] == other)
     extra = annotate(rt.client, other_task, staff).id
-    from sense7.labelstudio.erasure import erase_rater
+    from sense7.labelstudio.erasure import erase_rater, rater_users
 
     emails = {email, account_email(staff_rater)}
-    counts = erase_rater(rt.client, [rt.rating_project], staff_rater, emails)
+    counts = erase_rater(rt.client, [rt.rating_project], staff_rater, rater_users(rt.client, emails))
     assert counts["staff_logins_kept"] == 1 and counts["accounts"] == 0
     assert rt.client.users.get(staff).email == email  # the login stays
     tasks = list(rt.client.tasks.list(project=rt.rating_project, fields="all", page_size=1000))
@@ -162,6 +162,6 @@ def test_erasing_a_staff_member_who_rated_keeps_their_login_and_deletes_their_ra
     assert extra not in left and made[other_task.id] in left  # their annotation gone, the other rater's kept
     assert not [t for t in project_tasks(rt.client, rt.rating_project) if t.data["rater_id"] == staff_rater]
     # An attribution account sense7 made is deleted as before.
-    counts = erase_rater(rt.client, [rt.rating_project], other, {account_email(other)})
+    counts = erase_rater(rt.client, [rt.rating_project], other, rater_users(rt.client, {account_email(other)}))
     assert counts["accounts"] == 1 and counts["staff_logins_kept"] == 0 and counts["tasks"] >= 1
     assert account_email(other) not in {(u.email or "").lower() for u in rt.client.users.list()}
