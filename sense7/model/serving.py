@@ -130,15 +130,21 @@ class _RaterContentScores:
             and model.rater_ridge_from == "text" and not model.features_.context_interactions \
             and (model.features_.vectorizers_ or {}).get("encoder") is None
 
-    def shifts(self, columns: dict, rater_rows: np.ndarray, cells: list) -> np.ndarray:
+    def inputs(self, columns: dict, cells: list | None = None) -> tuple:
+        """What `shifts` reads of the items, made once for any number of raters: the present cells (`cells`:
+        the text scores' own, when known) and the dense columns as the design matrix holds them."""
+        features = self.text.features
+        return (cells if cells is not None else self.text.cells(columns),
+                features.dense_features(columns) * features.context_weight)
+
+    def shifts(self, rater_rows: np.ndarray, inputs: tuple) -> np.ndarray:
         """(n, controls) each item's shift for its rater (rater_rows: the model's known-rater rows; -1: 0)."""
         rows = np.asarray(rater_rows)
         mine = np.maximum(rows, 0)
         out = np.zeros((len(rows), self.n_controls))
         if not self.ridges:
             return out
-        features = self.text.features
-        dense = features.dense_features(columns) * features.context_weight  # (n, k)
+        cells, dense = inputs  # dense: (n, k)
         starts = [np.flatnonzero(np.concatenate(([True], docs[1:] != docs[:-1]))) if len(docs) else None
                   for docs, _ in cells]  # cells are sorted by document: one sum per document
         for c, ridge in self.ridges:
@@ -316,7 +322,7 @@ class CompiledBundle:
                 values = self.personalized.rater_direction_values(part)  # (i, c, d)
                 shift = shift + np.einsum("icd,icd->ic", coef[:, :, self._n_base:], values)
             if self._content is not None:  # over every item (generic ones get 0), then the personal ones
-                content = self.content_shifts(columns, columns["rater_id"], cells)
+                content = self.content_shifts(columns, columns["rater_id"], self._content.inputs(columns, cells))
                 shift = shift + (content if everyone else content[personal])
             elif self._content_rows is not None:
                 shift = shift + self.content_shifts(part, part["rater_id"])
@@ -343,9 +349,9 @@ class CompiledBundle:
 
     def content_inputs(self, columns: dict):
         """What content_shifts reads of the items, computed once for several calls on the same items: the
-        present cells (fast path) or the personalized model's rater_content_features."""
+        present cells and dense columns (fast path) or the personalized model's rater_content_features."""
         if self._content is not None:
-            return self._text.cells(columns)
+            return self._content.inputs(columns)
         return self.personalized.rater_content_features(columns)
 
     def content_shifts(self, columns: dict, rater_ids: list[str], inputs=None) -> np.ndarray | None:
@@ -356,7 +362,7 @@ class CompiledBundle:
             return None
         rows = np.array([self._content_rows.get(str(r), -1) for r in rater_ids], dtype=np.int64)
         if self._content is not None:
-            return self._content.shifts(columns, rows, inputs if inputs is not None else self._text.cells(columns))
+            return self._content.shifts(rows, inputs if inputs is not None else self._content.inputs(columns))
         return self.personalized.rater_content_shifts(columns, rows, inputs)
 
     def _rater_links(self, scores: np.ndarray, known: np.ndarray) -> np.ndarray:
