@@ -92,7 +92,7 @@ MAX_YAML_DEPTH = 32        # nested mappings and lists; a taxonomy or study file
 
 
 class YAMLInputError(ValueError):
-    """A YAML file refused before any of its values is built: one line, path:line: field: reason."""
+    """A YAML file refused (not YAML, beyond a bound, a value that cannot be built): path:line: field: reason."""
 
     def __init__(self, path, line: int | None, field: str, reason: str):
         self.path, self.line, self.field, self.reason = str(path), line, field, reason
@@ -163,6 +163,14 @@ class _BoundedLoader(yaml.SafeLoader):
             raise self.refuse(node.start_mark, f"more than {MAX_YAML_NODES:,} values with its aliases expanded")
         self.sizes[id(node)] = size
         return node
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except YAMLInputError:
+            raise
+        except (ValueError, OverflowError) as exc:  # PyYAML's own checks stop at the syntax: 2020-13-01, !!int x
+            raise YAMLInputError(self.path, node.start_mark.line + 1, "value", f"cannot be read ({exc})") from None
 
 
 def load_yaml(text: str, path) -> tuple[object, yaml.Node | None]:
