@@ -79,9 +79,10 @@ def spreadsheet_rows(rows):
 
 
 def csv_text(rows) -> str:
-    """`rows` (the header first) as CSV text with safe cells (`spreadsheet_cell`), lines ending in \\n."""
+    """`rows` (the header first) as CSV text with safe cells (`spreadsheet_cell`), lines ending in \\r\\n
+    (RFC 4180: a cell holding either character is then quoted, so it survives being read back)."""
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows(spreadsheet_rows(rows))
+    csv.writer(buffer).writerows(spreadsheet_rows(rows))
     return buffer.getvalue()
 
 
@@ -167,10 +168,11 @@ class _BoundedLoader(yaml.SafeLoader):
     def construct_object(self, node, deep=False):
         try:
             return super().construct_object(node, deep)
-        except YAMLInputError:
+        except (YAMLInputError, yaml.YAMLError):
             raise
-        except (ValueError, OverflowError) as exc:  # PyYAML's own checks stop at the syntax: 2020-13-01, !!int x
-            raise YAMLInputError(self.path, node.start_mark.line + 1, "value", f"cannot be read ({exc})") from None
+        except Exception as exc:  # PyYAML's safe constructors check the syntax only: 2020-13-01, `!!int x`, `!!int`
+            raise YAMLInputError(self.path, node.start_mark.line + 1, "value",
+                                 f"cannot be read ({type(exc).__name__}: {exc})") from None
 
 
 def load_yaml(text: str, path) -> tuple[object, yaml.Node | None]:

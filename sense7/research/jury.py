@@ -540,7 +540,8 @@ def write_csv(frame: pd.DataFrame, path, digits: int = 6) -> Path:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            safe = frame.assign(**{c: frame[c].map(spreadsheet_cell) for c in frame.columns if frame[c].dtype == object})
+            safe = frame.assign(**{c: frame[c].map(spreadsheet_cell) for c in frame.columns
+                                   if not pd.api.types.is_numeric_dtype(frame[c])})  # texts: never a formula
             safe.to_csv(fh, index=False, float_format=f"%.{digits}f", quoting=csv.QUOTE_MINIMAL)
             fh.flush()
             os.fsync(fh.fileno())
