@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 
 import pytest
 from hypothesis import given, settings
@@ -138,7 +137,8 @@ def test_ids_never_start_a_formula(text):
 def test_no_csv_cell_sense7_writes_starts_a_formula_and_no_text_is_lost(cells):
     written = next(csv.reader(io.StringIO(csv_text([cells]), newline="")))
     for given_cell, cell in zip(cells, written):
-        assert not cell.startswith(FORMULA_START) or float(cell) == float(cell) or cell.endswith("nan")  # a number
+        if cell.startswith(FORMULA_START):
+            float(cell)  # only a number may start so
         if isinstance(given_cell, str):
             assert cell == given_cell or cell == "'" + given_cell
         assert spreadsheet_cell(spreadsheet_cell(given_cell)) == spreadsheet_cell(given_cell)
