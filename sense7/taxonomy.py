@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 import sense7.labeling_config as labeling_config
+from sense7.files import YAMLInputError, load_yaml
 
 DEFAULT_TAXONOMY_PATH = Path(labeling_config.__file__).with_name("taxonomy.yaml")
 RATING_CONFIG_PATH = DEFAULT_TAXONOMY_PATH.with_name("rating.xml")
@@ -179,7 +178,12 @@ def study_taxonomy(settings=None, path: str | Path | None = None) -> Taxonomy:
 
 @lru_cache(maxsize=8)
 def _load_cached(path: Path, _mtime: int) -> Taxonomy:
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    try:
+        raw, _ = load_yaml(path.read_text(encoding="utf-8"), path)
+    except YAMLInputError as exc:
+        raise TaxonomyError(str(exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaxonomyError(f"{path}: cannot read the taxonomy ({type(exc).__name__})") from None
     try:
         dims = tuple(
             Dimension(d["key"], d["title"], d["definition"], d.get("low", ""), d.get("high", ""))

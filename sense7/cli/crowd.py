@@ -4,15 +4,13 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 
 import typer
 
 from sense7.cli._common import console, fail, nothing_imported, resolve_taxonomy, settings, taxonomy_option
-from sense7.files import write_private
+from sense7.files import csv_text, write_private
 
 crowd_app = typer.Typer(help="Crowd studies: participants from a platform such as Prolific, with consent, a "
                              "comprehension check, balanced assignments and completion codes.", no_args_is_help=True)
@@ -43,10 +41,14 @@ def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; READ
     from sense7.crowd.participants import study_secret
 
     cfg = settings()
+    store, redaction = _store(), []
     try:
-        study, pool = install_study(_store(), file, resolve_taxonomy(taxonomy, cfg))
+        study, pool = install_study(store, file, resolve_taxonomy(taxonomy, cfg), on_redaction=redaction.append)
     except FormatError as exc:
         raise nothing_imported(exc)
+    # As `sense7 import`: the pool's personal details were replaced before it was stored; counts only.
+    store.log_staff("crowd init redaction", study=study.study_id, **redaction[0].as_dict())
+    console.print(f"Redaction: {redaction[0].summary()}", highlight=False, markup=False)
     study_secret(cfg.home, study.study_id)  # made now, 0600: the key of the study's pseudonymous ids
     url = cfg.rater_page.public_url.rstrip("/")
     names = study.platform
@@ -118,14 +120,11 @@ def crowd_completions(study_id: str = typer.Argument(..., metavar="STUDY"),
     store = _store()
     study, _ = _study(store, study_id)
     rows = [r for r in Participants(store, study).completions() if everyone or r["outcome"] == "completed"]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["participant_id", "study_id", "session_id", "outcome", "entered_at", "ended_at"])
-    for r in rows:
-        writer.writerow([r["platform_id"], r["platform_study"] or "", r["platform_session"] or "", r["outcome"],
-                         r["entered_at"].isoformat() if r["entered_at"] else "",
-                         r["ended_at"].isoformat() if r["ended_at"] else ""])
-    write_private(out, buffer.getvalue())
+    table = [["participant_id", "study_id", "session_id", "outcome", "entered_at", "ended_at"]]
+    table += [[r["platform_id"], r["platform_study"] or "", r["platform_session"] or "", r["outcome"],
+               r["entered_at"].isoformat() if r["entered_at"] else "", r["ended_at"].isoformat() if r["ended_at"] else ""]
+              for r in rows]
+    write_private(out, csv_text(table))
     store.log_staff("crowd completions", study=study_id, rows=len(rows), file=str(out))
     console.print(f"{len(rows)} participant(s) written to {out} (mode 0600)", highlight=False)
 

@@ -27,7 +27,7 @@ import typer
 
 from sense7.cli._common import console, err_console, fail, resolve_taxonomy, settings
 from sense7.data import synth
-from sense7.files import write_private
+from sense7.files import csv_text, write_private
 from sense7.labelstudio import client as ls_client
 from sense7.processes import ProcessError
 from sense7.settings import Settings
@@ -221,6 +221,7 @@ def _study_data(cfg: Settings, store, tax, conversations, raters, n_conversation
     """The synthetic study (or the user's files) read, its raters and conversations in the store, and the
     pilot half's ratings imported as an earlier study's."""
     from sense7.data.formats import read_conversations, read_raters, read_ratings
+    from sense7.data.intake import admit
 
     data_dir = cfg.home / "demo-data"
     if conversations is None:
@@ -229,7 +230,9 @@ def _study_data(cfg: Settings, store, tax, conversations, raters, n_conversation
                                                data_dir / "ratings.csv")
     else:
         ratings_path = None
-    batch = read_conversations(conversations, taxonomy=tax)
+    # Scrubbed as every batch is (the crowd pool drawn from it then matches the store); a re-run with other
+    # data replaces the demo's texts, as it always did.
+    batch = admit(read_conversations(conversations, taxonomy=tax), store, replace=True).conversations
     traits = read_raters(raters, tax) if raters else []
     store.upsert_raters(traits)
     store.upsert_conversations(batch)
@@ -454,7 +457,7 @@ def _demo_links(cfg: Settings, store, rater_ids: list[str]) -> dict[str, str]:
 
     book, base = LinkBook(store), cfg.rater_page.public_url
     links = {r: f"{base}/r/{book.issue(r, rotate=True)}" for r in rater_ids}
-    write_private(cfg.home / "links.csv", "rater_id,url\n" + "".join(f"{r},{u}\n" for r, u in links.items()))
+    write_private(cfg.home / "links.csv", csv_text([["rater_id", "url"], *links.items()]))
     return links
 
 

@@ -8,12 +8,13 @@ import typer
 
 from sense7.cli._common import (console, err_console, fail, label_studio_errors, nothing_imported, progress,
                                 resolve_taxonomy, settings, taxonomy_option)
-from sense7.data.exports import EXPORT_FORMATS, looks_like_export, parse_when, read_export
-from sense7.data.formats import FORMATS, FormatError, read_assignments, read_conversations
-from sense7.data.pii import Identifiers, read_identifier_list, scrub_conversations
+from sense7.data.exports import EXPORT_FORMATS
+from sense7.data.formats import FORMATS, FormatError, read_assignments
+from sense7.data.intake import ReimportConflict, admit, read_batch
+from sense7.data.pii import Identifiers, read_identifier_list
 from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
-from sense7.labelstudio.importer import ReimportConflict, import_conversations, import_profile_tasks
+from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 
 
 def _report_conflict(file: Path, exc: ReimportConflict) -> typer.Exit:
@@ -59,21 +60,23 @@ def import_batch(
     cfg = settings()
     tax = resolve_taxonomy(taxonomy, cfg)
     try:
-        conversations, account, skipped = _read_batch(file, tax, fmt, rater, select, since, until)
+        batch = read_batch(file, tax, fmt, rater, select, since, until)
+        conversations = batch.conversations
         if assignments:
             conversations = read_assignments(assignments, conversations)
         own = read_identifier_list(identifiers) if identifiers else Identifiers()
-        if scrub:
-            owners = {c.rater_id for c in conversations}
-            conversations, report = scrub_conversations(
-                conversations, {r: account.merged(own) for r in owners}, phone_region=phone_region)
+        store = Store(cfg.store_url)
+        admitted = admit(conversations, store, batch.account.merged(own), phone_region=phone_region,
+                         scrub=scrub, replace=replace)
     except FormatError as exc:
         raise nothing_imported(exc)
+    except ReimportConflict as exc:
+        raise _report_conflict(file, exc)
     except ValueError as exc:
         raise fail(str(exc), 2)
-    store = Store(cfg.store_url)
-    if skipped:
-        console.print("Left out: " + ", ".join(f"{n} {why}" for why, n in sorted(skipped.items())),
+    conversations, report = admitted.conversations, admitted.redaction
+    if batch.skipped:
+        console.print("Left out: " + ", ".join(f"{n} {why}" for why, n in sorted(batch.skipped.items())),
                       highlight=False, markup=False)
     if scrub:
         console.print(f"Redaction: {report.summary()}", highlight=False, markup=False)
@@ -106,21 +109,6 @@ def import_batch(
     if predict is not None:
         console.print(f"{result.predicted} of the new task(s) pre-annotated by {predict.version}")
     console.print(f"Project: {cfg.ls_url}/projects/{rating_id}")
-
-
-def _read_batch(file: Path, tax, fmt, rater, select, since, until):
-    """(conversations, the export's account identifiers, conversations left out by reason): an export, or a
-    file of sense7.data.formats."""
-    if fmt in EXPORT_FORMATS or (fmt is None and looks_like_export(file)):
-        wanted = {i.strip() for value in select or [] for i in value.split(",") if i.strip()} or None
-        export = read_export(file, rater, fmt=fmt, select=wanted,
-                             since=parse_when(since, "--since") if since else None,
-                             until=parse_when(until, "--until") if until else None)
-        return export.conversations, export.account, export.skipped
-    if select or since or until:
-        raise ValueError("--select, --since and --until apply to assistants' data exports "
-                         f"({', '.join(EXPORT_FORMATS)}), not to {fmt or 'this'} file")
-    return read_conversations(file, tax, fmt=fmt, rater=rater), Identifiers(), {}
 
 
 def _import_predictor(cfg, client, rating_id: int):

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from sense7.cli._common import console, fail, nothing_imported, resolve_taxonomy, settings, taxonomy_option
-from sense7.files import write_private
+from sense7.files import spreadsheet_cell, write_private
 
 raters_app = typer.Typer(help="Raters: traits (answers to the profile questionnaire) and private rating links.",
                          no_args_is_help=True)
@@ -113,7 +113,8 @@ def invite(
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=["rater_id", "url", "email"])
     writer.writeheader()
-    writer.writerows(sorted(rows, key=lambda r: r["rater_id"]))
+    writer.writerows({key: spreadsheet_cell(value) for key, value in row.items()}
+                     for row in sorted(rows, key=lambda r: r["rater_id"]))
     write_private(out, buffer.getvalue())  # links are credentials
     store.log_staff("raters invite", raters=len(wanted), new_links=new, kept=kept, rotate=rotate)
     console.print(f"{new} new link(s), {kept} kept; written to {out} (0600: each URL is that rater's key)")

@@ -219,16 +219,27 @@ def status(store: Store) -> list[dict]:
     return out
 
 
-def install_study(store: Store, path, taxonomy) -> tuple[CrowdStudy, int]:
+def install_study(store: Store, path, taxonomy, on_redaction=None) -> tuple[CrowdStudy, int]:
     """Validate a study file and its pool (every problem as file:line: field: reason, nothing written on
-    error), then store both; returns (study, conversations in the pool). A new study starts closed."""
-    from sense7.data.formats import read_conversations
+    error), then store both; returns (study, conversations in the pool). A new study starts closed.
+
+    The pool comes in as every batch does (sense7.data.intake: the readers of `sense7 import`, personal
+    details scrubbed, refused when it would change the text the store holds under one of its ids).
+    `on_redaction(report)`: told what the scrub replaced, once the study is stored."""
     from sense7.crowd.study import load_study
+    from sense7.data.intake import ReimportConflict, admit, read_batch
 
     study = load_study(path)
-    pool = read_conversations(study.pool_path, taxonomy)
+    pool = read_batch(study.pool_path, taxonomy).conversations
     check_budget(path, study, pool)
+    try:
+        admitted = admit(pool, store)
+    except ReimportConflict as exc:
+        raise exc.problems(study.pool_path, "give the changed conversation a new id in the pool") from None
+    pool = admitted.conversations
     Studies(store).save(study, pool)
+    if on_redaction is not None:
+        on_redaction(admitted.redaction)
     return study, len(pool)
 
 

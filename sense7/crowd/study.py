@@ -6,7 +6,7 @@ platform:                            # the entry URL's parameter names (Prolific
   participant_param: PROLIFIC_PID
   study_param: STUDY_ID
   session_param: SESSION_ID
-consent: consent.md                  # Markdown, relative to this file; its SHA-256 is the consent version
+consent: consent.md                  # Markdown in this file's folder; its SHA-256 is the consent version
 comprehension:                       # at least one; two attempts to answer all of them right
   - question: What does "Continuity" mean here?
     choices: [The reply follows on from what was said, The reply is long]
@@ -21,10 +21,12 @@ codes:                               # each a code, a URL, or both (the URL wins
   completion_url: https://app.prolific.com/submissions/complete?cc=C1A2B3
   no_consent: NOCONSENT
   screen_out: SCREENOUT
-pool: pool.jsonl                     # conversations (any format `sense7 import` reads), relative to this file
+pool: pool.jsonl                     # conversations (any format `sense7 import` reads) in this file's folder
 ```
 
 Every problem is reported as file:line: field: reason (sense7.data.formats.FormatError), all at once.
+The consent and pool files must lie in the study file's folder (or below it): no absolute path, no `..`,
+no link pointing out of it. The YAML is read with its aliases, size and nesting bounded (sense7.files).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from pathlib import Path
 import yaml
 
 from sense7.data.formats import FormatError, Problem
+from sense7.files import YAMLInputError, forbidden_character, load_yaml
 
 STUDY_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
@@ -97,6 +100,21 @@ def _lines(node, path=()) -> dict[tuple, int]:
     return found
 
 
+def outside_folder(study_file: Path, name: str) -> str | None:
+    """Why the file `name` that a study file names is not in that file's folder (or below it), or None: an
+    absolute path, a `..` step or a link pointing out of the folder would make any readable file the
+    consent page or the pool."""
+    named = Path(name)
+    if named.is_absolute():
+        return f"{name} must be a file in the study file's folder (a relative name), not an absolute path"
+    if ".." in named.parts:
+        return f"{name} must be a file in the study file's folder: '..' leads out of it"
+    folder = study_file.parent.resolve()
+    if not (folder / named).resolve().is_relative_to(folder):
+        return f"{name} must be a file in the study file's folder: it links to a file outside it"
+    return None
+
+
 def load_study(path: str | Path) -> CrowdStudy:
     """Read and validate a study file; raises FormatError listing every problem (file:line: field: reason)."""
     path = Path(path)
@@ -111,15 +129,11 @@ def load_study(path: str | Path) -> CrowdStudy:
         problems.append(Problem(str(path), line, name, reason))
 
     try:
-        text = path.read_text(encoding="utf-8")
-        node = yaml.compose(text)
-        raw = yaml.safe_load(text)
+        raw, node = load_yaml(path.read_text(encoding="utf-8"), path)
     except (OSError, UnicodeDecodeError) as exc:
         raise FormatError([Problem(str(path), None, "file", f"cannot be read ({type(exc).__name__})")]) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise FormatError([Problem(str(path), mark.line + 1 if mark else None, "file",
-                                   f"not valid YAML ({getattr(exc, 'problem', None) or 'syntax'})")]) from None
+    except YAMLInputError as exc:
+        raise FormatError([Problem(exc.path, exc.line, exc.field, exc.reason)]) from None
     if not isinstance(raw, dict):
         raise FormatError([Problem(str(path), 1, "file", "must be a mapping of the study's settings")])
     lines = _lines(node)
@@ -145,16 +159,23 @@ def load_study(path: str | Path) -> CrowdStudy:
 
     consent_text, consent_version = "", ""
     consent = raw.get("consent")
+    consent_path = None
     if not isinstance(consent, str) or not consent:
         problem(("consent",), "consent", "must name the consent Markdown file")
+    elif (why := outside_folder(path, consent)) is not None:
+        problem(("consent",), "consent", why)
     else:
+        consent_path = path.parent / consent
+    if consent_path is not None:
         try:
-            consent_text = (path.parent / consent).read_text(encoding="utf-8")
+            consent_text = consent_path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             problem(("consent",), "consent", f"{consent} cannot be read ({type(exc).__name__})")
         else:
             if not consent_text.strip():
                 problem(("consent",), "consent", f"{consent} is empty")
+            elif (why := forbidden_character(consent_text)) is not None:
+                problem(("consent",), "consent", f"{consent} {why}")
             consent_version = hashlib.sha256(consent_text.encode()).hexdigest()
 
     questions = []
@@ -225,6 +246,8 @@ def load_study(path: str | Path) -> CrowdStudy:
     pool_path = None
     if not isinstance(pool, str) or not pool:
         problem(("pool",), "pool", "must name the pool's conversations file")
+    elif (why := outside_folder(path, pool)) is not None:
+        problem(("pool",), "pool", why)
     elif not (path.parent / pool).is_file():
         problem(("pool",), "pool", f"{pool} does not exist")
     else:

@@ -30,8 +30,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sense7.data.conversations import Conversation, Message
-from sense7.data.formats import MAX_CONTENT_CHARS, MAX_ID_CHARS, MAX_MESSAGES, FormatError, Problem
+from sense7.data.formats import (MAX_CONTENT_CHARS, MAX_MESSAGES, FormatError, JSONTooDeep, Problem, id_problem,
+                                 parse_json)
 from sense7.data.pii import Identifiers
+from sense7.files import forbidden_character
 
 EXPORT_FORMATS = ("chatgpt", "claude", "sharegpt")
 MAX_EXPORT_BYTES = 2_000_000_000  # a ZIP member or file larger than this is refused, not read into memory
@@ -56,9 +58,9 @@ class _Problems:
         self.path = str(path)
         self.items: list[Problem] = []
 
-    def add(self, conversation: str | None, field_name: str, reason: str) -> None:
+    def add(self, conversation: str | None, field_name: str, reason: str, line: int | None = None) -> None:
         where = f"conversation {conversation}: {field_name}" if conversation is not None else field_name
-        self.items.append(Problem(self.path, None, where, reason))
+        self.items.append(Problem(self.path, line, where, reason))
 
     def raise_if_any(self) -> None:
         if self.items:
@@ -90,9 +92,11 @@ def _load_json(raw: bytes, name: str, problems: _Problems):
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:
-        return json.loads(raw.decode("utf-8"))
+        return parse_json(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         problems.add(None, name, f"invalid UTF-8 at byte {exc.start}")
+    except JSONTooDeep as exc:
+        problems.add(None, name, str(exc), line=exc.line)
     except json.JSONDecodeError as exc:
         if name.endswith(".jsonl") or exc.msg == "Extra data":
             lines = []
@@ -100,9 +104,12 @@ def _load_json(raw: bytes, name: str, problems: _Problems):
                 if not line.strip():
                     continue
                 try:
-                    lines.append(json.loads(line))
+                    lines.append(parse_json(line))
                 except json.JSONDecodeError as line_exc:
                     problems.add(None, f"{name} line {number}", f"malformed JSON ({line_exc.msg} at column {line_exc.colno})")
+                    return None
+                except JSONTooDeep as line_exc:
+                    problems.add(None, name, str(line_exc).replace(" (at line 1,", " (at"), line=number)
                     return None
             return lines
         problems.add(None, name, f"malformed JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})")
@@ -386,10 +393,22 @@ def _conversation_id(obj: dict, fmt: str, index: int, problems: _Problems) -> st
     if isinstance(raw, bool) or not isinstance(raw, (str, int)) or not text:
         problems.add(f"#{index + 1}", "id", "not a string")
         return None
-    if len(text) > MAX_ID_CHARS or "::" in text:
-        problems.add(f"#{index + 1}", "id", f"longer than {MAX_ID_CHARS} characters or holds '::'")
+    if (why := id_problem(text)) is not None:
+        problems.add(f"#{index + 1}", "id", why)
         return None
     return text
+
+
+def _refused_characters(cid: str, messages: list[Message], context: dict, problems: _Problems) -> bool:
+    """Report every text of a conversation that no store keeps (a NUL character, a lone surrogate)."""
+    found = [(f"messages[{i}].content", why) for i, m in enumerate(messages)
+             if (why := forbidden_character(m.content)) is not None]
+    texts = {key: value for key, value in context.items() if isinstance(value, str)}
+    texts.update({f"assistant_ids.{i}": value for i, value in context.get("assistant_ids", {}).items()})
+    found += [(f"context.{key}", why) for key, value in texts.items() if (why := forbidden_character(value)) is not None]
+    for field_name, why in found:
+        problems.add(cid, field_name, why)
+    return bool(found)
 
 
 def read_export(path: str | Path, rater: str, fmt: str | None = None, select: set[str] | None = None,
@@ -399,8 +418,11 @@ def read_export(path: str | Path, rater: str, fmt: str | None = None, select: se
     (file: conversation X: field: reason); returns nothing partial."""
     path = Path(path)
     problems = _Problems(path)
-    if not rater or not str(rater).strip() or "::" in str(rater):
+    if not rater or not str(rater).strip():
         problems.add(None, "--rater", "an export names no rater id: pass --rater RATER_ID")
+        problems.raise_if_any()
+    if (why := id_problem(str(rater).strip())) is not None:
+        problems.add(None, "--rater", why)
         problems.raise_if_any()
     data, account = _export_files(path, problems)
     problems.raise_if_any()
@@ -468,6 +490,8 @@ def read_export(path: str | Path, rater: str, fmt: str | None = None, select: se
         if turn_models:
             context["assistant_ids"] = turn_models
             context["assistant_id"] = Counter(turn_models.values()).most_common(1)[0][0]
+        if _refused_characters(cid, messages, context, problems):
+            continue
         out.append(Conversation(cid, str(rater).strip(), messages, context, line=None))
     if select is not None and (missing := sorted(select - found_ids)):
         problems.add(None, "--select", f"not in the export: {', '.join(missing[:5])}"

@@ -12,13 +12,16 @@ import csv
 import hashlib
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from sense7.data.conversations import ROLES, Conversation, Message
+from sense7.files import FORMULA_START, forbidden_character
 from sense7.taxonomy import Taxonomy
 
 MAX_ID_CHARS = 200
+MAX_JSON_DEPTH = 64  # nested objects and lists in one JSON value; a conversation line needs 4
 MAX_CONTENT_CHARS = 50_000
 MAX_MESSAGES = 1_000
 MAX_LINE_BYTES = 5_000_000
@@ -85,19 +88,26 @@ def _decoded_lines(path: Path, problems: _Collector):
             problems.add(number, "encoding", f"invalid UTF-8 at byte {exc.start}")
 
 
+def id_problem(text: str) -> str | None:
+    """Why `text` (stripped) cannot be an id (a conversation's, a rater's, anything a CSV shows later), or None."""
+    if not text:
+        return "empty"
+    if len(text) > MAX_ID_CHARS:
+        return f"longer than {MAX_ID_CHARS} characters"
+    if "::" in text:
+        return "must not contain '::' (it separates the parts of a task key)"
+    if text.startswith(FORMULA_START):
+        return "must not start with '=', '+', '-' or '@' (a spreadsheet opening a CSV of it would run a formula)"
+    return forbidden_character(text)
+
+
 def _check_id(value, line: int, field: str, problems: _Collector) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         problems.add(line, field, "missing" if value is None else f"must be a string, got {type(value).__name__}")
         return None
     text = str(value).strip()
-    if not text:
-        problems.add(line, field, "empty")
-        return None
-    if len(text) > MAX_ID_CHARS:
-        problems.add(line, field, f"longer than {MAX_ID_CHARS} characters")
-        return None
-    if "::" in text:
-        problems.add(line, field, "must not contain '::' (it separates the parts of a task key)")
+    if (why := id_problem(text)) is not None:
+        problems.add(line, field, why)
         return None
     return text
 
@@ -115,6 +125,8 @@ def _check_context(raw, line: int, tax: Taxonomy, problems: _Collector) -> dict:
             problems.add(line, f"context.{key}", f"unknown field (expected one of {', '.join(fields)})")
         elif value is None or value == "":
             continue
+        elif isinstance(value, str) and (why := forbidden_character(value)) is not None:
+            problems.add(line, f"context.{key}", why)
         else:
             try:
                 context[key] = fields[key].validate(value)
@@ -153,6 +165,9 @@ def _check_message(msg, line: int, where: str, problems: _Collector) -> bool:
     elif len(text) > MAX_CONTENT_CHARS:
         problems.add(line, f"{where}.content", f"longer than {MAX_CONTENT_CHARS:,} characters")
         ok = False
+    elif (why := forbidden_character(text)) is not None:
+        problems.add(line, f"{where}.content", why)
+        ok = False
     return ok
 
 
@@ -176,11 +191,57 @@ def _check_messages(raw, line: int, problems: _Collector, field: str = "messages
     return messages
 
 
+class JSONTooDeep(ValueError):
+    """A JSON text nested deeper than MAX_JSON_DEPTH; `line` and `column` (1-based, in that text) say where."""
+
+    def __init__(self, line: int, column: int):
+        self.line, self.column = line, column
+        super().__init__(f"nested deeper than {MAX_JSON_DEPTH} levels (at line {line}, column {column})")
+
+
+JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def parse_json(text: str):
+    """json.loads with nesting bounded (MAX_JSON_DEPTH): every JSON text a user gives is read through this.
+    Raises json.JSONDecodeError for malformed JSON and JSONTooDeep, naming where, for a value nested deeper
+    (Python's own decoder would raise RecursionError from about 1,000 levels on)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        pass
+    else:
+        if _depth_within(value, MAX_JSON_DEPTH):
+            return value
+    depth = 0
+    for token in JSON_TOKENS.finditer(text):
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(token.group(), 0)
+        if depth > MAX_JSON_DEPTH:
+            line = text.count("\n", 0, token.start()) + 1
+            raise JSONTooDeep(line, token.start() - text.rfind("\n", 0, token.start()))
+    raise JSONTooDeep(1, 1)  # not reached: the value is deeper than the bound, so its text is too
+
+
+def _depth_within(value, limit: int) -> bool:
+    """Whether a parsed JSON value nests at most `limit` objects and lists (without recursion)."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return False
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return True
+
+
 def _parse_json_line(text: str, number: int, problems: _Collector):
     try:
-        obj = json.loads(text)
+        obj = parse_json(text)
     except json.JSONDecodeError as exc:
         problems.add(number, "json", f"malformed JSON ({exc.msg} at column {exc.colno})")
+        return None
+    except JSONTooDeep as exc:
+        problems.add(number, "json", f"nested deeper than {MAX_JSON_DEPTH} levels (at column {exc.column})")
         return None
     if not isinstance(obj, dict):
         problems.add(number, "json", f"each line must be a JSON object, got {type(obj).__name__}")
@@ -249,6 +310,11 @@ def _csv_rows(path: Path, problems: _Collector, required: tuple[str, ...]):
                 continue
             if all((v or "").strip() == "" for v in row.values()):
                 continue
+            refused = [(k, why) for k, v in row.items() if v and (why := forbidden_character(v)) is not None]
+            for column, why in refused:
+                problems.add(reader.line_num, column, why)
+            if refused:
+                continue
             yield reader.line_num, {k: (v or "").strip() if k != "content" else (v or "") for k, v in row.items()}
     except csv.Error as exc:
         problems.add(reader.line_num, "csv", str(exc))
@@ -292,12 +358,12 @@ def detect_format(path: Path) -> str:
         with path.open("rb") as fh:
             for raw in fh:
                 if raw.strip():
-                    obj = json.loads(raw.decode("utf-8", errors="replace"))
+                    obj = parse_json(raw.decode("utf-8", errors="replace"))
                     if isinstance(obj, dict) and "conversation_id" not in obj and "messages" in obj \
                             and "rater_id" not in obj:
                         return "openai"
                     break
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # malformed or too deep: the reader names the line
         pass
     return "native"
 

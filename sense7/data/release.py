@@ -36,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from sense7.data.pii import Scrubber, detected_values, scrub_conversations
+from sense7.files import spreadsheet_rows
 from sense7.taxonomy import Taxonomy
 
 SUPPRESSED = "*"
@@ -275,7 +276,9 @@ configs:
 
 Released {datetime.now(timezone.utc).strftime("%Y-%m")} with `sense7 release`.
 Load a table with `datasets.load_dataset("<this folder>", "ratings")` (configs: {", ".join(TABLES)});
-the same tables are in `csv/`; `schema.json` describes every column.
+the same tables are in `csv/` (where a text that a spreadsheet would run as a formula, one starting with
+`=`, `+`, `-` or `@`, starts with an apostrophe; `data/` holds every text exactly); `schema.json` describes
+every column.
 
 ## What was collected and how
 Participants rated the assistant turns of conversations (their own, donated from their assistants' data
@@ -336,7 +339,8 @@ def write_release(release: Release, out: str | Path, verify=None) -> Path:
                 for row in release.tables[name]:
                     fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             with open(staging / "csv" / f"{name}.csv", "w", encoding="utf-8", newline="") as fh:
-                csv.writer(fh, lineterminator="\n").writerows(_csv_rows(name, release.tables[name], release.columns[name]))
+                csv.writer(fh, lineterminator="\n").writerows(
+                    spreadsheet_rows(_csv_rows(name, release.tables[name], release.columns[name])))
         schema = _schema(release)
         (staging / "schema.json").write_text(json.dumps(schema, indent=1) + "\n", encoding="utf-8")
         (staging / "README.md").write_text(_readme(release, schema), encoding="utf-8")

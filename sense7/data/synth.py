@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sense7.data.conversations import Conversation, Message
+from sense7.files import spreadsheet_rows
 from sense7.taxonomy import Taxonomy
 
 # Cue templates per dimension: +1 shows the behaviour, -1 shows its failure, 0 (absent) adds nothing.
@@ -317,15 +318,15 @@ def write(synth: SynthData, out_dir) -> dict[str, Path]:
         with open(paths["assignments.csv"], "w", encoding="utf-8", newline="") as fh:
             writer = csv.writer(fh, lineterminator="\n")
             writer.writerow(["conversation_id", "rater_id"])
-            writer.writerows(extra)
+            writer.writerows(spreadsheet_rows(extra))
     with open(paths["raters.csv"], "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(list(synth.raters.columns))
-        for row in synth.raters.itertuples(index=False):
-            writer.writerow(["" if pd.isna(v) else v for v in row])
+        writer.writerows(spreadsheet_rows(["" if pd.isna(v) else v for v in row]
+                                          for row in synth.raters.itertuples(index=False)))
     with open(paths["ratings.csv"], "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(list(synth.ratings.columns))
-        for row in synth.ratings.itertuples(index=False):
-            writer.writerow(["" if pd.isna(v) else v for v in row])
+        writer.writerows(spreadsheet_rows(["" if pd.isna(v) else v for v in row]
+                                          for row in synth.ratings.itertuples(index=False)))
     return paths

@@ -22,6 +22,7 @@ from label_studio_sdk import LabelStudio
 
 from sense7.data import study_design
 from sense7.data.conversations import Conversation
+from sense7.data.intake import ReimportConflict, TextChange, text_changes
 from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.protocol import profile_task, rating_tasks
@@ -40,41 +41,6 @@ class ImportResult:
 
 # task dicts ({"data": ...}) -> one Label Studio prediction ({"result", "score", "model_version"}) or None each
 Predict = Callable[[list[dict]], list]
-
-
-@dataclass(frozen=True)
-class TextChange:
-    conversation_id: str
-    line: int | None       # the conversation's line in the file being imported
-    message_index: int     # the first message whose text (or role) differs; later turns are affected
-    rated: bool = False    # a turn from that message on has ratings
-
-
-class ReimportConflict(ValueError):
-    """Conversations whose text differs from the imported one (see TextChange)."""
-
-    def __init__(self, changes: list[TextChange], replace: bool):
-        self.changes, self.replace = changes, replace
-        what = "has ratings on the changed turns" if replace else "differs from the imported text"
-        super().__init__(f"{len(changes)} conversation(s) {what}")
-
-
-def text_changes(conversations: list[Conversation], store: Store) -> list[TextChange]:
-    """Conversations of the batch whose messages differ from those the store holds from an earlier import."""
-    stored = store.conversations_by_id()
-    changes, seen = [], set()
-    for conv in conversations:
-        before = stored.get(conv.conversation_id)
-        if before is None or conv.conversation_id in seen:
-            continue
-        seen.add(conv.conversation_id)
-        now = [(m.role, m.content) for m in conv.messages]
-        old = [(m.role, m.content) for m in before]
-        if now == old:
-            continue
-        first = next((i for i, (a, b) in enumerate(zip(now, old)) if a != b), min(len(now), len(old)))
-        changes.append(TextChange(conv.conversation_id, conv.line, first))
-    return changes
 
 
 def _affected_tasks(client: LabelStudio, project_id: int, changes: list[TextChange]) -> dict[str, list]:
@@ -98,7 +64,7 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
                          on_total: Callable[[int], None] | None = None, replace: bool = False,
                          predict: Predict | None = None, design=None, *, taxonomy,
                          rater_id: str | None = None, rater_ids=None) -> ImportResult:
-    """`conversations` must already be validated (sense7.data.formats). Raises ReimportConflict, having
+    """`conversations` must already be admitted (sense7.data.intake). Raises ReimportConflict, having
     written nothing, when a conversation's text changed (see the module's docstring).
 
     `predict`: see the module's docstring; called once per import chunk, after the store holds the

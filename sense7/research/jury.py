@@ -35,7 +35,7 @@ import pandas as pd
 from sense7.data.conversations import Conversation
 from sense7.data.dataset import NON_TRAIT_COLUMNS, ORDINAL_PROFILE_FIELDS
 from sense7.data.items import trait_table, transcript_columns
-from sense7.files import fsync_dir
+from sense7.files import fsync_dir, spreadsheet_cell
 from sense7.research.metrics import cluster_draws, percentile_ci
 from sense7.taxonomy import Taxonomy
 
@@ -540,7 +540,9 @@ def write_csv(frame: pd.DataFrame, path, digits: int = 6) -> Path:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            frame.to_csv(fh, index=False, float_format=f"%.{digits}f", quoting=csv.QUOTE_MINIMAL)
+            safe = frame.assign(**{c: frame[c].map(spreadsheet_cell) for c in frame.columns
+                                   if not pd.api.types.is_numeric_dtype(frame[c])})  # texts: never a formula
+            safe.to_csv(fh, index=False, float_format=f"%.{digits}f", quoting=csv.QUOTE_MINIMAL)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -1,5 +1,6 @@
-"""Property: any corrupted batch file ends in a clean error naming the corrupted line, never a
-traceback, and Label Studio holds exactly the tasks it held before."""
+"""Property: any corrupted batch file (NUL bytes, ids a spreadsheet would run and JSON nested past Python's
+recursion limit included) ends in a clean error naming the corrupted line, never a traceback, and Label
+Studio holds exactly the tasks it held before."""
 
 import json
 import re
@@ -53,11 +54,13 @@ def _no_assistant(row):
 # Each corruption makes its line invalid whatever the random choices: the test then demands that line.
 CORRUPTIONS = {
     "drop id": st.sampled_from(["conversation_id", "rater_id", "messages"]).map(_drop),
-    "bad id": st.sampled_from([None, "", "   ", [], {}, True, "a::b", "x" * 300]).flatmap(
+    "bad id": st.sampled_from([None, "", "   ", [], {}, True, "a::b", "x" * 300, "=cmd|' /C calc'!A0", "+1+1", "-2+3",
+                               "@SUM(A1)", "a\x00b", "a\ud800b"]).flatmap(
         lambda v: st.sampled_from(["conversation_id", "rater_id"]).map(lambda k: _set(k, v))),
     "bad role": st.text(min_size=0, max_size=8).filter(lambda r: r not in ("user", "assistant", "system")).map(
         lambda r: _message("role", r)),
-    "bad content": st.sampled_from([None, "", " \n ", 5, ["x"], "y" * 50_001]).map(lambda v: _message("content", v)),
+    "bad content": st.sampled_from([None, "", " \n ", 5, ["x"], "y" * 50_001, "I feel\x00 stuck", "I feel \udc00"]).map(
+        lambda v: _message("content", v)),
     "empty messages": st.sampled_from([[], None, "hello", {}]).map(lambda v: _set("messages", v)),
     "no assistant": st.just(_no_assistant),
     "bad context": st.sampled_from([{"emotional_state": 0}, {"empathy_wanted": "lots"}, {"task_type": "gossip"},
@@ -72,7 +75,8 @@ def corrupted_files(draw):
     lines = [json.dumps(row).encode() for row in BASE]
     must_name = []  # per corruption: the lines any one of which the error must name
     for t in targets:
-        kind = draw(st.sampled_from(sorted(CORRUPTIONS) + ["truncate", "bad utf-8", "duplicate", "not an object"]))
+        kind = draw(st.sampled_from(sorted(CORRUPTIONS) + ["truncate", "bad utf-8", "duplicate", "not an object",
+                                                           "too deep"]))
         acceptable = {t + 1}
         if kind == "truncate":  # any strict prefix of a JSON object is malformed
             lines[t] = lines[t][:draw(st.integers(1, len(lines[t]) - 1))]
@@ -85,6 +89,11 @@ def corrupted_files(draw):
             acceptable = {t + 1, other + 1}
             if other in targets:  # the partner is corrupted too and may no longer pair; its own
                 acceptable = set(range(1, n + 1))  # corruption is then what gets named, wherever it lands
+        elif kind == "too deep":  # nested far past Python's recursion limit, inside the object or as the line
+            depth = draw(st.sampled_from([65, 1_000, 100_000]))
+            nested = "[" * depth + "]" * depth
+            lines[t] = draw(st.sampled_from([nested, json.dumps({**BASE[t], "context": "@"})
+                                             .replace('"@"', nested)])).encode()
         elif kind == "not an object":
             lines[t] = draw(st.sampled_from([b"[]", b"42", b'"text"', b"null"]))
         else:
