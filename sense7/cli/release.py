@@ -43,12 +43,14 @@ def release(
         store = _store(cfg, create=False)
         if store is None:
             raise ReleaseError(f"no study store at {cfg.store_url}: nothing to release (nothing was written)")
-        # Participants' choices (sense7.data.participation): conversations left out of a release or of the
-        # study, and raters whose withdrawal is not erased yet, are not released.
+        # Participants' choices (sense7.data.participation): conversations their owner left out of a release
+        # or of the study, anyone else's own ratings they left out, and raters whose withdrawal is not erased
+        # yet, are not released.
         from sense7.data.participation import ConversationChoices, Withdrawals
 
+        left_out = ConversationChoices(store).out_of_release()
         built = build_release(store.rating_data(tax), tax, k=k, exclude_raters=Withdrawals(store).pending_raters(),
-                              exclude_conversations=ConversationChoices(store).out_of_release())
+                              exclude_conversations=left_out.conversations, exclude_ratings=left_out.ratings)
         originals = _originals(cfg, tax, create=False)
         written = write_release(built, out, verify=lambda folder: check_release(folder, originals, k=k))
     except ReleaseError as exc:

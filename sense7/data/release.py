@@ -147,14 +147,19 @@ def _month(value) -> str | None:
         return None
 
 
-def build_release(data, taxonomy: Taxonomy, k: int = 5, exclude_raters=(), exclude_conversations=()) -> Release:
+def build_release(data, taxonomy: Taxonomy, k: int = 5, exclude_raters=(), exclude_conversations=(),
+                  exclude_ratings=()) -> Release:
     """The release tables of a study's RatingData (store.rating_data(taxonomy)). `exclude_*`: raters who
-    withdrew and conversations left out of the release (their rows are absent, not anonymized)."""
+    withdrew, conversations left out of the release (with everyone's ratings of them) and (conversation_id,
+    rater_id) pairs whose ratings are left out (the rest of the conversation stays); their rows are absent,
+    not anonymized."""
     if k < 2:
         raise ReleaseError(f"--k must be at least 2, got {k}")
-    excluded_raters, excluded_convs = set(exclude_raters), set(exclude_conversations)
+    excluded_raters, excluded_convs, excluded_pairs = set(exclude_raters), set(exclude_conversations), set(exclude_ratings)
     ratings = data.ratings[~data.ratings["rater_id"].isin(excluded_raters)
                            & ~data.ratings["conversation_id"].isin(excluded_convs)]
+    if excluded_pairs:
+        ratings = ratings[[pair not in excluded_pairs for pair in zip(ratings["conversation_id"], ratings["rater_id"])]]
     pairs = sorted({(c, r) for c, r in zip(ratings["conversation_id"], ratings["rater_id"])
                     if (c, r) in data.conversations})
     ratings = ratings[[p in set(pairs) for p in zip(ratings["conversation_id"], ratings["rater_id"])]]
