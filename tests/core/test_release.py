@@ -15,8 +15,8 @@ from sense7.cli import app
 from sense7.data import synth
 from sense7.data.conversations import Conversation, Message
 from sense7.data.raterpage import LinkBook
-from sense7.data.release import (SUPPRESSED, Originals, ReleaseError, build_release, check_release,
-                                 k_anonymous_traits, originals_from_store, write_release)
+from sense7.data.release import SUPPRESSED, ReleaseError, build_release, k_anonymous_traits, write_release
+from sense7.data.release_check import Originals, check_release, originals_from_store
 from sense7.data.store import Store
 from sense7.taxonomy import load_taxonomy
 
@@ -148,7 +148,7 @@ def test_check_catches_pii_ids_k_and_counts_without_printing_values(study, tmp_p
     def plant(rows):
         rows[0]["messages"][0]["content"] += " mail leaked.person@corp.example, card 4111 1111 1111 1111, " + secret
     message = broken(edit_rows("conversations", plant))
-    assert "holds EMAIL" in message and "holds CARD" in message and "a link secret" in message
+    assert "(EMAIL)" in message and "(CARD)" in message and "a link secret of the store" in message
     assert "leaked.person" not in message and "4111" not in message and secret not in message
 
     message = broken(edit_rows("raters", lambda rows: rows[0].update(age_band="18-24", gender="man")))
@@ -156,7 +156,7 @@ def test_check_catches_pii_ids_k_and_counts_without_printing_values(study, tmp_p
     message = broken(edit_rows("ratings", lambda rows: rows.pop()))
     assert "rows, the schema says" in message and "count of ratings does not match" in message
     message = broken(edit_rows("ratings", lambda rows: rows[0].update(rater_id="r001")))
-    assert "an id of the study's store" in message
+    assert "a rater id of the store" in message
     assert "r001@example.org" not in message
 
 
