@@ -160,6 +160,7 @@ class ReleaseScanner:
         self.hashes = frozenset(h.lower() for h in originals.link_hashes)
         self.scrubber = Scrubber(phone_region=phone_region)
         self.cache: dict = {}
+        self.verdicts: dict = {}
 
     def scan(self, text: str) -> list[tuple[str, int]]:
         key = text if len(text) <= 64 else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
@@ -194,6 +195,24 @@ class ReleaseScanner:
     def id_value(self, value) -> str | None:
         """A store id given as a whole value of an id column, however short."""
         return self.needles.whole_values.get(str(value).strip().lower())
+
+    def verdict(self, value, column: str) -> tuple[str, ...]:
+        """What a value of `column` holds, as finished phrases ("holds KIND at character N"); () when clean.
+        A release id column (rater_id, conversation_id) is looked at for the store's ids only (a random hex
+        id would pass for a phone number); an `*_id` column also for a short store id as its whole value."""
+        text = value if isinstance(value, str) else str(value)
+        mode = 2 if column in ID_COLUMNS else 1 if column.endswith("_id") else 0
+        key = (mode, text) if len(text) <= 64 else (mode, hashlib.blake2b(
+            text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+        found = self.verdicts.get(key)
+        if found is None:
+            phrases = []
+            if mode and (kind := self.id_value(text)):
+                phrases.append(f"holds {kind}")
+            hits = list(self.needles.find(text.lower())) if mode == 2 else self.scan(text)
+            phrases += [f"holds {kind} at character {offset + 1}" for kind, offset in hits]
+            found = self.verdicts[key] = tuple(phrases)
+        return found
 
 
 @dataclass
@@ -406,11 +425,15 @@ def _check_table(folder: Path, name: str, spec: dict, scanner: ReleaseScanner, l
             count += 1
             if list(row) != columns:
                 findings.add(jsonl_rel, number, None, "columns differ from the schema's")
+                for key in row:  # the schema's own column names are scanned in schema.json
+                    _scan_value(scanner, findings, jsonl_rel, number, f"{key} (key)", key)
             links.row(name, row, jsonl_rel, number, findings)
-            for path, value in _walk(row):
-                top = path.split(".")[0].split("[")[0].removesuffix(" (key)")
-                _scan_value(scanner, findings, jsonl_rel, number, path, value, is_id=top in ID_COLUMNS and
-                            not path.endswith("(key)"))
+            for column, value in row.items():
+                if isinstance(value, (dict, list)):
+                    for path, inner in _walk(value, column):
+                        _scan_value(scanner, findings, jsonl_rel, number, path, inner)
+                elif value is not None:
+                    _scan_value(scanner, findings, jsonl_rel, number, column, value)
             if reader is None:
                 continue
             for expected in csv_rows_of(name, row, columns):
@@ -467,25 +490,12 @@ def _next_csv(reader, rel: str, findings: Findings):
 
 def _scan_cells(scanner, findings, rel, line, header, cells) -> None:
     for index, cell in enumerate(cells):
-        column = header[index] if index < len(header) else f"column {index + 1}"
-        _scan_value(scanner, findings, rel, line, column, cell, is_id=column in ID_COLUMNS)
+        _scan_value(scanner, findings, rel, line, header[index] if index < len(header) else f"column {index + 1}", cell)
 
 
-def _scan_value(scanner: ReleaseScanner, findings: Findings, rel: str, line, column, value, is_id: bool) -> None:
-    """A release id (rater_id, conversation_id) is checked against the store's ids, whole or in part; every
-    other value through every detector."""
-    text = value if isinstance(value, str) else json.dumps(value)
-    if is_id:
-        kind = scanner.id_value(text)
-        if kind:
-            findings.add(rel, line, column, f"holds {kind}")
-        findings.holds(rel, line, column, [(k, o) for k, o in scanner.needles.find(text.lower())])
-        return
-    if column.endswith("_id") or column.endswith("_id (key)"):
-        kind = scanner.id_value(text)
-        if kind:
-            findings.add(rel, line, column, f"holds {kind}")
-    findings.holds(rel, line, column, scanner.scan(text))
+def _scan_value(scanner: ReleaseScanner, findings: Findings, rel: str, line, column: str, value) -> None:
+    for phrase in scanner.verdict(value, column):
+        findings.add(rel, line, column, phrase)
 
 
 def _check_schema(folder: Path, scanner: ReleaseScanner, findings: Findings) -> dict | None:
@@ -503,7 +513,7 @@ def _check_schema(folder: Path, scanner: ReleaseScanner, findings: Findings) -> 
         findings.add(rel, None, None, f"missing or not a sense7 release schema ({type(exc).__name__})")
         return None
     for line, path, value in json_text_values(text):
-        _scan_value(scanner, findings, rel, line, path, value, is_id=False)
+        _scan_value(scanner, findings, rel, line, path, value)
     for name in sorted(set(files) - set(TABLES)):
         findings.add(rel, None, f"files.{name}", "a table a release does not hold")
     for name in TABLES:
