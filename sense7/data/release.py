@@ -161,7 +161,8 @@ def build_release(data, taxonomy: Taxonomy, k: int = 5, exclude_raters=(), exclu
         ratings = ratings[[pair not in excluded_pairs for pair in zip(ratings["conversation_id"], ratings["rater_id"])]]
     pairs = sorted({(c, r) for c, r in zip(ratings["conversation_id"], ratings["rater_id"])
                     if (c, r) in data.conversations})
-    ratings = ratings[[p in set(pairs) for p in zip(ratings["conversation_id"], ratings["rater_id"])]]
+    stored = set(pairs)  # built once: a set per row made a large study's build quadratic
+    ratings = ratings[[p in stored for p in zip(ratings["conversation_id"], ratings["rater_id"])]]
     if ratings.empty:
         raise ReleaseError("nothing to release: the store holds no ratings of stored conversations")
     rater_ids = _new_ids(sorted({r for _, r in pairs}), "r")

@@ -346,8 +346,9 @@ def _plain_file(folder: Path, rel: str) -> bool:
     return True
 
 
-def _jsonl_rows(path: Path, rel: str, findings: Findings):
-    """(line number, row) of each JSON object line; unreadable or malformed lines become problems."""
+def _jsonl_rows(path: Path, rel: str, findings: Findings, scanner: ReleaseScanner):
+    """(line number, row) of each JSON object line; unreadable or malformed lines become problems (a
+    malformed line's text is scanned as it is)."""
     number = 0
     try:
         with open(path, encoding="utf-8", newline="") as fh:
@@ -356,6 +357,7 @@ def _jsonl_rows(path: Path, rel: str, findings: Findings):
                     row = json.loads(raw)
                 except json.JSONDecodeError as exc:
                     findings.add(rel, number, None, f"malformed JSON ({exc.msg})")
+                    findings.holds(rel, number, None, scanner.scan(raw))
                     continue
                 if not isinstance(row, dict):
                     findings.add(rel, number, None, "not an object")
@@ -420,7 +422,7 @@ def _check_table(folder: Path, name: str, spec: dict, scanner: ReleaseScanner, l
                 findings.add(csv_rel, 1, None, "header differs from the schema's columns")
                 if first is not None and first[0] != header[0]:
                     reader = None  # not the release's CSV at all: scanned below, not compared
-        rows = _jsonl_rows(folder / jsonl_rel, jsonl_rel, findings) if _plain_file(folder, jsonl_rel) else ()
+        rows = _jsonl_rows(folder / jsonl_rel, jsonl_rel, findings, scanner) if _plain_file(folder, jsonl_rel) else ()
         for number, row in rows:
             count += 1
             if list(row) != columns:
