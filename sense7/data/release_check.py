@@ -160,7 +160,8 @@ class ReleaseScanner:
         self.hashes = frozenset(h.lower() for h in originals.link_hashes)
         self.scrubber = Scrubber(phone_region=phone_region)
         self.cache: dict = {}
-        self.verdicts: dict = {}
+        self.verdicts: tuple[dict, dict, dict] = ({}, {}, {})  # per column kind: value (or digest) -> phrases
+        self.modes: dict[str, int] = {}
 
     def scan(self, text: str) -> list[tuple[str, int]]:
         key = text if len(text) <= 64 else hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
@@ -200,18 +201,20 @@ class ReleaseScanner:
         """What a value of `column` holds, as finished phrases ("holds KIND at character N"); () when clean.
         A release id column (rater_id, conversation_id) is looked at for the store's ids only (a random hex
         id would pass for a phone number); an `*_id` column also for a short store id as its whole value."""
-        text = value if isinstance(value, str) else str(value)
-        mode = 2 if column in ID_COLUMNS else 1 if column.endswith("_id") else 0
-        key = (mode, text) if len(text) <= 64 else (mode, hashlib.blake2b(
-            text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
-        found = self.verdicts.get(key)
+        mode = self.modes.get(column)
+        if mode is None:
+            mode = self.modes[column] = 2 if column in ID_COLUMNS else 1 if column.endswith("_id") else 0
+        key = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=16).digest() \
+            if isinstance(value, str) and len(value) > 64 else value
+        found = self.verdicts[mode].get(key)
         if found is None:
+            text = value if isinstance(value, str) else str(value)
             phrases = []
             if mode and (kind := self.id_value(text)):
                 phrases.append(f"holds {kind}")
             hits = list(self.needles.find(text.lower())) if mode == 2 else self.scan(text)
             phrases += [f"holds {kind} at character {offset + 1}" for kind, offset in hits]
-            found = self.verdicts[key] = tuple(phrases)
+            found = self.verdicts[mode][key] = tuple(phrases)
         return found
 
 
