@@ -140,18 +140,25 @@ def conversation_owners(store: Store, conversation_ids=None) -> dict[str, set[st
     donors: dict[str, set[str]] = {}
     imported: dict[str, set[str]] = {}
     holders: dict[str, set[str]] = {}
+    # A few chosen conversations (the usual case) are asked for by id, in chunks the database accepts.
+    chunks = [None] if wanted is None else [sorted(wanted)[i:i + 500] for i in range(0, len(wanted), 500)]
+
+    def rows(conn, *columns):
+        for chunk in chunks:
+            query = select(*columns)
+            yield from conn.execute(query if chunk is None else query.where(columns[0].in_(chunk)))
+
     with store.engine.connect() as conn:
         participants = set(conn.execute(select(tables.crowd_participants.c.rater_id)).scalars())
         c = tables.contexts
-        for cid, rid, context in conn.execute(select(c.c.conversation_id, c.c.rater_id, c.c.context)):
-            if (wanted is None or cid in wanted) and rid not in participants:
+        for cid, rid, context in rows(conn, c.c.conversation_id, c.c.rater_id, c.c.context):
+            if rid not in participants:
                 imported.setdefault(cid, set()).add(rid)
                 if isinstance(context, dict) and context.get("source"):
                     donors.setdefault(cid, set()).add(rid)
         for table in (tables.rater_tasks, tables.task_arms, tables.annotations, tables.imported_ratings):
-            for cid, rid in conn.execute(select(table.c.conversation_id, table.c.rater_id).distinct()):
-                if (wanted is None or cid in wanted) and rid is not None and cid is not None \
-                        and rid not in participants and cid not in imported:
+            for cid, rid in rows(conn, table.c.conversation_id, table.c.rater_id):
+                if rid is not None and cid is not None and rid not in participants and cid not in imported:
                     holders.setdefault(cid, set()).add(rid)
     return {**holders, **imported, **donors}
 
