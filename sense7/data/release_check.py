@@ -53,6 +53,7 @@ JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 JSON_COLON = re.compile(r"\s*:")
 JSON_SCALAR = re.compile(r"-?\d[\d.eE+-]*|true|false|null")
 MAX_SHOWN = 50
+MAX_STRANGER_BYTES = 64 << 20  # of a file the release does not hold: refused whatever it holds, scanned this far
 DETECTED = {"EMAIL": "an e-mail address (EMAIL)", "PHONE": "a phone number (PHONE)", "URL": "a URL (URL)",
             "IP": "an IP address (IP)", "CARD": "a card number (CARD)", "IBAN": "an IBAN (IBAN)",
             "PERSON": "a name (PERSON)", "TERM": "a listed term (TERM)"}
@@ -300,8 +301,9 @@ def json_text_values(text: str):
     yield from gap(text[last:])
 
 
-def _layout(folder: Path, findings: Findings) -> None:
-    """Every entry of the folder, at any depth, against LAYOUT (symbolic links are never followed)."""
+def _layout(folder: Path, findings: Findings, scanner: ReleaseScanner) -> None:
+    """Every entry of the folder, at any depth, against LAYOUT (symbolic links are never followed). A plain
+    file the release does not hold is refused and its text scanned too, so the refusal says what it holds."""
     present = set()
     pending = [(folder, "")]
     while pending:
@@ -329,8 +331,23 @@ def _layout(folder: Path, findings: Findings) -> None:
             else:
                 findings.add(rel, None, None, "a file a release does not hold (its layout: data/*.jsonl, "
                              "csv/*.csv, schema.json, README.md)")
+                _scan_stranger(Path(entry.path), rel, scanner, findings)
     for rel in sorted(LAYOUT - present):
         findings.add(rel, None, None, "missing")
+
+
+def _scan_stranger(path: Path, rel: str, scanner: ReleaseScanner, findings: Findings) -> None:
+    """Line by line, up to MAX_STRANGER_BYTES; a file that is not UTF-8 text is refused unread."""
+    read = 0
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            for number, line in enumerate(fh, start=1):
+                findings.holds(rel, number, None, scanner.scan(line))
+                read += len(line)
+                if read > MAX_STRANGER_BYTES:
+                    break
+    except (UnicodeDecodeError, OSError):
+        pass  # refused above; its bytes are not text to scan
 
 
 def _plain_file(folder: Path, rel: str) -> bool:
@@ -600,7 +617,7 @@ def check_release(folder: str | Path, originals: Originals | None = None, k: int
         raise ReleaseError(f"{folder}: not a folder")
     findings = Findings()
     scanner = ReleaseScanner(originals, phone_region)
-    _layout(folder, findings)
+    _layout(folder, findings, scanner)
     schema = _check_schema(folder, scanner, findings)
     if schema is None:
         _fail(folder, findings.problems)

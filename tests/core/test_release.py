@@ -304,6 +304,10 @@ PLANTED = {
     "an extra notes.txt": (
         lambda f, s: (f / "notes.txt").write_text("nothing personal\n"),
         ["notes.txt: a file a release does not hold"], []),
+    "an extra file holding a link secret": (
+        lambda f, s: (f / "csv" / "links.csv").write_text(f"rater_id,url\nr001,http://127.0.0.1:8090/r/{s}\n"),
+        ["csv/links.csv: a file a release does not hold", "csv/links.csv:2: holds a link secret of the store",
+         "csv/links.csv:2: holds a rater id of the store"], ["{secret}"]),
     "a file deeper in a folder of its own": (
         lambda f, s: ((f / "data" / "old").mkdir(), (f / "data" / "old" / "ratings.jsonl").write_text("{}\n")),
         ["data/old: a folder a release does not hold"], []),
