@@ -340,9 +340,3 @@ def read_identifier_list(path) -> Identifiers:
     if problems:
         raise FormatError(problems)
     return Identifiers(tuple(kinds["name"]), tuple(kinds["term"]), tuple(kinds["email"]), tuple(kinds["phone"]))
-
-
-def detected_values(text: str, scrubber: Scrubber | None = None) -> list[tuple[str, str]]:
-    """(type, value) of every detection in a text that is not already a placeholder (for `release --check`)."""
-    scrubber = scrubber or Scrubber()
-    return [(s.kind, text[s.start:s.end]) for s in scrubber.find(text) if not PLACEHOLDER.fullmatch(text[s.start:s.end])]
