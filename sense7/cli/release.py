@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -19,10 +18,13 @@ def release(
 ) -> None:
     """Write an anonymized release of the study (ratings, scrubbed conversations, contexts, k-anonymous traits,
     new random rater ids; JSONL and CSV with a schema and a datasheet README the Hugging Face `datasets` loader
-    reads), or check one: k, no e-mail, link secret, store id or detected personal detail, counts that add up.
+    reads), or check one, every file of it: no file outside the release's layout; no e-mail (the raters' own
+    too), phone number or other detected personal detail, link secret or hash, rater, conversation or
+    platform id of the store, anywhere; k; CSV equal to JSONL; counts that add up.
 
     Writing goes to a temporary folder renamed into place at the end: a failure leaves nothing behind."""
-    from sense7.data.release import ReleaseError, build_release, check_release, write_release
+    from sense7.data.release import ReleaseError, build_release, write_release
+    from sense7.data.release_check import check_release
 
     if (out is None) == (check is None):
         raise fail("give --out DIR to write a release or --check DIR to verify one", 2)
@@ -32,9 +34,16 @@ def release(
     tax = resolve_taxonomy(taxonomy, cfg)
     try:
         if check is not None:
-            result = check_release(check, _originals(cfg, tax, create=False), k=k)
+            originals = _originals(cfg)
+            result = check_release(check, originals, k=k)
             counts = ", ".join(f"{n} {name}" for name, n in result["counts"].items())
             console.print(f"{check}: passes (k={result['k']}; {counts})", highlight=False, markup=False, soft_wrap=True)
+            if originals is None:
+                console.print(f"note: no study store at {cfg.store_url}: its ids, e-mails and link hashes were not "
+                              "looked for", highlight=False, markup=False, soft_wrap=True)
+            elif result["ids_matched_whole"]:
+                console.print(f"note: {result['ids_matched_whole']} store id(s) too short to tell from a word "
+                              "were matched only as whole id values", highlight=False, markup=False, soft_wrap=True)
             return
         k = 5 if k is None else k
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -43,13 +52,15 @@ def release(
         store = _store(cfg, create=False)
         if store is None:
             raise ReleaseError(f"no study store at {cfg.store_url}: nothing to release (nothing was written)")
-        # Participants' choices (sense7.data.participation): conversations left out of a release or of the
-        # study, and raters whose withdrawal is not erased yet, are not released.
+        # Participants' choices (sense7.data.participation): conversations their owner left out of a release
+        # or of the study, anyone else's own ratings they left out, and raters whose withdrawal is not erased
+        # yet, are not released.
         from sense7.data.participation import ConversationChoices, Withdrawals
 
+        left_out = ConversationChoices(store).out_of_release()
         built = build_release(store.rating_data(tax), tax, k=k, exclude_raters=Withdrawals(store).pending_raters(),
-                              exclude_conversations=ConversationChoices(store).out_of_release())
-        originals = _originals(cfg, tax, create=False)
+                              exclude_conversations=left_out.conversations, exclude_ratings=left_out.ratings)
+        originals = _originals(cfg)
         written = write_release(built, out, verify=lambda folder: check_release(folder, originals, k=k))
     except ReleaseError as exc:
         raise fail(str(exc), 2)
@@ -69,15 +80,12 @@ def _store(cfg, create: bool):
     return Store(url)
 
 
-def _originals(cfg, tax, create: bool):
-    from sense7.data.release import Originals, originals_from_store
+def _originals(cfg):
+    """What the store holds that a release must not (None without a store: never created by a check)."""
+    from sense7.data.release_check import originals_from_store
 
-    store = _store(cfg, create)
-    if store is None:
-        return Originals()
-    originals = originals_from_store(store)
-    rated = set(store.rating_data(tax).ratings["rater_id"])
-    return replace(originals, rater_ids=originals.rater_ids | rated)
+    store = _store(cfg, create=False)
+    return None if store is None else originals_from_store(store)
 
 
 def register(app: typer.Typer) -> None:

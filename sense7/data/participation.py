@@ -3,7 +3,9 @@
 - `ConversationChoices`: on the rater page a participant leaves any of their conversations out of the study
   (not in their queue, never trained on, never released) and/or out of a release (rated, not released). The
   latest choice per (rater, conversation) and when it was made; changeable at any time, a conversation put
-  back in the study returns to the queue.
+  back in the study returns to the queue. What a choice takes out depends on whose the conversation is
+  (`conversation_owners`): its owner's takes out the conversation with everyone's ratings of it; anyone
+  else's (a rater it was assigned to) only their own ratings of it (`LeftOut`).
 - `Withdrawals`: a withdrawal is requested (the rater page's button, or `sense7 raters withdraw`), then
   erased (`erase_rater_rows`, called by sense7.tasks.erasure after Label Studio's side). Until then the row
   names the rater; the erasure's one transaction deletes every row of theirs and leaves a receipt without
@@ -90,23 +92,86 @@ class ConversationChoices:
         with self.store.engine.connect() as conn:
             return {(cid, rid) for cid, rid in conn.execute(query)}
 
-    def out_of_release(self) -> set[str]:
-        """Conversation ids a participant left out of a release (or of the study): none of it is released."""
+    def out_of_release(self) -> "LeftOut":
+        """What is not released: conversations their owner left out of a release (or of the study), with
+        everyone's ratings of them; and the ratings of a conversation someone else (not its owner) left out
+        (only theirs)."""
+        t = tables.conversation_choices
+        return self._left_out(or_(t.c.in_release.is_(False), t.c.in_study.is_(False)))
+
+    def out_of_training(self) -> "LeftOut":
+        """What is not trained on: conversations their owner left out of the study, with everyone's ratings
+        of them; and each other rater's own ratings of a conversation they left out of the study."""
+        return self._left_out(tables.conversation_choices.c.in_study.is_(False))
+
+    def _left_out(self, condition) -> "LeftOut":
         t = tables.conversation_choices
         with self.store.engine.connect() as conn:
-            return {cid for (cid,) in conn.execute(select(t.c.conversation_id).where(
-                or_(t.c.in_release.is_(False), t.c.in_study.is_(False))))}
+            chosen = {(cid, rid) for cid, rid in conn.execute(select(t.c.conversation_id, t.c.rater_id).where(condition))}
+        owners = conversation_owners(self.store, {cid for cid, _ in chosen})
+        whole = frozenset(cid for cid, rid in chosen if rid in owners.get(cid, ()))
+        return LeftOut(whole, frozenset(pair for pair in chosen if pair[0] not in whole))
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """What participants' choices take out: whole `conversations` (their owner chose) and `ratings`, the
+    (conversation_id, rater_id) pairs whose rater chose for a conversation that is not theirs."""
+
+    conversations: frozenset = frozenset()
+    ratings: frozenset = frozenset()
+
+    def keeps(self, conversation_id: str, rater_id: str) -> bool:
+        return conversation_id not in self.conversations and (conversation_id, rater_id) not in self.ratings
+
+
+def conversation_owners(store: Store, conversation_ids=None) -> dict[str, set[str]]:
+    """Whose each conversation is (None: every conversation): the donor(s) it was imported for.
+
+    - a conversation donated from an export: the rater whose context names its `source`;
+    - otherwise: the raters it was imported for (their context row): for a crowd study's pool, the pool's
+      rater id (`crowd init` keeps that row); for a staff import, its rater;
+    - a conversation with no such row: every rater who has it (their tasks, ratings), as nobody's else.
+    A crowd participant never owns one: they were assigned the pool's conversations (their context rows are
+    the pool's, copied when their tasks were made)."""
+    wanted = None if conversation_ids is None else set(conversation_ids)
+    if wanted is not None and not wanted:
+        return {}
+    donors: dict[str, set[str]] = {}
+    imported: dict[str, set[str]] = {}
+    holders: dict[str, set[str]] = {}
+    # A few chosen conversations (the usual case) are asked for by id, in chunks the database accepts.
+    chunks = [None] if wanted is None else [sorted(wanted)[i:i + 500] for i in range(0, len(wanted), 500)]
+
+    def rows(conn, *columns):
+        for chunk in chunks:
+            query = select(*columns)
+            yield from conn.execute(query if chunk is None else query.where(columns[0].in_(chunk)))
+
+    with store.engine.connect() as conn:
+        participants = set(conn.execute(select(tables.crowd_participants.c.rater_id)).scalars())
+        c = tables.contexts
+        for cid, rid, context in rows(conn, c.c.conversation_id, c.c.rater_id, c.c.context):
+            if rid not in participants:
+                imported.setdefault(cid, set()).add(rid)
+                if isinstance(context, dict) and context.get("source"):
+                    donors.setdefault(cid, set()).add(rid)
+        for table in (tables.rater_tasks, tables.task_arms, tables.annotations, tables.imported_ratings):
+            for cid, rid in rows(conn, table.c.conversation_id, table.c.rater_id):
+                if rid is not None and cid is not None and rid not in participants and cid not in imported:
+                    holders.setdefault(cid, set()).add(rid)
+    return {**holders, **imported, **donors}
 
 
 def drop_left_out(data, store: Store):
-    """RatingData without the ratings of conversations their rater left out of the study (training)."""
+    """RatingData without what choices took out of the study (training): a conversation its owner left out,
+    with everyone's ratings of it; each other rater's own ratings of a conversation they left out."""
     from dataclasses import replace
 
-    left_out = ConversationChoices(store).out_of_study()
-    if not left_out or data.ratings.empty:
+    left_out = ConversationChoices(store).out_of_training()
+    if not (left_out.conversations or left_out.ratings) or data.ratings.empty:
         return data
-    pairs = list(zip(data.ratings["conversation_id"], data.ratings["rater_id"]))
-    keep = [pair not in left_out for pair in pairs]
+    keep = [left_out.keeps(cid, rid) for cid, rid in zip(data.ratings["conversation_id"], data.ratings["rater_id"])]
     return replace(data, ratings=data.ratings[keep])
 
 

@@ -31,8 +31,10 @@ from sense7.data.conversations import Conversation, Message
 TYPES = ("EMAIL", "URL", "IBAN", "CARD", "IP", "PHONE", "PERSON", "TERM")
 PLACEHOLDER = re.compile(r"\[(?:%s)_\d+\]" % "|".join(TYPES))
 
-EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-                   r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b")
+# Letters and digits of any script ([^\W_]): internationalized addresses (jörg.müller@beispiel.de, RFC 6531)
+# are addresses too.
+EMAIL = re.compile(r"(?<![\w.+-])[^\W_][\w.%+-]*@[^\W_](?:[\w-]*[^\W_])?"
+                   r"(?:\.[^\W_](?:[\w-]*[^\W_])?)*\.[^\W\d_]{2,}\b")
 URL = re.compile(r"\b(?:(?:https?|ftp)://|www\.)[^\s<>\"'`\]\[)(]+", re.IGNORECASE)
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.]*\d)")
 IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
@@ -338,9 +340,3 @@ def read_identifier_list(path) -> Identifiers:
     if problems:
         raise FormatError(problems)
     return Identifiers(tuple(kinds["name"]), tuple(kinds["term"]), tuple(kinds["email"]), tuple(kinds["phone"]))
-
-
-def detected_values(text: str, scrubber: Scrubber | None = None) -> list[tuple[str, str]]:
-    """(type, value) of every detection in a text that is not already a placeholder (for `release --check`)."""
-    scrubber = scrubber or Scrubber()
-    return [(s.kind, text[s.start:s.end]) for s in scrubber.find(text) if not PLACEHOLDER.fullmatch(text[s.start:s.end])]

@@ -14,8 +14,8 @@ e-mails, link secrets and Label Studio ids are not in it; excluded and withdrawn
 the layout the Hugging Face `datasets` loader reads (`load_dataset(DIR, "ratings")`). It writes into a
 temporary sibling folder and renames it into place: a failure leaves nothing half-written.
 
-`check_release(dir, originals)` verifies k, that no e-mail address, link secret, original rater or
-conversation id or detected personal detail appears, and that the counts add up.
+Its check (`sense7.data.release_check.check_release`) reads the whole folder: `write_release` calls it on
+the staging folder before the rename.
 """
 
 from __future__ import annotations
@@ -35,15 +35,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from sense7.data.pii import Scrubber, detected_values, scrub_conversations
-from sense7.files import spreadsheet_rows
+from sense7.data.pii import scrub_conversations
+from sense7.files import spreadsheet_cell, spreadsheet_rows
 from sense7.taxonomy import Taxonomy
 
 SUPPRESSED = "*"
 TABLES = ("ratings", "conversations", "contexts", "raters")
 RATER_ID = re.compile(r"^r[0-9a-f]{10}$")
 CONVERSATION_ID = re.compile(r"^c[0-9a-f]{10}$")
-SECRET_LIKE = re.compile(r"[A-Za-z0-9_-]{40,}")  # a link secret (43 url-safe chars) or a SHA-256 hex digest
 MAX_SUPPRESSED_SHARE = 0.1  # generalize further while more than this share of raters would be suppressed
 
 
@@ -148,17 +147,23 @@ def _month(value) -> str | None:
         return None
 
 
-def build_release(data, taxonomy: Taxonomy, k: int = 5, exclude_raters=(), exclude_conversations=()) -> Release:
+def build_release(data, taxonomy: Taxonomy, k: int = 5, exclude_raters=(), exclude_conversations=(),
+                  exclude_ratings=()) -> Release:
     """The release tables of a study's RatingData (store.rating_data(taxonomy)). `exclude_*`: raters who
-    withdrew and conversations left out of the release (their rows are absent, not anonymized)."""
+    withdrew, conversations left out of the release (with everyone's ratings of them) and (conversation_id,
+    rater_id) pairs whose ratings are left out (the rest of the conversation stays); their rows are absent,
+    not anonymized."""
     if k < 2:
         raise ReleaseError(f"--k must be at least 2, got {k}")
-    excluded_raters, excluded_convs = set(exclude_raters), set(exclude_conversations)
+    excluded_raters, excluded_convs, excluded_pairs = set(exclude_raters), set(exclude_conversations), set(exclude_ratings)
     ratings = data.ratings[~data.ratings["rater_id"].isin(excluded_raters)
                            & ~data.ratings["conversation_id"].isin(excluded_convs)]
+    if excluded_pairs:
+        ratings = ratings[[pair not in excluded_pairs for pair in zip(ratings["conversation_id"], ratings["rater_id"])]]
     pairs = sorted({(c, r) for c, r in zip(ratings["conversation_id"], ratings["rater_id"])
                     if (c, r) in data.conversations})
-    ratings = ratings[[p in set(pairs) for p in zip(ratings["conversation_id"], ratings["rater_id"])]]
+    stored = set(pairs)  # built once: a set per row made a large study's build quadratic
+    ratings = ratings[[p in stored for p in zip(ratings["conversation_id"], ratings["rater_id"])]]
     if ratings.empty:
         raise ReleaseError("nothing to release: the store holds no ratings of stored conversations")
     rater_ids = _new_ids(sorted({r for _, r in pairs}), "r")
@@ -232,21 +237,38 @@ def _schema(release: Release) -> dict:
     for name, columns in release.columns.items():
         files[name] = {"jsonl": f"data/{name}.jsonl", "csv": f"csv/{name}.csv", "rows": len(release.tables[name]),
                        "columns": {c: {"type": described[c][0], "description": described[c][1]} for c in columns}}
-    files["conversations"]["csv_columns"] = ["conversation_id", "message_index", "role", "content"]
+    files["conversations"]["csv_columns"] = list(CONVERSATION_CSV_COLUMNS)
     return {"k": release.k, "suppressed_raters": release.suppressed_raters,
             "generalization_levels": release.generalization, "files": files}
 
 
-def _csv_rows(name: str, rows: list[dict], columns: list[str]):
+CONVERSATION_CSV_COLUMNS = ["conversation_id", "message_index", "role", "content"]
+
+
+def csv_header(name: str, columns: list[str]) -> list[str]:
+    """The header of a table's CSV: its columns, or one row per message for the conversations."""
+    return list(CONVERSATION_CSV_COLUMNS) if name == "conversations" else list(columns)
+
+
+def csv_rows_of(name: str, row: dict, columns: list[str]) -> list[list[str]]:
+    """The CSV rows of one table row, as csv.reader reads them back (what `release --check` compares)."""
     if name == "conversations":
-        yield ["conversation_id", "message_index", "role", "content"]
-        for row in rows:
-            for index, message in enumerate(row["messages"]):
-                yield [row["conversation_id"], index, message["role"], message["content"]]
-        return
-    yield columns
+        messages = row.get("messages") if isinstance(row.get("messages"), list) else []
+        return [[_cell(row.get("conversation_id")), str(index), _cell(m.get("role")), _cell(m.get("content"))]
+                for index, m in enumerate(messages) if isinstance(m, dict)]
+    return [[_cell(row.get(c)) for c in columns]]
+
+
+def _cell(value) -> str:
+    # The cell as written (sense7.files.spreadsheet_cell: a text that would start a formula gets its leading
+    # apostrophe), so that the check compares what the writer wrote; data/*.jsonl keeps the exact text.
+    return "" if value is None else spreadsheet_cell(str(value))
+
+
+def _csv_rows(name: str, rows: list[dict], columns: list[str]):
+    yield csv_header(name, columns)
     for row in rows:
-        yield ["" if row[c] is None else row[c] for c in columns]
+        yield from csv_rows_of(name, row, columns)
 
 
 def _readme(release: Release, schema: dict) -> str:
@@ -357,198 +379,3 @@ def write_release(release: Release, out: str | Path, verify=None) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out
-
-
-# -- checking ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Originals:
-    """What must never appear in a release: the store's rater ids, e-mails, conversation ids and link hashes."""
-
-    rater_ids: frozenset = frozenset()
-    conversation_ids: frozenset = frozenset()
-    emails: frozenset = frozenset()
-    link_hashes: frozenset = frozenset()
-
-
-def _read_jsonl(path: Path, problems: list[str]) -> list[dict]:
-    rows = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(f"{path}: cannot read ({exc})")
-        return rows
-    for number, line in enumerate(lines, start=1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(f"{path}:{number}: malformed JSON ({exc.msg})")
-            continue
-        if not isinstance(row, dict):
-            problems.append(f"{path}:{number}: not an object")
-            continue
-        rows.append(row)
-    return rows
-
-
-def _strings(value):
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
-
-def check_release(folder: str | Path, originals: Originals | None = None, k: int | None = None) -> dict:
-    """Verify a release; returns {"k", "counts"} or raises ReleaseError listing every problem (never a value
-    found: only the file, row, field and kind). `k`: the least k to accept (default: the one it claims)."""
-    folder = Path(folder)
-    originals = originals or Originals()
-    problems: list[str] = []
-    schema_path = folder / "schema.json"
-    if not folder.is_dir():
-        raise ReleaseError(f"{folder}: not a folder")
-    try:
-        schema = json.loads(schema_path.read_text(encoding="utf-8"))
-        files = schema["files"]
-        claimed_k = int(schema["k"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ReleaseError(f"{schema_path}: missing or not a sense7 release schema ({type(exc).__name__})") from None
-    want_k = max(k or 0, claimed_k)
-    if k is not None and claimed_k < k:
-        problems.append(f"{schema_path}: k: the release claims k={claimed_k}, less than the {k} asked for")
-    tables = {}
-    for name in TABLES:
-        if name not in files:
-            problems.append(f"{schema_path}: files.{name}: missing")
-            continue
-        path = folder / files[name]["jsonl"]
-        rows = tables[name] = _read_jsonl(path, problems)
-        columns = list(files[name]["columns"])
-        for number, row in enumerate(rows, start=1):
-            if list(row) != columns:
-                problems.append(f"{path}:{number}: columns {sorted(row)} differ from the schema's")
-                break
-        if len(rows) != files[name]["rows"]:
-            problems.append(f"{path}: {len(rows)} rows, the schema says {files[name]['rows']}")
-        csv_path = folder / files[name]["csv"]
-        try:
-            with open(csv_path, encoding="utf-8", newline="") as fh:
-                reader = list(csv.reader(fh))
-        except OSError as exc:
-            problems.append(f"{csv_path}: cannot read ({exc.strerror})")
-            continue
-        header = files[name].get("csv_columns", columns)
-        expected_rows = sum(len(r["messages"]) for r in rows) if name == "conversations" else len(rows)
-        if not reader or reader[0] != header or len(reader) - 1 != expected_rows:
-            problems.append(f"{csv_path}: header or row count differs from {files[name]['jsonl']}")
-    readme = folder / "README.md"
-    readme_text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
-    if not readme_text.startswith("---\n") or "configs:" not in readme_text:
-        problems.append(f"{readme}: missing or without the datasets loader's YAML header")
-    for name, rows in tables.items():
-        if f"| {name} | {len(rows)} |" not in readme_text:
-            problems.append(f"{readme}: the count of {name} does not match {files[name]['jsonl']} ({len(rows)} rows)")
-    if len(tables) == len(TABLES):
-        problems += _check_links(tables, files)
-        problems += _check_k(tables["raters"], list(files["raters"]["columns"])[1:], want_k, folder / files["raters"]["jsonl"])
-        problems += _check_contents(tables, files, folder, originals)
-    if problems:
-        shown = "\n".join(f"  {p}" for p in problems[:50])
-        more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
-        raise ReleaseError(f"{folder}: the release fails its check ({len(problems)} problem(s)):\n{shown}{more}")
-    return {"k": claimed_k, "counts": {name: len(rows) for name, rows in tables.items()}}
-
-
-def _check_links(tables, files) -> list[str]:
-    problems = []
-    raters = {r.get("rater_id") for r in tables["raters"]}
-    messages = {r.get("conversation_id"): r.get("messages") or [] for r in tables["conversations"]}
-    for name in ("ratings", "contexts"):
-        for number, row in enumerate(tables[name], start=1):
-            where = f"{files[name]['jsonl']}:{number}"
-            if row.get("rater_id") not in raters:
-                problems.append(f"{where}: rater_id: not in the raters table")
-            if row.get("conversation_id") not in messages:
-                problems.append(f"{where}: conversation_id: not in the conversations table")
-            elif name == "ratings" and row.get("turn_index") is not None:
-                turn = row["turn_index"]
-                conv = messages[row["conversation_id"]]
-                if not isinstance(turn, int) or not 0 <= turn < len(conv) or conv[turn].get("role") != "assistant":
-                    problems.append(f"{where}: turn_index: not an assistant turn of its conversation")
-    for name, pattern, column in (("raters", RATER_ID, "rater_id"), ("conversations", CONVERSATION_ID, "conversation_id")):
-        for number, row in enumerate(tables[name], start=1):
-            if not isinstance(row.get(column), str) or not pattern.match(row[column]):
-                problems.append(f"{files[name]['jsonl']}:{number}: {column}: not a release id")
-    rated = {r.get("rater_id") for r in tables["ratings"]}
-    if raters - rated:
-        problems.append(f"{files['raters']['jsonl']}: {len(raters - rated)} rater(s) without a rating")
-    return problems
-
-
-def _check_k(raters: list[dict], fields: list[str], k: int, path: Path) -> list[str]:
-    combos = Counter(tuple(r.get(f) for f in fields) for r in raters)
-    suppressed = tuple(SUPPRESSED for _ in fields)
-    small = {combo: n for combo, n in combos.items() if n < k and combo != suppressed}
-    if not small:
-        return []
-    return [f"{path}: {sum(small.values())} rater(s) in {len(small)} trait combination(s) shared by fewer than {k}"]
-
-
-def _secret_like(text: str, hashes: frozenset) -> bool:
-    """A run of 43 url-safe characters mixing cases and digits (a link secret) or a stored link hash."""
-    for match in SECRET_LIKE.finditer(text):
-        token = match.group()
-        if token in hashes:
-            return True
-        if len(token) == 43 and re.search(r"[a-z]", token) and re.search(r"[A-Z]", token) and re.search(r"\d", token):
-            return True
-    return False
-
-
-def _check_contents(tables, files, folder: Path, originals: Originals) -> list[str]:
-    problems = []
-    scrubber = Scrubber()
-    ids = originals.rater_ids | originals.conversation_ids
-    long_ids = {i for i in ids if len(i) >= 6}  # short ones ("r1") would match ordinary words and numbers
-    emails = {e.lower() for e in originals.emails}
-    seen: dict[str, set] = {}  # the same value (a dimension, a band) is scanned once
-    for name, rows in tables.items():
-        for number, row in enumerate(rows, start=1):
-            where = f"{files[name]['jsonl']}:{number}"
-            for key in ("rater_id", "conversation_id"):
-                if row.get(key) in ids:
-                    problems.append(f"{where}: {key}: an id of the study's store")
-            found = set()
-            # Release ids are checked against their pattern in _check_links; every other string is scanned.
-            for text in _strings({k: v for k, v in row.items() if k not in ("rater_id", "conversation_id")}):
-                if text not in seen:
-                    seen[text] = {kind for kind, _ in detected_values(text, scrubber)}
-                found |= seen[text]
-                if _secret_like(text, originals.link_hashes):
-                    found.add("a link secret or hash")
-                lowered = text.lower()
-                if emails and any(e in lowered for e in emails):
-                    found.add("a rater's e-mail")
-                if long_ids and set(re.findall(r"[\w.:@-]+", text)) & long_ids:
-                    found.add("an id of the study's store")
-            problems += [f"{where}: holds {kind}" for kind in sorted(found)]
-    return problems
-
-
-def originals_from_store(store) -> Originals:
-    """The store's rater ids, e-mails, conversation ids and link hashes (what a release must not contain)."""
-    from sqlalchemy import select
-
-    from sense7.data.store import conversations, rater_links, raters
-
-    with store.engine.connect() as conn:
-        rater_rows = conn.execute(select(raters.c.rater_id, raters.c.email)).all()
-        conversation_ids = conn.execute(select(conversations.c.conversation_id)).scalars().all()
-        hashes = conn.execute(select(rater_links.c.token_hash)).scalars().all()
-        linked = conn.execute(select(rater_links.c.rater_id)).scalars().all()
-    return Originals(rater_ids=frozenset([r.rater_id for r in rater_rows] + list(linked)),
-                     conversation_ids=frozenset(conversation_ids),
-                     emails=frozenset(r.email for r in rater_rows if r.email), link_hashes=frozenset(hashes))

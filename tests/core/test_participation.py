@@ -180,3 +180,94 @@ def test_a_served_version_trained_on_an_erased_rater_is_replaced_whatever_the_ga
     assert "r002" not in registry.load(result.version).known_raters
     assert Withdrawals(store).versions_to_remove() == set()
     assert Withdrawals(store).receipts()[0]["model_versions"] == {"trained_on": ["v0", "v1"], "removed": ["v0", "v1"]}
+
+
+def _also_rated_by(store: Store, ratings, conversation_id: str, rater_id: str) -> int:
+    """`rater_id` rates every turn `conversation_id`'s owner rated (assigned it, not theirs); returns the rows."""
+    import pandas as pd
+
+    theirs = ratings[ratings["conversation_id"] == conversation_id].assign(rater_id=rater_id)
+    store.import_ratings(pd.DataFrame(theirs))
+    return len(theirs)
+
+
+def _released(out) -> tuple[int, int]:
+    return len(_rows(out, "conversations")), len(_rows(out, "ratings"))
+
+
+def test_a_release_choice_of_someone_elses_conversation_drops_only_their_ratings_the_owners_drops_all(study, tmp_path):
+    """Issue 37 item 8: a conversation's owner (the rater it was imported for) leaving it out of a release
+    takes it out with everyone's ratings; a rater it was only assigned to takes out only their own ratings."""
+    from sense7.taxonomy import load_taxonomy
+
+    store, data, _ = study
+    tax = load_taxonomy()
+    total = len(data.ratings)
+    conv = data.conversations[5]  # owner: its rater (their context row); every synthetic conversation has one
+    owner = conv.rater_id
+    others = [r for r in ("r001", "r002", "r003") if r != owner][:2]
+    added = sum(_also_rated_by(store, data.ratings, conv.conversation_id, r) for r in others)
+    own = int((data.ratings["conversation_id"] == conv.conversation_id).sum())
+    choices = ConversationChoices(store)
+
+    choices.choose(others[0], conv.conversation_id, in_study=True, in_release=False)
+    out = tmp_path / "release-1"
+    assert invoke("release", "--out", out, "--k", "2").exit_code == 0
+    assert _released(out) == (40, total + added - own)  # the text and the owner's and the other's ratings stay
+    assert invoke("release", "--check", out).exit_code == 0
+
+    choices.choose(others[1], conv.conversation_id, in_study=False, in_release=False)  # out of the study too
+    out = tmp_path / "release-2"
+    assert invoke("release", "--out", out, "--k", "2").exit_code == 0
+    assert _released(out) == (40, total)  # both assigned raters' ratings gone; the owner's stay
+    trained = drop_left_out(store.rating_data(tax), store).ratings
+    assert len(trained) == total + own  # training drops only the one who left it out of the study (theirs)
+
+    choices.choose(owner, conv.conversation_id, in_study=True, in_release=False)
+    out = tmp_path / "release-3"
+    assert invoke("release", "--out", out, "--k", "2").exit_code == 0
+    assert _released(out) == (39, total - own)  # the owner's choice: the conversation and every rating of it
+    assert len(drop_left_out(store.rating_data(tax), store).ratings) == total + own  # still trained on
+
+    choices.choose(owner, conv.conversation_id, in_study=False, in_release=False)
+    trained = drop_left_out(store.rating_data(tax), store).ratings
+    assert len(trained) == total - own and conv.conversation_id not in set(trained["conversation_id"])
+
+
+def test_a_crowd_participant_never_owns_a_pool_conversation_a_donor_owns_theirs(tmp_path):
+    """The pool's rater id owns a crowd study's conversations (its context row from `crowd init`); a
+    participant's copied context rows make them no owner. A donated conversation (its context names the
+    export's `source`) is its donor's, whoever else staff gave it to."""
+    from datetime import datetime, timezone
+
+    from sense7.data.conversations import Conversation, Message
+    from sense7.data.participation import conversation_owners
+
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    messages = [Message("user", "hello"), Message("assistant", "hi")]
+    pool_context = {"task_type": "information", "source": "chatgpt"}  # a pool made from a donated export
+    store.upsert_conversations([
+        Conversation("pool-1", "pool-staff", messages, pool_context),
+        Conversation("pool-1", "s-p01", messages, pool_context),  # the participants' copies (their tasks)
+        Conversation("pool-1", "s-p02", messages, pool_context),
+        Conversation("gift-1", "donor", messages, {"source": "claude"}),
+        Conversation("gift-1", "helper", messages, {"task_type": "information"}),  # staff gave it to helper too
+        Conversation("plain-1", "staffed", messages, {"task_type": "information"}),
+    ])
+    now = datetime.now(timezone.utc)
+    with store.engine.begin() as conn:
+        for seat, rater in enumerate(("s-p01", "s-p02")):
+            conn.execute(store_module.crowd_participants.insert().values(
+                rater_id=rater, study_id="s", state="rating", seat=seat, consent="agreed", consent_version="v",
+                consent_at=now, check_attempts=0))
+    assert conversation_owners(store) == {"pool-1": {"pool-staff"}, "gift-1": {"donor"}, "plain-1": {"staffed"}}
+    choices = ConversationChoices(store)
+    choices.choose("s-p01", "pool-1", in_study=False, in_release=False)
+    choices.choose("helper", "gift-1", in_study=True, in_release=False)
+    left_out = choices.out_of_release()
+    assert left_out.conversations == frozenset()
+    assert left_out.ratings == {("pool-1", "s-p01"), ("gift-1", "helper")}
+    assert choices.out_of_training().ratings == {("pool-1", "s-p01")}
+    choices.choose("donor", "gift-1", in_study=True, in_release=False)
+    left_out = choices.out_of_release()
+    assert left_out.conversations == {"gift-1"} and left_out.ratings == {("pool-1", "s-p01")}
