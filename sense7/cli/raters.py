@@ -166,6 +166,7 @@ def withdraw(rater_id: str = typer.Argument(..., help="The rater who withdraws f
     retrained without them (versions trained on them are removed once the new one serves). A receipt
     without personal data remains (`sense7 raters erase` lists receipts). Withdrawing twice or an unknown
     id: one error line, nothing changed. Interrupted: `sense7 raters erase --confirm` finishes it."""
+    from sense7.crowd.lifecycle import withdraw as settle_crowd_withdrawal
     from sense7.data.participation import WithdrawalError, Withdrawals, staff_user
 
     store = _store()
@@ -173,6 +174,7 @@ def withdraw(rater_id: str = typer.Argument(..., help="The rater who withdraws f
         receipt = Withdrawals(store).request(rater_id, staff_user())
     except WithdrawalError as exc:
         raise fail(str(exc), 2)
+    settle_crowd_withdrawal(store, rater_id)  # a crowd participant's slots back to the pool, their seat freed
     store.log_staff("raters withdraw", receipt=receipt)
     console.print(f"withdrawal recorded (receipt {receipt}); link revoked", highlight=False)
     _erase([rater_id])
