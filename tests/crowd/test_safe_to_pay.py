@@ -398,3 +398,18 @@ def test_the_crowd_status_carries_each_pool_conversations_coverage(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[0]["coverage"]["per_conversation"] == per
+
+
+def test_the_prepare_job_never_works_for_an_entry_at_the_check(tmp_path):
+    """Who the worker's prepare job makes Label Studio tasks for (sense7.tasks.crowd reads this list from the
+    store): participants rating only, never an entry at the check, even one holding slots an older version
+    took at consent."""
+    from sense7.crowd.lifecycle import waiting_for_tasks
+
+    flow = Flow(tmp_path)
+    for i, pid in enumerate(PIDS[:3]):
+        enter_and_consent(flow.client(f"10.0.0.{i}"), pid)
+    assignments_of(flow.store, flow.study).assign(flow.rater(PIDS[2]))  # slots held at the check (planted)
+    assert waiting_for_tasks(flow.store) == []
+    assert start_rating(flow.store, flow.study, flow.rater(PIDS[1]))  # passed the check; no queue copy yet
+    assert waiting_for_tasks(flow.store) == [("pilot", flow.rater(PIDS[1]))]
