@@ -306,9 +306,10 @@ def status(store: Store) -> list[dict]:
     studies, out = Studies(store), []
     for study_id in studies.ids():
         study, is_open = studies.get(study_id)
-        out.append({"study": study_id, "open": is_open, "cap": study.participant_cap,
+        participants = Participants(store, study)
+        out.append({"study": study_id, "open": is_open, "cap": study.participant_cap, "seated": participants.seated(),
                     "coverage": assignments_of(store, study).coverage(),
-                    "participants": Participants(store, study).counts()})
+                    "participants": participants.counts()})
     return out
 
 

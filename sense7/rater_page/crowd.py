@@ -77,7 +77,8 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         if not isinstance(held, dict) or held.get("study") != study.study_id:
             return None
         who = Participants(store, study).get(held.get("rater"))
-        return who if who is not None and held.get("visit") == who.visit else None
+        # (A session made before visits were recorded has none: it stays valid.)
+        return who if who is not None and held.get("visit", who.visit) == who.visit else None
 
     def hold(study: CrowdStudy, who: Participant) -> None:
         session["crowd"] = {"study": study.study_id, "rater": who.rater_id, "visit": who.visit}
