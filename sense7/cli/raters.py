@@ -217,8 +217,10 @@ def _erase(rater_ids) -> None:
 
     def report(receipt: dict) -> None:
         store_counts, ls = receipt["store"], receipt["label_studio"]
-        rows = sum(v for k, v in store_counts.items() if k != "staff_log_redacted")
-        console.print(f"erased (receipt {receipt['receipt']}): {rows} store row(s), {ls.get('tasks', 0)} Label "
+        rows = sum(v for k, v in store_counts.items() if k not in ("staff_log_redacted", "crowd_withdrawn_kept"))
+        kept = (" (a crowd participant: the hash of their pseudonymous id is kept, so that their platform id is "
+                "never seated again)" if store_counts.get("crowd_withdrawn_kept") else "")
+        console.print(f"erased (receipt {receipt['receipt']}): {rows} store row(s){kept}, {ls.get('tasks', 0)} Label "
                       f"Studio task(s), {ls.get('annotations', 0)} annotation(s), {ls.get('accounts', 0)} "
                       f"account(s)" + (f" ({ls['staff_logins_kept']} staff login(s) with the rater's email "
                                        "kept, their annotations deleted)" if ls.get("staff_logins_kept") else "")
