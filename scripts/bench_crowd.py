@@ -346,6 +346,7 @@ def flood_main(args, cfg) -> None:
             "real_participants_with_slots": len(real_raters & (holders | completed)),
             "real_participants_completed": len(completed), "real_outcomes": tally.outcomes,
             "real_errors": tally.errors[:3], "real_entry_to_first_turn": summary(tally.first_turn),
+            "real_preparing_wait": summary(tally.preparing),
             "participants_by_state": participants.counts(), "coverage": {
                 key: value for key, value in assignments_of(store, study).coverage().items() if key != "per_conversation"}})
     emit(figures, args.out)
