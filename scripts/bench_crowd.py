@@ -19,7 +19,8 @@ Measured: entry -> first turn (from the entry URL to the first task page), repor
 first "preparing" request, the questionnaire) + (b) `preparing_wait` (time spent on the "preparing" page
 waiting for the worker, 0 when the tasks were there on arrival), the participant's own reading time excluded
 (the figure the issue's target is about; before the tasks were asked for at consent it was measured with no
-reading time at all, the old "entry -> first turn"), and `entry_to_first_turn_with_reading` (wall time, the
+reading time at all, the old "entry -> first turn"; since issue 37 they are asked for when the check is
+passed, so `preparing_wait` holds the worker's whole round again), and `entry_to_first_turn_with_reading` (wall time, the
 compressed reading included); page (GET of a
 task page), submit acknowledged (the POST), submit -> Label Studio (the outbox's delivered time) and ->
 store (polled every 100 ms), lost submissions, slots beyond K (must be 0), the pool's coverage spread at the
