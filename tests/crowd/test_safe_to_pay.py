@@ -413,3 +413,23 @@ def test_the_prepare_job_never_works_for_an_entry_at_the_check(tmp_path):
     assert waiting_for_tasks(flow.store) == []
     assert start_rating(flow.store, flow.study, flow.rater(PIDS[1]))  # passed the check; no queue copy yet
     assert waiting_for_tasks(flow.store) == [("pilot", flow.rater(PIDS[1]))]
+
+
+def test_check_minutes_and_the_full_code_are_validated_like_the_other_settings(tmp_path):
+    import pytest
+
+    from sense7.crowd.study import load_study
+    from sense7.data.formats import FormatError
+    from tests.crowd.helpers import write_study
+
+    assert load_study(write_study(tmp_path / "default")).check_minutes == 10
+    assert load_study(write_study(tmp_path / "five", extra="check_minutes: 5\n")).check_minutes == 5
+    study = load_study(write_study(tmp_path / "full", codes="  full: FULL4242\n  full_url: https://x.example/f\n"))
+    assert study.redirect_for("full") == ("FULL4242", "https://x.example/f")
+    for extra, codes, wanted in [("check_minutes: 0\n", "", ":20: check_minutes: must be a whole number from 1 to 1440"),
+                                 ("check_minutes: soon\n", "", ":20: check_minutes: must be a whole number"),
+                                 ("", "  full_url: ftp://x\n", ":19: codes.full_url: must be an http(s) URL")]:
+        path = write_study(tmp_path / f"bad{len(extra)}{len(codes)}", extra=extra, codes=codes)
+        with pytest.raises(FormatError) as error:
+            load_study(path)
+        assert f"{path}{wanted}" in str(error.value), str(error.value)
