@@ -17,7 +17,7 @@ from sense7.crowd.lifecycle import assignments_of
 from sense7.crowd.participants import Participants
 from sense7.crowd.prolific import ProlificClient
 from sense7.data.store import crowd_slots
-from tests.crowd.test_flow import Flow, csrf, enter_and_consent, entry_url, pass_check
+from tests.crowd.test_flow import Flow, enter_and_consent, entry_url, pass_check
 from tests.crowd.test_safe_to_pay import rows
 
 TOKEN = "stand-in-token-7f3a"

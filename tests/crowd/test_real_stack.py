@@ -17,7 +17,6 @@ from sqlalchemy import select
 
 from sense7.crowd.lifecycle import install_study
 from sense7.crowd.participants import Participants, Studies
-from sense7.data.raterpage import RaterQueue
 from sense7.data.store import annotations
 from sense7.data.study_design import SHOWN, arm_of
 from tests.crowd.helpers import write_study
