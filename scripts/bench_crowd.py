@@ -11,14 +11,16 @@ output); the server's own times are never compressed.
 
 Participants read the consent (--consent-read, 5-15 s) and answer the comprehension check (--check-answer,
 20-40 s per attempt), divided by --entry-compress (default: --compress) like every human wait; their tasks are
-asked for at consent, so the worker makes them meanwhile.
+asked for when the check is passed (an entry at the check holds nothing: issue 37), and the "preparing" page
+covers the worker's round.
 
 Measured: entry -> first turn (from the entry URL to the first task page), reported as
 `entry_to_first_turn` = (a) `entry_server` (the server time of the entry pages: entry, consent, check, the
 first "preparing" request, the questionnaire) + (b) `preparing_wait` (time spent on the "preparing" page
 waiting for the worker, 0 when the tasks were there on arrival), the participant's own reading time excluded
 (the figure the issue's target is about; before the tasks were asked for at consent it was measured with no
-reading time at all, the old "entry -> first turn"), and `entry_to_first_turn_with_reading` (wall time, the
+reading time at all, the old "entry -> first turn"; since issue 37 they are asked for when the check is
+passed, so `preparing_wait` holds the worker's whole round again), and `entry_to_first_turn_with_reading` (wall time, the
 compressed reading included); page (GET of a
 task page), submit acknowledged (the POST), submit -> Label Studio (the outbox's delivered time) and ->
 store (polled every 100 ms), lost submissions, slots beyond K (must be 0), the pool's coverage spread at the
@@ -35,6 +37,17 @@ annotations by 4 clients, in a probe project), and the busiest 10 s over that ce
     .venv/bin/python scripts/bench_crowd.py --participants 500 --window 600 --compress 1 --lease-minutes 5
 
 A smoke run: --participants 20 --window 60 --compress 20. Prints one JSON document (also written to --out).
+
+`--flood` measures instead whether made-up entries can hold a study hostage (issue 37): --flood-ids made-up
+platform ids (500) from --flood-addresses client addresses (50, each under the entry limit; sent as
+X-Forwarded-For with SENSE7_TRUSTED_PROXIES=1, as behind the study's reverse proxy) enter and agree within
+--flood-window seconds (60, real) against a study of --flood-slots slots (200; K=2, N=2, the cap the
+participants those slots hold), and never pass the check; then --real participants (40) arrive at a human pace
+(--window and --compress as above) and rate everything. Reported: flood entries holding a slot at any sample
+and past their reservation (--check-minutes, 1: must be 0), Label Studio tasks made for unchecked entries
+(must be 0), real participants who got slots (must be all), the flood's answers and times.
+
+    .venv/bin/python scripts/bench_crowd.py --flood [--flood-ids 500 --flood-addresses 50 --flood-slots 200 --real 40]
 """
 
 from __future__ import annotations
@@ -182,6 +195,164 @@ def label_studio_ceiling(client, rating_project: int, tax, imports: int, batch: 
             "annotation": summary(write_seconds), "errors": errors[0]}
 
 
+class SlotWatch(threading.Thread):
+    """Every `interval` s: how many of the given raters hold a slot or a seat (the flood's must never)."""
+
+    def __init__(self, store, raters: set[str], interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.store, self.raters, self.interval = store, raters, interval
+        self.max_slots = self.max_seats = self.samples = 0
+        self.running = True
+
+    def run(self) -> None:
+        from sqlalchemy import select
+
+        from sense7.data.store import crowd_participants, crowd_slots
+
+        while self.running:
+            with self.store.engine.connect() as conn:
+                slots = {r.rater_id for r in conn.execute(select(crowd_slots.c.rater_id))}
+                seats = {r.rater_id for r in conn.execute(select(crowd_participants.c.rater_id).where(
+                    crowd_participants.c.seat.is_not(None)))}
+            self.max_slots = max(self.max_slots, len(slots & self.raters))
+            self.max_seats = max(self.max_seats, len(seats & self.raters))
+            self.samples += 1
+            time.sleep(self.interval)
+
+
+def flood_entries(base: str, study_id: str, pids: list[str], addresses: int, window: float, seed: int) -> dict:
+    """Made-up platform ids entering and agreeing (never answering the check), spread over `window` s from
+    `addresses` client addresses (X-Forwarded-For); the answers and the server's times."""
+    import asyncio
+
+    import httpx
+
+    from sense7.crowd.simulate import CSRF
+
+    rng = random.Random(seed)
+    starts = sorted(rng.uniform(0, window) for _ in pids)
+    statuses: dict[str, int] = {}
+    seconds: list[float] = []
+
+    async def one(i: int, http) -> None:
+        await asyncio.sleep(starts[i])
+        headers = {"X-Forwarded-For": f"198.51.{i % addresses // 250}.{i % addresses % 250 + 1}"}
+        t0 = time.perf_counter()
+        try:
+            page = await http.get(f"/s/{study_id}?PROLIFIC_PID={pids[i]}&STUDY_ID=flood&SESSION_ID=f{i}",
+                                  headers=headers)
+            found = CSRF.search(page.text) if page.status_code == 200 else None
+            if found is None:
+                statuses[f"entry {page.status_code}"] = statuses.get(f"entry {page.status_code}", 0) + 1
+                return
+            agreed = await http.post(f"/s/{study_id}/consent", headers=headers,
+                                     data={"csrf_token": found.group(1), "consent": "agree"})
+            key = "agreed (at the check)" if agreed.status_code == 303 else f"consent {agreed.status_code}"
+            statuses[key] = statuses.get(key, 0) + 1
+        except Exception as exc:  # a refused connection is a figure, not a failed run
+            statuses[type(exc).__name__] = statuses.get(type(exc).__name__, 0) + 1
+            return
+        seconds.append(time.perf_counter() - t0)
+
+    async def run() -> None:
+        async def browser(i: int) -> None:
+            async with httpx.AsyncClient(base_url=base, timeout=120.0) as http:  # its own cookies
+                await one(i, http)
+        await asyncio.gather(*[browser(i) for i in range(len(pids))])
+
+    asyncio.run(run())
+    return {"answers": statuses, "entry_and_consent": summary(seconds)}
+
+
+def flood_main(args, cfg) -> None:
+    """The --flood benchmark (the module's docstring)."""
+    from sqlalchemy import select
+
+    from sense7.crowd.lifecycle import assignments_of, install_study
+    from sense7.crowd.participants import Participants, Studies, pseudonymous_id, study_secret
+    from sense7.crowd.simulate import Pace, run_participants, write_study
+    from sense7.data.store import crowd_participants, crowd_slots
+    from sense7.data.toy_study import make_conversations
+    from sense7.stack import Stack
+    from sense7.taxonomy import study_taxonomy
+
+    tax = study_taxonomy(cfg)
+    k, n = 2, 2
+    pool = max(1, args.flood_slots // k)
+    cap = max(1, args.flood_slots // n)
+    figures: dict = {"machine": f"{os.cpu_count()} cores", "mode": "flood", "flood_ids": args.flood_ids,
+                     "flood_addresses": args.flood_addresses, "flood_window_s": args.flood_window,
+                     "slots": pool * k, "k": k, "n": n, "cap": cap, "check_minutes": args.check_minutes,
+                     "real_participants": args.real, "window_s": args.window, "compress": args.compress,
+                     "note": "the flood in real time; the real participants' waits divided by `compress`"}
+    rng = random.Random(args.seed)
+    with Stack(cfg) as stack:
+        client, rating, profile, store = label_studio_and_broker(stack, tax)
+        conversations = make_conversations(["pool"], per_rater=pool, turns=1, prefix="flood")
+        study, _ = install_study(store, write_study(Path(cfg.home) / "study", conversations, study_id="bench",
+                                                    participants=cap, k=k, n=n, codes=CODES,
+                                                    lease_minutes=max(1, args.lease_minutes),
+                                                    check_minutes=args.check_minutes), tax)
+        Studies(store).set_open("bench", True)
+        stack.start_worker(beat=True, extra_args=("--without-gossip", "--without-mingle"))
+        stack.start_rater_page()
+        base = stack.rater_page.url
+        secret = study_secret(cfg.home, "bench")
+        flood = [f"{0xF1000D:06x}{i:018x}" for i in range(args.flood_ids)]
+        flood_raters = {pseudonymous_id(secret, "bench", pid) for pid in flood}
+        watch = SlotWatch(store, flood_raters)
+        watch.start()
+        log(f"stack up: {args.flood_ids} made-up ids from {args.flood_addresses} addresses over {args.flood_window:.0f} s")
+        started = time.time()
+        figures["flood"] = flood_entries(base, "bench", flood, args.flood_addresses, args.flood_window, args.seed)
+        figures["flood"]["seconds"] = round(time.time() - started, 1)
+        log(f"flood done: {figures['flood']['answers']}; real participants now")
+        real = [f"{0x4EA1:06x}{i:018x}" for i in range(args.real)]
+        arrivals, t = [], 0.0
+        for _ in real:
+            t += rng.expovariate(len(real) / args.window)
+            arrivals.append(t / args.compress)
+        think = (args.think[0] / args.compress, args.think[1] / args.compress)
+        pace = Pace(think, (args.consent_read[0] / args.compress, args.consent_read[1] / args.compress),
+                    (args.check_answer[0] / args.compress, args.check_answer[1] / args.compress))
+        form = {**{c: "3" for c in tax.controls}, tax.expectation_key: tax.expectation_values[0]}
+        profile_values = {f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in tax.profile_fields}
+        tally = run_participants(base, study, ["complete"] * len(real), arrivals, pace, [form] * len(real),
+                                 profile_values, seed=args.seed, pids=real,
+                                 addresses=[f"192.0.2.{i % 250 + 1}" for i in range(len(real))])
+        real_raters = {pseudonymous_id(secret, "bench", pid) for pid in real}
+        with store.engine.connect() as conn:
+            holders = {r.rater_id for r in conn.execute(select(crowd_slots.c.rater_id))}
+        participants = Participants(store, study)
+        states = {r: getattr(participants.get(r), "state", None) for r in real_raters}
+        completed = {r for r, state in states.items() if state == "completed"}
+        # The flood's reservations end (beat's pass every minute): every flood entry abandoned, none holding.
+        deadline = time.time() + 60 * (args.check_minutes + 3)
+        while time.time() < deadline and participants.counts()["checking"]:
+            time.sleep(2.0)
+        watch.running = False
+        with store.engine.connect() as conn:
+            still = {r.rater_id for r in conn.execute(select(crowd_participants.c.rater_id).where(
+                crowd_participants.c.state == "checking"))}
+            held_now = {r.rater_id for r in conn.execute(select(crowd_slots.c.rater_id))}
+        flood_tasks = sum(1 for project in (rating, profile)
+                          for task in client.tasks.list(project=project, include="id,data", page_size=1000)
+                          if (task.data or {}).get("rater_id") in flood_raters)
+        figures.update({
+            "flood_holding_a_slot_at_any_sample": watch.max_slots, "flood_holding_a_seat_at_any_sample": watch.max_seats,
+            "samples": watch.samples,
+            "flood_holding_a_slot_past_their_reservation": len(held_now & flood_raters),
+            "flood_still_at_the_check_at_the_end": len(still & flood_raters),
+            "label_studio_tasks_for_unchecked_entries": flood_tasks,
+            "real_participants_with_slots": len(real_raters & (holders | completed)),
+            "real_participants_completed": len(completed), "real_outcomes": tally.outcomes,
+            "real_errors": tally.errors[:3], "real_entry_to_first_turn": summary(tally.first_turn),
+            "real_preparing_wait": summary(tally.preparing),
+            "participants_by_state": participants.counts(), "coverage": {
+                key: value for key, value in assignments_of(store, study).coverage().items() if key != "per_conversation"}})
+    emit(figures, args.out)
+
+
 def main() -> None:
     parser = argument_parser(__doc__)
     parser.add_argument("--participants", type=int, default=500)
@@ -211,7 +382,19 @@ def main() -> None:
                         help="ceiling probe after the load: annotations by 4 clients")
     parser.add_argument("--ceiling-only", action="store_true",
                         help="start Label Studio (as the --ls-* options say) and run the ceiling probe only")
+    parser.add_argument("--flood", action="store_true", help="the flood benchmark (the docstring's last part)")
+    parser.add_argument("--flood-ids", type=int, default=500, help="made-up platform ids that enter and agree")
+    parser.add_argument("--flood-addresses", type=int, default=50, help="client addresses the flood comes from")
+    parser.add_argument("--flood-window", type=float, default=60.0, help="(real) seconds the flood's entries span")
+    parser.add_argument("--flood-slots", type=int, default=200, help="the study's slots (K=2, N=2)")
+    parser.add_argument("--real", type=int, default=40, help="real participants after the flood, at a human pace")
+    parser.add_argument("--check-minutes", type=int, default=1, help="the study's reservation at the check")
     args = parser.parse_args()
+    if args.flood:
+        cfg = fresh_home("bench-crowd-flood-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0",
+                         SENSE7_TRUSTED_PROXIES="1")
+        flood_main(args, cfg)
+        return
 
     ls_env = {"SENSE7_LS_WORKERS": str(args.ls_workers), "SENSE7_LS_THREADS": str(args.ls_threads)}
     if args.ls_database_url:

@@ -204,6 +204,23 @@ class RaterPage:
                    trusted_proxies=TrustedProxies.parse(env.get("SENSE7_TRUSTED_PROXIES")))
 
 
+@dataclass(frozen=True)
+class ProlificApi:
+    """Prolific's API for crowd studies, optional (sense7.crowd.prolific): with a token, an entry needs a
+    submission holding a place in the Prolific study, and beat frees the places of returned and timed-out
+    submissions at once."""
+
+    token: str = field(default="", repr=False)  # SENSE7_PROLIFIC_TOKEN: empty = the API is not used
+    url: str = "https://api.prolific.com"       # SENSE7_PROLIFIC_API_URL (a stand-in's, in the tests)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "ProlificApi":
+        url = (env.get("SENSE7_PROLIFIC_API_URL") or cls.url).rstrip("/")
+        if not url.startswith(("https://", "http://")):
+            raise SettingsError(f"SENSE7_PROLIFIC_API_URL={url!r}: expected an http(s) URL")
+        return cls(token=(env.get("SENSE7_PROLIFIC_TOKEN") or "").strip(), url=url)
+
+
 PREFILL_POLICIES = ("shown", "hidden", "randomized")
 # Which level of the predicted distribution a pre-fill shows (sense7.model.decision): the median minimizes
 # the expected distance to the rater's rating, the mode maximizes exact hits (docs/BENCHMARKS.md, "Decision
@@ -358,6 +375,7 @@ class Settings:
     rater_page: RaterPage = field(default_factory=RaterPage)
     study: StudyDesign = field(default_factory=StudyDesign)
     quality: QualityPolicy = field(default_factory=QualityPolicy)
+    prolific: ProlificApi = field(default_factory=ProlificApi)
     taxonomy_path: Path | None = None  # the study's taxonomy YAML (SENSE7_TAXONOMY); None = the packaged one
     # What the retrain job fits beyond the defaults, as written (sense7.model.options.served_params parses them):
     model_alpha: str | None = None        # SENSE7_MODEL_ALPHA: the text penalty, a number above 0 or cv
@@ -400,6 +418,7 @@ class Settings:
             rater_page=RaterPage.from_env(env),
             study=StudyDesign.from_env(env),
             quality=QualityPolicy.from_env(env),
+            prolific=ProlificApi.from_env(env),
             model_alpha=env.get("SENSE7_MODEL_ALPHA") or None,
             model_rater_ridge=env.get("SENSE7_MODEL_RATER_RIDGE") or None,
         )

@@ -1,10 +1,10 @@
 """Crowd studies' jobs (the work is sense7.crowd and the Label Studio adapters).
 
-`sense7.crowd_prepare` (coalesced): participants who consented hold their slots
-(sense7.crowd.lifecycle.take_slots; asked at consent, so the work overlaps their comprehension check). One
-job works for everyone waiting, however many arrive at once: the rater page asks with `request_prepare`,
+`sense7.crowd_prepare` (coalesced): participants who passed the comprehension check hold their slots
+(sense7.crowd.lifecycle.start_rating; the page asks at the check, and its "preparing" page covers the wait;
+an entry still at the check has no slot and gets no task). One job works for everyone waiting, however many arrive at once: the rater page asks with `request_prepare`,
 which queues the job unless one is queued or running (queue_once: a Redis flag renewed while it runs). The
-job reads who is waiting from the store (seated participants holding slots without a queue copy:
+job reads who is waiting from the store (participants rating, holding slots, without a queue copy:
 sense7.crowd.lifecycle.waiting_for_tasks), creates all their assigned tasks in Label Studio in ONE bulk
 import (with the served model's pre-annotations and the study's design, exactly as `sense7 import` does),
 their questionnaire tasks in one more, copies their queues into the store in one filtered pass, and loops
@@ -19,10 +19,12 @@ a starting worker queues the job (tasks/recovery.py), and a job that finished wi
 looks once more after clearing it. Task data carry the pseudonymous rater id only (the platform id never
 leaves sense7.crowd's completions table).
 
-`sense7.crowd_expire_leases` (beat, every minute): leases that ended give their unfinished conversations
-back to the pool (sense7.crowd.lifecycle.expire_leases), and the Label Studio tasks of given-back items
-(an expired lease's, a double check failure's) that nobody answered are deleted (`clear_released_tasks`):
-no orphan tasks; ratings already given stay.
+`sense7.crowd_expire_leases` (beat, every minute): reservations and leases that ended, and withdrawals, give
+their unfinished conversations and seats back (sense7.crowd.lifecycle.expire_leases); with a Prolific API
+token (SENSE7_PROLIFIC_TOKEN), so do participants whose submission Prolific reports returned or timed out
+(`end_returned_submissions`: at once, not when their lease ends; Prolific down: the next pass asks again).
+The Label Studio tasks of given-back items (an expired lease's, a withdrawal's) that nobody answered are
+deleted (`clear_released_tasks`): no orphan tasks; ratings already given stay.
 """
 
 from __future__ import annotations
@@ -83,8 +85,8 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
         if study is None:
             continue
         participant = Participants(rt.store, study).get(rater_id)
-        if participant is None or participant.state not in ("checking", "rating"):
-            continue
+        if participant is None or participant.state != "rating":
+            continue  # never a task for an entry that has not passed the check
         conversations += conversations_for(rt.store, study, rater_id)
         raters.append(rater_id)
     if not raters:
@@ -98,13 +100,13 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
         raise as_retryable(exc) from None
     from sense7.crowd.lifecycle import clear_again
 
-    # A lease that ended (or a check failed twice) while the round ran: the tasks just made for them are
-    # orphans, cleared by the next expiry pass.
+    # A lease that ended (or a withdrawal) while the round ran: the tasks just made for them are orphans,
+    # cleared by the next expiry pass.
     ended = []
     for study_id, rater_id in waiting:
         if rater_id in raters:
             now = Participants(rt.store, studies[study_id]).get(rater_id)
-            if now is None or now.state not in ("checking", "rating"):
+            if now is None or now.state not in ("rating", "completed"):
                 ended.append(rater_id)
     if ended:
         clear_again(rt.store, ended)
@@ -176,7 +178,7 @@ def prepare_task(study_id: str | None = None, rater_id: str | None = None) -> di
     return result
 
 
-ENDED = ("abandoned", "screened_out", "completed", "full")  # states whose unanswered questionnaire goes too
+ENDED = ("abandoned", "screened_out", "completed", "full", "withdrawn")  # their unanswered questionnaire goes too
 
 
 def clear_released_tasks(rt: Runtime) -> int:
@@ -219,14 +221,38 @@ def clear_released_tasks(rt: Runtime) -> int:
     return sum(len(ids) for ids in doomed.values())
 
 
+def end_returned_submissions(store, prolific) -> dict:
+    """Participants (checking or rating) whose Prolific submission was returned or timed out: abandoned now,
+    their slots and seat free for the next participant (sense7.crowd.lifecycle.end_returned). `prolific`: a
+    sense7.crowd.prolific.ProlificClient. A study Prolific cannot answer for is asked again next pass."""
+    from sense7.crowd.lifecycle import Expired, end_returned
+    from sense7.crowd.participants import Participants, Studies
+    from sense7.crowd.prolific import ProlificUnavailable
+
+    studies, total = Studies(store), Expired()
+    for study_id in studies.ids():
+        study = studies.get(study_id)[0]
+        for platform_study in sorted(Participants(store, study).platform_studies()):
+            try:
+                left = prolific.participants_left(platform_study)
+            except ProlificUnavailable as exc:
+                log.warning("Prolific's API did not answer (%s): returned submissions are freed next pass", exc)
+                continue
+            ended = end_returned(store, study, left)
+            total.participants += ended.participants
+            total.released += ended.released
+    return {"participants": total.participants, "released": total.released}
+
+
 @shared_task(name=names.CROWD_EXPIRE)
 def expire_task() -> dict:
-    from sense7.crowd.lifecycle import expire_leases
-
-    from sense7.crowd.lifecycle import waiting_for_tasks
+    from sense7.crowd.lifecycle import expire_leases, waiting_for_tasks
+    from sense7.crowd.prolific import ProlificClient
 
     rt = current_runtime()
     result = expire_leases(rt.store)
+    prolific = ProlificClient.from_settings(rt.settings)
+    returned = end_returned_submissions(rt.store, prolific) if prolific else {"participants": 0, "released": 0}
     try:
         cleared = clear_released_tasks(rt)
     except Exception as exc:  # Label Studio down: the next pass (a minute later) clears them
@@ -237,4 +263,5 @@ def expire_task() -> dict:
             request_prepare()
         except Exception as exc:
             log.warning("could not ask for the crowd prepare job: %s", describe_error(exc))
-    return {"participants": result.participants, "released": result.released, "tasks_deleted": cleared}
+    return {"participants": result.participants, "released": result.released, "withdrawn": result.withdrawn,
+            "returned": returned["participants"], "tasks_deleted": cleared}

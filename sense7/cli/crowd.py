@@ -105,7 +105,8 @@ def status_lines(rows: list[dict]) -> list[str]:
             f"conversations fully covered (K={c['raters_per_conversation']}), spread {c['spread']}, "
             f"{c['released']} slots given back; participants: {p['completed']} completed, {p['rating']} rating, "
             f"{p['checking']} at the check, {p['abandoned']} abandoned, {p['declined']} declined, "
-            f"{p['screened_out']} screened out, {p['full']} turned away (pool full); cap {row['cap']}")
+            f"{p['screened_out']} screened out, {p['full']} turned away (full), {p['withdrawn']} withdrawn; "
+            f"cap {row['cap']} ({row.get('seated', 0)} seated)")
     return lines
 
 

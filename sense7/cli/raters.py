@@ -167,6 +167,7 @@ def withdraw(rater_id: str = typer.Argument(..., help="The rater who withdraws f
     retrained without them (versions trained on them are removed once the new one serves). A receipt
     without personal data remains (`sense7 raters erase` lists receipts). Withdrawing twice or an unknown
     id: one error line, nothing changed. Interrupted: `sense7 raters erase --confirm` finishes it."""
+    from sense7.crowd.lifecycle import withdraw as settle_crowd_withdrawal
     from sense7.data.participation import WithdrawalError, Withdrawals, staff_user
 
     store = _store()
@@ -174,6 +175,7 @@ def withdraw(rater_id: str = typer.Argument(..., help="The rater who withdraws f
         receipt = Withdrawals(store).request(rater_id, staff_user())
     except WithdrawalError as exc:
         raise fail(str(exc), 2)
+    settle_crowd_withdrawal(store, rater_id)  # a crowd participant's slots back to the pool, their seat freed
     store.log_staff("raters withdraw", receipt=receipt)
     console.print(f"withdrawal recorded (receipt {receipt}); link revoked", highlight=False)
     _erase([rater_id])
@@ -216,8 +218,10 @@ def _erase(rater_ids) -> None:
 
     def report(receipt: dict) -> None:
         store_counts, ls = receipt["store"], receipt["label_studio"]
-        rows = sum(v for k, v in store_counts.items() if k != "staff_log_redacted")
-        console.print(f"erased (receipt {receipt['receipt']}): {rows} store row(s), {ls.get('tasks', 0)} Label "
+        rows = sum(v for k, v in store_counts.items() if k not in ("staff_log_redacted", "crowd_withdrawn_kept"))
+        kept = (" (a crowd participant: the hash of their pseudonymous id is kept, so that their platform id is "
+                "never seated again)" if store_counts.get("crowd_withdrawn_kept") else "")
+        console.print(f"erased (receipt {receipt['receipt']}): {rows} store row(s){kept}, {ls.get('tasks', 0)} Label "
                       f"Studio task(s), {ls.get('annotations', 0)} annotation(s), {ls.get('accounts', 0)} "
                       f"account(s)" + (f" ({ls['staff_logins_kept']} staff login(s) with the rater's email "
                                        "kept, their annotations deleted)" if ls.get("staff_logins_kept") else "")

@@ -5,8 +5,9 @@ participant already had, never beyond K raters per conversation; taking slots on
 this way keeps the pool's coverage within 1 while slots remain. `Assignments` applies it to the store: a
 taken slot is a row keyed (study, conversation, slot number in 0..K-1), so two entries racing for the
 last slot both try to insert the same key and the store refuses one (a compare-and-set, never a read
-then a blind write); the loser reads again and picks again. Leases: a participant's unfinished
-conversations go back to the pool when their lease expires (`expire`); finished ones stay counted.
+then a blind write); the loser reads again and picks again. Slots are taken only once a participant passed
+the comprehension check (sense7.crowd.lifecycle.start_rating). Leases: a participant's unfinished
+conversations go back to the pool when their lease expires (`release`); finished ones stay counted.
 """
 
 from __future__ import annotations
@@ -128,6 +129,13 @@ class Assignments:
             return sorted(c for c, _ in choice)
         raise RuntimeError(f"could not assign conversations after {attempts} concurrent attempts")
 
+    def has_room(self, rater_id: str) -> bool:
+        """Whether the pool has a slot this participant could take now (the entry page says "full" when not)."""
+        if self.of(rater_id):
+            return True
+        return bool(self.policy.choose(self.taken(), rater_id,
+                                       turns=self.turns() if self.policy.turn_budget else None))
+
     def finish(self, rater_id: str, conversations) -> int:
         """Mark these conversations of the participant rated (they stay counted whatever happens later)."""
         with self.store.engine.begin() as conn:
@@ -137,26 +145,26 @@ class Assignments:
                 .values(done_at=_now()))
         return done.rowcount
 
-    def release(self, rater_id: str, keep=()) -> list[str]:
-        """Give back this participant's unfinished conversations except `keep` (which are marked rated);
-        returns those given back. They go to later participants; the ratings given stay where they are."""
+    def release(self, rater_id: str, keep=(), rated_too: bool = False) -> list[str]:
+        """Give back this participant's unfinished conversations except `keep` (which are marked rated), and
+        with `rated_too` their rated ones as well (a withdrawal: those ratings are to be erased); returns those
+        given back. They go to later participants; the ratings given stay where they are until erased."""
         self.finish(rater_id, keep)
         now = _now()
+        held = (crowd_slots.c.study_id == self.study_id) & (crowd_slots.c.rater_id == rater_id)
+        if not rated_too:
+            held = held & crowd_slots.c.done_at.is_(None)
         with self.store.engine.begin() as conn:
-            open_ = [r.conversation_id for r in conn.execute(select(crowd_slots.c.conversation_id).where(
-                crowd_slots.c.study_id == self.study_id, crowd_slots.c.rater_id == rater_id,
-                crowd_slots.c.done_at.is_(None)))]
+            open_ = [r.conversation_id for r in conn.execute(select(crowd_slots.c.conversation_id).where(held))]
             if open_:
-                conn.execute(delete(crowd_slots).where(
-                    crowd_slots.c.study_id == self.study_id, crowd_slots.c.rater_id == rater_id,
-                    crowd_slots.c.conversation_id.in_(open_), crowd_slots.c.done_at.is_(None)))
+                conn.execute(delete(crowd_slots).where(held, crowd_slots.c.conversation_id.in_(open_)))
                 conn.execute(crowd_released.insert(), [
                     {"study_id": self.study_id, "conversation_id": c, "rater_id": rater_id, "released_at": now}
                     for c in open_])
         return open_
 
     def coverage(self) -> dict:
-        """Pool coverage: per conversation (done, in a lease), and totals."""
+        """Pool coverage: totals, and per conversation its slots rated and in a lease (`per_conversation`)."""
         taken = {c: [0, 0] for c in self.taken()}
         with self.store.engine.connect() as conn:
             for row in conn.execute(select(crowd_slots.c.conversation_id, crowd_slots.c.done_at)
@@ -171,7 +179,8 @@ class Assignments:
                 "slots": k * len(taken), "rated": sum(done), "in_lease": sum(o for _, o in taken.values()),
                 "fully_covered": sum(d >= k for d in done),
                 "spread": (max(held) - min(held)) if held else 0,
-                "released": int(released or 0)}
+                "released": int(released or 0),
+                "per_conversation": {c: {"rated": d, "in_lease": o} for c, (d, o) in sorted(taken.items())}}
 
 
 def lease_end(minutes: int, start: datetime | None = None) -> datetime:
@@ -179,7 +188,7 @@ def lease_end(minutes: int, start: datetime | None = None) -> datetime:
 
 
 def expired_participants(store: Store, now: datetime | None = None) -> list[tuple[str, str]]:
-    """(study, rater) of participants still checking or rating whose lease (taken at consent) has ended."""
+    """(study, rater) of participants whose reservation (checking) or rating lease (rating) has ended."""
     now = now or _now()
     with store.engine.connect() as conn:
         return [(r.study_id, r.rater_id) for r in conn.execute(

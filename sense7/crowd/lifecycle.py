@@ -1,18 +1,25 @@
-"""A participant's way through a crowd study once seated: assigned at consent (their tasks are made while
-they answer the comprehension check; a double failure gives the slots back at once), rating after the check, finished when every
-assigned turn is answered, or abandoned when the lease ends (unfinished conversations go back to the pool,
-the ratings given stay). The rater page and the worker call these; nothing here talks to Label Studio."""
+"""A participant's way through a crowd study: an entry that agreed holds only a short reservation while it
+answers the comprehension check (no seat, slot, rater-page link or task); passing the check takes a seat and
+the slots at once and starts the rating lease (never restarted), and only then is the rater-page link issued
+and the worker asked for their tasks. Finished when every turn of every conversation held is answered (the
+finish page's code is given for nothing less); abandoned when the reservation or the lease ends (unfinished
+conversations go back to the pool, the ratings given stay); withdrawn for good. The rater page and the worker
+call these; nothing here talks to Label Studio."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sqlalchemy import select
 
 from sense7.crowd.assignment import AssignmentPolicy, Assignments, expired_participants, lease_end
-from sense7.crowd.participants import Participants, Studies
+from sense7.crowd.participants import STATES, Participants, Studies, free_left_seats, withdrawn_unsettled
 from sense7.crowd.study import CrowdStudy
 from sense7.data.conversations import Conversation, Message
 from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.store import Store
+from sense7.data.store import Store, annotations, crowd_participants, rater_tasks, submissions
+from sense7.data.store import conversations as conversation_texts
 
 
 def assignments_of(store: Store, study: CrowdStudy) -> Assignments:
@@ -21,49 +28,95 @@ def assignments_of(store: Store, study: CrowdStudy) -> Assignments:
                                         study.turns_per_participant))
 
 
-def take_slots(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | None:
-    """A participant who consented (still `checking`): their conversations, taken now and leased, so that
-    their tasks are made while they read and answer the comprehension check; None when the pool has no slot
-    left (the participant is then `full`). Idempotent: a second call returns the same ones."""
-    participants = Participants(store, study)
-    conversations = assignments_of(store, study).assign(rater_id)
-    if not conversations:
-        participants.move(rater_id, "checking", "full")
-        return None
-    participants.move(rater_id, "checking", "checking", lease_until=lease_end(study.lease_minutes))
-    return conversations
+def _aware(moment: datetime | None) -> datetime | None:
+    return moment.replace(tzinfo=timezone.utc) if moment is not None and moment.tzinfo is None else moment
 
 
 def start_rating(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | None:
-    """A participant who passed the check: their conversations (taken at consent; taken now if they hold
-    none) or None when the pool has no slot left (the participant is then `full`). The lease starts again
-    now: it measures the rating. Idempotent: a second call returns the same ones."""
-    conversations = take_slots(store, study, rater_id)
-    if conversations is None:
+    """A participant who passed the check: a seat (lowest free number) and their slots, taken now, and the
+    rating lease (`lease_minutes`) started; returns their conversations. None when they are no longer at the
+    check (their reservation ran out: `abandoned`; withdrawn; ...) or when no seat or no slot is left (they
+    are then `full`: holding nothing, they may enter again). Idempotent: a participant already rating gets
+    the same conversations, and their lease runs on untouched (it is never restarted)."""
+    participants, assignments = Participants(store, study), assignments_of(store, study)
+    who = participants.get(rater_id)
+    if who is None:
         return None
-    Participants(store, study).move(rater_id, "checking", "rating", lease_until=lease_end(study.lease_minutes))
+    if who.state == "rating":
+        return assignments.of(rater_id)
+    if who.state != "checking":
+        return None
+    if who.lease_until is not None and _aware(who.lease_until) < datetime.now(timezone.utc):
+        abandon(store, study, rater_id)  # the reservation ran out before the check was passed
+        return None
+    if participants.take_seat(rater_id) is None:
+        participants.move(rater_id, "checking", "full")
+        return None
+    conversations = assignments.assign(rater_id)
+    if not conversations:
+        participants.move(rater_id, "checking", "full")
+        return None
+    if not participants.move(rater_id, "checking", "rating", lease_until=lease_end(study.lease_minutes)):
+        assignments.release(rater_id)  # ended meanwhile (the reservation's end, a withdrawal): nothing stays held
+        return None
     return conversations
 
 
 def give_back(store: Store, study: CrowdStudy, rater_id: str) -> list[str]:
-    """A participant screened out by the check: every slot they took at consent goes back to the pool at
-    once (nothing of theirs is rated) and their rater-page link is revoked, so the tasks made for them are
-    never shown. Returns the conversations given back (none on a repeat)."""
+    """A participant screened out by the check: their rater-page link is revoked and anything they hold goes
+    back to the pool at once (nothing, since slots come with a passed check; a participant who consented
+    under an older version held slots from consent on). Returns the conversations given back."""
     LinkBook(store).revoke(rater_id)
     return assignments_of(store, study).release(rater_id)
 
 
-def rated_conversations(store: Store, rater_id: str) -> set[str]:
-    """Conversations whose every turn in the rater's queue has an answer (the page's or Label Studio's)."""
-    by_conversation: dict[str, list[bool]] = {}
-    for item in RaterQueue(store).items(rater_id):
-        if item.kind == "rating" and item.conversation_id is not None:
-            by_conversation.setdefault(item.conversation_id, []).append(item.answer is not None)
-    return {c for c, answered in by_conversation.items() if all(answered)}
+def answered_turns(store: Store, rater_id: str) -> set[tuple[str, int]]:
+    """(conversation, turn) pairs this rater answered: a rater-page submission of theirs (delivered or not; left
+    out or not) or a rating credited to them in the store (synced from Label Studio)."""
+    with store.engine.connect() as conn:
+        found = {(r.conversation_id, r.turn_index) for r in conn.execute(
+            select(rater_tasks.c.conversation_id, rater_tasks.c.turn_index).join(
+                submissions, (submissions.c.task_id == rater_tasks.c.task_id)
+                & (submissions.c.rater_id == rater_tasks.c.rater_id))
+            .where(rater_tasks.c.rater_id == rater_id, rater_tasks.c.kind == "rating").distinct())}
+        found |= {(r.conversation_id, r.turn_index) for r in conn.execute(
+            select(annotations.c.conversation_id, annotations.c.turn_index).where(
+                annotations.c.rater_id == rater_id, annotations.c.deleted.is_(False),
+                annotations.c.quarantine.is_(None), annotations.c.turn_index.is_not(None)).distinct())}
+    return found
+
+
+def assigned_turns(store: Store, study: CrowdStudy, rater_id: str) -> dict[str, list[int]]:
+    """Every conversation the participant holds in the study's slots -> its assistant turns (message indices):
+    the work a completion needs, whatever their queue copy shows."""
+    held = assignments_of(store, study).of(rater_id)
+    with store.engine.connect() as conn:
+        texts = {r.conversation_id: r.messages for r in conn.execute(
+            select(conversation_texts.c.conversation_id, conversation_texts.c.messages).where(
+                conversation_texts.c.conversation_id.in_(held)))}
+    return {c: [i for i, m in enumerate(texts.get(c) or []) if m.get("role") == "assistant"] for c in held}
+
+
+def rated_conversations(store: Store, study: CrowdStudy, rater_id: str) -> set[str]:
+    """Conversations the participant holds whose every turn they answered (kept when their lease ends)."""
+    answered = answered_turns(store, rater_id)
+    return {c for c, turns in assigned_turns(store, study, rater_id).items()
+            if turns and all((c, t) in answered for t in turns)}
+
+
+def unrated_turns(store: Store, study: CrowdStudy, rater_id: str) -> list[tuple[str, int]]:
+    """The assigned turns the participant has not answered yet (a conversation held without text counts)."""
+    answered = answered_turns(store, rater_id)
+    missing = []
+    for c, turns in assigned_turns(store, study, rater_id).items():
+        missing += [(c, t) for t in turns if (c, t) not in answered] if turns else [(c, -1)]
+    return missing
 
 
 def finish(store: Store, study: CrowdStudy, rater_id: str) -> bool:
-    """Complete a participant whose every assigned turn is answered (True, also when already completed)."""
+    """Complete a participant who did the work (True, also when already completed): every item of their
+    queue answered (questionnaire, repeats) and every turn of every conversation they hold in the study's
+    slots answered by them, left-out ones included. A withdrawn participant never completes."""
     participants = Participants(store, study)
     current = participants.get(rater_id)
     if current is None:
@@ -73,46 +126,93 @@ def finish(store: Store, study: CrowdStudy, rater_id: str) -> bool:
     items = RaterQueue(store).items(rater_id)
     if current.state != "rating" or not items or any(i.answer is None for i in items):
         return False
-    assignments_of(store, study).finish(rater_id, assignments_of(store, study).of(rater_id))
+    assignments = assignments_of(store, study)
+    held = assignments.of(rater_id)
+    if not held or unrated_turns(store, study, rater_id):
+        return False
+    assignments.finish(rater_id, held)
     return participants.move(rater_id, "rating", "completed") or participants.get(rater_id).state == "completed"
+
+
+def abandon(store: Store, study: CrowdStudy, rater_id: str) -> int | None:
+    """End a participant whose reservation or lease ran out (or whose platform submission was returned or timed
+    out): `abandoned`, their seat freed, their link revoked (a replayed form gets 404), conversations they
+    fully rated kept as rated and the others given back. Returns the slots given back, None when they were
+    not checking or rating any more."""
+    if not Participants(store, study).move(rater_id, ("checking", "rating"), "abandoned"):
+        return None
+    LinkBook(store).revoke(rater_id)
+    return len(assignments_of(store, study).release(rater_id, keep=rated_conversations(store, study, rater_id)))
+
+
+def withdraw(store: Store, rater_id: str) -> list[str]:
+    """Settle a crowd participant's withdrawal (asked for on the rater page or with `sense7 raters withdraw`;
+    idempotent, and beat's expiry pass settles any left): `withdrawn` for good, their seat freed, their link
+    revoked, and every slot they hold back to the pool at once, rated ones too (their ratings are to be
+    erased: the conversation would otherwise stay a rater short until the erasure). Returns the conversations
+    given back (none for someone who is not a crowd participant)."""
+    with store.engine.connect() as conn:
+        study_id = conn.scalar(select(crowd_participants.c.study_id).where(crowd_participants.c.rater_id == rater_id))
+    found = Studies(store).get(study_id) if study_id else None
+    if found is None:
+        return []
+    study = found[0]
+    Participants(store, study).move(rater_id, [s for s in STATES if s != "withdrawn"], "withdrawn")
+    LinkBook(store).revoke(rater_id)
+    return assignments_of(store, study).release(rater_id, rated_too=True)
 
 
 @dataclass
 class Expired:
     participants: int = 0
     released: int = 0
+    withdrawn: int = 0
 
 
 def expire_leases(store: Store, now=None) -> Expired:
-    """Participants whose lease ended: fully rated conversations stay counted, the others go back to the
-    pool, the participant is `abandoned` and their rater-page link revoked (a replayed form gets 404)."""
-    studies, links, result = Studies(store), LinkBook(store), Expired()
+    """Beat's pass: participants whose reservation (at the check) or lease (rating) ended are abandoned
+    (`abandon`), withdrawals not settled yet are (`withdraw`), and seats of participants who ended without
+    completing are free."""
+    studies, result = Studies(store), Expired()
+    for _, rater_id in withdrawn_unsettled(store):
+        withdraw(store, rater_id)
+        result.withdrawn += 1
+    free_left_seats(store)
     for study_id, rater_id in expired_participants(store, now):
         found = studies.get(study_id)
         if found is None:
             continue
-        study = found[0]
-        participants = Participants(store, study)
-        # A lease starts at consent: a participant may walk away during the comprehension check too.
-        if not (participants.move(rater_id, "rating", "abandoned")
-                or participants.move(rater_id, "checking", "abandoned")):
-            continue  # finished (or screened out) in the meantime
-        links.revoke(rater_id)
-        result.released += len(assignments_of(store, study).release(rater_id, keep=rated_conversations(store, rater_id)))
+        released = abandon(store, found[0], rater_id)
+        if released is None:
+            continue  # finished (or screened out, or withdrawn) in the meantime
+        result.released += released
         result.participants += 1
     return result
 
 
-def waiting_for_tasks(store: Store, limit: int | None = None, skip=()) -> list[tuple[str, str]]:
-    """(study, rater) of seated participants (checking or rating, holding slots) whose queue copy is not in
-    the store yet: who the prepare job works for, oldest consent first. The store is the record, so a
-    participant asked for by a job that died is found by the next one (no Redis set to lose)."""
-    from sqlalchemy import exists, select
+def end_returned(store: Store, study: CrowdStudy, platform_ids) -> Expired:
+    """Participants whose submission the platform reports returned or timed out (sense7.tasks.crowd, with a
+    Prolific API token): abandoned at once, their slots and seat freed for the next participant."""
+    result = Expired()
+    for rater_id in Participants(store, study).by_platform_ids(platform_ids):
+        released = abandon(store, study, rater_id)
+        if released is not None:
+            result.participants += 1
+            result.released += released
+    return result
 
-    from sense7.data.store import crowd_participants, crowd_slots, rater_tasks
+
+def waiting_for_tasks(store: Store, limit: int | None = None, skip=()) -> list[tuple[str, str]]:
+    """(study, rater) of participants rating (passed the check, holding slots) whose queue copy is not in
+    the store yet: who the prepare job works for, oldest consent first. The store is the record, so a
+    participant asked for by a job that died is found by the next one (no Redis set to lose). Nobody at the
+    check is ever prepared: an unchecked entry gets no Label Studio task."""
+    from sqlalchemy import exists
+
+    from sense7.data.store import crowd_slots
 
     query = (select(crowd_participants.c.study_id, crowd_participants.c.rater_id)
-             .where(crowd_participants.c.state.in_(("checking", "rating")),
+             .where(crowd_participants.c.state == "rating",
                     exists().where(crowd_slots.c.rater_id == crowd_participants.c.rater_id),
                     ~exists().where(rater_tasks.c.rater_id == crowd_participants.c.rater_id))
              .order_by(crowd_participants.c.consent_at, crowd_participants.c.rater_id))
@@ -137,9 +237,7 @@ class Released:
 def released_to_clear(store: Store, limit: int = 500) -> list[Released]:
     """Given-back slots whose Label Studio tasks (made for the participant who gave them back) were not
     cleared yet, per participant (the store is the record: a clearing that died is found again)."""
-    from sqlalchemy import select
-
-    from sense7.data.store import crowd_participants, crowd_released
+    from sense7.data.store import crowd_released
 
     found: dict[str, Released] = {}
     with store.engine.connect() as conn:
@@ -158,8 +256,6 @@ def released_to_clear(store: Store, limit: int = 500) -> list[Released]:
 
 def mark_cleared(store: Store, rows, cleared: bool = True) -> None:
     """Mark given-back rows' tasks cleared (or, `cleared=False`, to clear again)."""
-    from datetime import datetime, timezone
-
     from sqlalchemy import update
 
     from sense7.data.store import crowd_released
@@ -174,8 +270,6 @@ def mark_cleared(store: Store, rows, cleared: bool = True) -> None:
 def clear_again(store: Store, rater_ids) -> None:
     """Tasks were made for these participants after they gave their slots back (a prepare round that
     raced their lease's end): their given-back rows are cleared again by the next expiry pass."""
-    from sqlalchemy import select
-
     from sense7.data.store import crowd_released
 
     with store.engine.connect() as conn:
@@ -191,8 +285,6 @@ def answered_tasks(store: Store, rater_id: str) -> set[int]:
 
 def forget_tasks(store: Store, rater_id: str, task_ids) -> None:
     """Drop deleted tasks from the participant's queue copy (their link is revoked: nobody shows them)."""
-    from sense7.data.store import rater_tasks
-
     if task_ids:
         with store.engine.begin() as conn:
             conn.execute(rater_tasks.delete().where(rater_tasks.c.rater_id == rater_id,
@@ -209,13 +301,15 @@ def conversations_for(store: Store, study: CrowdStudy, rater_id: str) -> list[Co
 
 
 def status(store: Store) -> list[dict]:
-    """Per crowd study: open or closed, the pool's coverage and the participants' counts."""
+    """Per crowd study: open or closed, the pool's coverage (totals and per conversation) and the
+    participants' counts (`sense7 crowd status` and `sense7 status` print the same)."""
     studies, out = Studies(store), []
     for study_id in studies.ids():
         study, is_open = studies.get(study_id)
-        out.append({"study": study_id, "open": is_open, "cap": study.participant_cap,
+        participants = Participants(store, study)
+        out.append({"study": study_id, "open": is_open, "cap": study.participant_cap, "seated": participants.seated(),
                     "coverage": assignments_of(store, study).coverage(),
-                    "participants": Participants(store, study).counts()})
+                    "participants": participants.counts()})
     return out
 
 

@@ -6,10 +6,16 @@
 - The platform id itself is kept in one table only, `crowd_completions`, which `sense7 crowd completions`
   exports for approving payments. It never reaches Label Studio, task data, logs or another export.
 - A resume code (short, random, shown once; only its SHA-256 is stored) lets a participant continue in
-  another browser; the platform id alone never opens anyone's session.
-- States: declined (the consent answer only), checking, rating, completed, screened_out (failed the
-  comprehension check twice: asked to return their submission, never rejected), abandoned (lease
-  expired), full (no slot left when they passed the check).
+  another browser; the platform id alone never opens anyone's session. A browser's visit is bound to the
+  resume code of its entry (`Participant.visit`): a new entry (after `full`) ends every older session.
+- States: declined (the consent answer only), checking (agreed: a short reservation, `check_minutes`, that
+  holds nothing), rating (passed the check: a seat, slots, a rater-page link, the lease), completed,
+  screened_out (failed the comprehension check twice: asked to return their submission, never rejected),
+  abandoned (the reservation or the lease ran out, or the platform says they returned or timed out), full
+  (no seat or no slot left when they passed the check; they may enter again while the study is open),
+  withdrawn (asked for their data to be erased: final, even after the erasure deleted their rows).
+- Seats (0..cap-1, unique per study) are taken at the check, lowest free number first, and freed when a
+  participant ends without completing: the cap counts participants inside the study and completed ones.
 """
 
 from __future__ import annotations
@@ -21,18 +27,25 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from datetime import timedelta
+
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from sense7.crowd.study import CrowdStudy
-from sense7.data.store import Store, crowd_completions, crowd_participants, crowd_pool, crowd_studies
+from sense7.data.participation import withdrawn_id_hash
+from sense7.data.store import (Store, crowd_completions, crowd_participants, crowd_pool, crowd_studies,
+                               crowd_withdrawn, withdrawals)
 from sense7.settings import local_secret
 
 PLATFORM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Prolific's are 24 hex digits; never stored elsewhere
 RESUME_ALPHABET = "ABCDEFGHJKMNPQRSTVWXYZ23456789"  # no 0/O, 1/I/L, U: read aloud and typed without doubt
 RESUME_LENGTH = 10  # ~49 bits; guesses are rate-limited per address
 CHECK_ATTEMPTS = 2
-STATES = ("declined", "checking", "rating", "completed", "screened_out", "abandoned", "full")
+STATES = ("declined", "checking", "rating", "completed", "screened_out", "abandoned", "full", "withdrawn")
+LEFT = ("screened_out", "abandoned", "full", "withdrawn")  # ended without completing: their seat is freed
+ENDINGS = ("completed", *LEFT)
+INSIDE = ("rating", "completed")  # the only states the rater page answers (sense7.rater_page.app.current_rater)
 
 
 def _now() -> datetime:
@@ -130,17 +143,20 @@ class Studies:
 class Participant:
     rater_id: str
     study_id: str
-    state: str
+    state: str  # "withdrawn" as soon as a withdrawal is asked for, and after the erasure (a tombstone)
     check_attempts: int
     lease_until: datetime | None
+    visit: str | None = None  # names this entry's resume code (not the code, nor its stored hash)
+    seat: int | None = None
 
 
-class CapReached(Exception):
-    """The study's participant cap is reached: no new entries."""
+def visit_of(resume_hash: str | None) -> str | None:
+    """What a session keeps of the entry it belongs to: a new entry (a new resume code) ends older sessions."""
+    return hashlib.sha256(f"visit\0{resume_hash}".encode()).hexdigest()[:32] if resume_hash else None
 
 
 class AlreadyEntered(Exception):
-    """This platform id has entered the study before (whatever came of it)."""
+    """This platform id has entered the study before (whatever came of it, but `full`)."""
 
 
 class Participants:
@@ -156,8 +172,20 @@ class Participants:
             row = conn.execute(select(crowd_participants).where(
                 crowd_participants.c.rater_id == rater_id,
                 crowd_participants.c.study_id == self.study.study_id)).mappings().first()
-        return Participant(row["rater_id"], row["study_id"], row["state"], row["check_attempts"],
-                           row["lease_until"]) if row else None
+            if row is None:
+                if self.erased(conn, rater_id):
+                    return Participant(rater_id, self.study.study_id, "withdrawn", 0, None)
+                return None
+            asked = conn.scalar(select(withdrawals.c.receipt).where(withdrawals.c.rater_id == rater_id))
+        # A withdrawal asked for is final at once, before the crowd's own bookkeeping (lifecycle.withdraw) ran.
+        return Participant(row["rater_id"], row["study_id"], "withdrawn" if asked else row["state"],
+                           row["check_attempts"], row["lease_until"], visit_of(row["resume_hash"]), row["seat"])
+
+    def erased(self, conn, rater_id: str) -> bool:
+        """Whether this pseudonymous id withdrew and was erased (crowd_withdrawn keeps its hash only)."""
+        return conn.scalar(select(crowd_withdrawn.c.id_hash).where(
+            crowd_withdrawn.c.study_id == self.study.study_id,
+            crowd_withdrawn.c.id_hash == withdrawn_id_hash(rater_id))) is not None
 
     def seated(self) -> int:
         with self.store.engine.connect() as conn:
@@ -165,44 +193,89 @@ class Participants:
                 crowd_participants.c.study_id == self.study.study_id, crowd_participants.c.seat.is_not(None))))
 
     def decline(self, rater_id: str) -> None:
-        """The consent answer 'no' with its version and time, and nothing else (no platform id)."""
+        """The consent answer 'no' with its version and time, and nothing else (no platform id). A participant
+        turned away as `full` who enters again and declines keeps their one row, now `declined`."""
         row = {"rater_id": rater_id, "study_id": self.study.study_id, "state": "declined", "seat": None,
                "consent": "declined", "consent_version": self.study.consent_version, "consent_at": _now(),
                "resume_hash": None, "check_attempts": 0, "lease_until": None, "ended_at": _now()}
+        if self.move(rater_id, "full", "declined", consent="declined", consent_version=self.study.consent_version,
+                     consent_at=_now(), resume_hash=None, lease_until=None, ended_at=_now()):
+            return
         try:
             with self.store.engine.begin() as conn:
+                if self.erased(conn, rater_id):
+                    raise AlreadyEntered()
                 conn.execute(crowd_participants.insert(), [row])
         except IntegrityError:
             raise AlreadyEntered() from None
 
-    def agree(self, rater_id: str, platform: dict, attempts: int = 50) -> str:
-        """Seat a participant who agreed (atomically against the cap: seat numbers are unique per study);
-        returns their resume code (shown once). Raises CapReached or AlreadyEntered. `platform`:
+    def agree(self, rater_id: str, platform: dict) -> str:
+        """Record the consent of a participant who agreed: `checking`, with a reservation of `check_minutes`
+        that holds nothing (no seat, slot, link or task: those come with the check, lifecycle.start_rating), so
+        entries are not capped here. Returns their resume code (shown once). A participant turned away as
+        `full` enters again this way (a fresh reservation and resume code: older sessions and the old code stop
+        working); anyone else who entered before, or withdrew, raises AlreadyEntered. `platform`:
         {"platform_id", "platform_study", "platform_session"}, kept in crowd_completions only."""
         code = new_resume_code()
+        now = _now()
+        values = {"state": "checking", "seat": None, "consent": "agreed", "consent_version": self.study.consent_version,
+                  "consent_at": now, "resume_hash": code_hash(self.study.study_id, code), "check_attempts": 0,
+                  "lease_until": now + timedelta(minutes=self.study.check_minutes), "ended_at": None}
+        completion = {"study_id": self.study.study_id, "outcome": "entered", "entered_at": now, "ended_at": None,
+                      **platform}
+        try:
+            with self.store.engine.begin() as conn:
+                if self.erased(conn, rater_id) or conn.scalar(
+                        select(withdrawals.c.receipt).where(withdrawals.c.rater_id == rater_id)) is not None:
+                    raise AlreadyEntered()
+                before = conn.scalar(select(crowd_participants.c.state).where(crowd_participants.c.rater_id == rater_id))
+                if before is None:
+                    conn.execute(crowd_participants.insert(), [{"rater_id": rater_id, "study_id": self.study.study_id,
+                                                                **values}])
+                    conn.execute(crowd_completions.insert(), [{"rater_id": rater_id, **completion}])
+                elif before == "full":  # compare-and-set: two browsers entering again at once, one wins
+                    done = conn.execute(update(crowd_participants).where(
+                        crowd_participants.c.rater_id == rater_id, crowd_participants.c.state == "full",
+                        crowd_participants.c.study_id == self.study.study_id).values(**values))
+                    if not done.rowcount:
+                        raise AlreadyEntered()
+                    self.store.upsert_rows(conn, crowd_completions, [{"rater_id": rater_id, **completion}],
+                                           ["rater_id"])
+                else:
+                    raise AlreadyEntered()
+        except (IntegrityError, OperationalError):
+            raise AlreadyEntered() from None
+        return code
+
+    def take_seat(self, rater_id: str, attempts: int = 50) -> int | None:
+        """A seat for a participant who passed the check (still `checking`): the lowest free number below the
+        cap, set with the store's unique (study, seat) as the compare-and-set (a racing participant who set it
+        first makes this one read again). Their own seat if they hold one; None when every seat is taken or
+        the participant is no longer checking."""
         for _ in range(attempts):
-            seat = self.seated()
-            if seat >= self.study.participant_cap:
-                raise CapReached()
-            now = _now()
-            row = {"rater_id": rater_id, "study_id": self.study.study_id, "state": "checking", "seat": seat,
-                   "consent": "agreed", "consent_version": self.study.consent_version, "consent_at": now,
-                   "resume_hash": code_hash(self.study.study_id, code), "check_attempts": 0,
-                   "lease_until": None, "ended_at": None}
+            with self.store.engine.connect() as conn:
+                row = conn.execute(select(crowd_participants.c.state, crowd_participants.c.seat).where(
+                    crowd_participants.c.rater_id == rater_id,
+                    crowd_participants.c.study_id == self.study.study_id)).first()
+                if row is None or row.state != "checking":
+                    return None
+                if row.seat is not None:
+                    return row.seat
+                taken = {s for (s,) in conn.execute(select(crowd_participants.c.seat).where(
+                    crowd_participants.c.study_id == self.study.study_id, crowd_participants.c.seat.is_not(None)))}
+            free = next((n for n in range(self.study.participant_cap) if n not in taken), None)
+            if free is None:
+                return None
             try:
                 with self.store.engine.begin() as conn:
-                    if conn.scalar(select(func.count()).select_from(crowd_participants)
-                                   .where(crowd_participants.c.rater_id == rater_id)):
-                        raise AlreadyEntered()
-                    conn.execute(crowd_participants.insert(), [row])
-                    conn.execute(crowd_completions.insert(), [{
-                        "rater_id": rater_id, "study_id": self.study.study_id, "outcome": "entered",
-                        "entered_at": now, "ended_at": None, **platform}])
+                    done = conn.execute(update(crowd_participants).where(
+                        crowd_participants.c.rater_id == rater_id, crowd_participants.c.state == "checking",
+                        crowd_participants.c.seat.is_(None)).values(seat=free))
             except (IntegrityError, OperationalError):
-                if self.get(rater_id) is not None:
-                    raise AlreadyEntered() from None
-                continue  # another entry took this seat: count again
-            return code
+                continue  # another participant took this number first: read again
+            if done.rowcount:
+                return free
+            # no longer checking (or seated by a racing request of theirs): the next read says which
         raise RuntimeError(f"could not seat a participant after {attempts} concurrent attempts")
 
     def by_resume_code(self, raw) -> Participant | None:
@@ -216,18 +289,23 @@ class Participants:
                 crowd_participants.c.study_id == self.study.study_id)).first()
         return self.get(row.rater_id) if row and hmac.compare_digest(row.resume_hash, wanted) else None
 
-    def move(self, rater_id: str, before: str, after: str, **values) -> bool:
-        """Change state `before` -> `after` (compare-and-set: False when the participant was not in
-        `before`, e.g. a replayed form); ending states also close the completions row."""
-        ended = after in ("completed", "screened_out", "abandoned", "full")
+    def move(self, rater_id: str, before: str | tuple, after: str, **values) -> bool:
+        """Change state `before` (one or several) -> `after` (compare-and-set: False when the participant was
+        in none of them, e.g. a replayed form). Ending states close the completions row (a withdrawal after
+        completing keeps "completed" there: that work is paid); leaving without completing frees the seat."""
+        before = (before,) if isinstance(before, str) else tuple(before)
+        ended = {"ended_at": _now()} if after in ENDINGS else {}
+        freed = {"seat": None} if after in LEFT else {}
         with self.store.engine.begin() as conn:
             done = conn.execute(update(crowd_participants).where(
-                crowd_participants.c.rater_id == rater_id, crowd_participants.c.state == before,
+                crowd_participants.c.rater_id == rater_id, crowd_participants.c.state.in_(before),
                 crowd_participants.c.study_id == self.study.study_id)
-                .values(state=after, **({"ended_at": _now()} if ended else {}), **values))
-            if done.rowcount and ended:
-                conn.execute(update(crowd_completions).where(crowd_completions.c.rater_id == rater_id)
-                             .values(outcome=after, ended_at=_now()))
+                .values(state=after, **ended, **freed, **values))
+            if done.rowcount and (ended or after == "declined"):
+                closing = update(crowd_completions).where(crowd_completions.c.rater_id == rater_id)
+                if after == "withdrawn":
+                    closing = closing.where(crowd_completions.c.outcome != "completed")
+                conn.execute(closing.values(outcome=after, ended_at=_now()))
         return bool(done.rowcount)
 
     def failed_check(self, rater_id: str, seen_attempts: int) -> str | None:
@@ -240,7 +318,7 @@ class Participants:
                 crowd_participants.c.rater_id == rater_id, crowd_participants.c.state == "checking",
                 crowd_participants.c.check_attempts == seen_attempts)
                 .values(check_attempts=attempts, state=state,
-                        **({"ended_at": _now()} if state == "screened_out" else {})))
+                        **({"ended_at": _now(), "seat": None} if state == "screened_out" else {})))
             if done.rowcount and state == "screened_out":
                 conn.execute(update(crowd_completions).where(crowd_completions.c.rater_id == rater_id)
                              .values(outcome="screened_out", ended_at=_now()))
@@ -252,6 +330,29 @@ class Participants:
                 crowd_participants.c.study_id == self.study.study_id).group_by(crowd_participants.c.state)).all())
         return {state: int(found.get(state, 0)) for state in STATES}
 
+    def by_platform_ids(self, platform_ids, states=("checking", "rating")) -> list[str]:
+        """Rater ids of this study's participants in `states` entered with these platform ids (the platform
+        said their submission was returned or timed out: sense7.tasks.crowd)."""
+        ids = [p for p in platform_ids if isinstance(p, str)]
+        if not ids:
+            return []
+        with self.store.engine.connect() as conn:
+            return sorted(r.rater_id for r in conn.execute(
+                select(crowd_completions.c.rater_id).join(
+                    crowd_participants, crowd_participants.c.rater_id == crowd_completions.c.rater_id)
+                .where(crowd_completions.c.study_id == self.study.study_id, crowd_completions.c.platform_id.in_(ids),
+                       crowd_participants.c.state.in_(list(states)))))
+
+    def platform_studies(self, states=("checking", "rating")) -> set[str]:
+        """The platform's study ids (STUDY_ID) participants in `states` entered with."""
+        with self.store.engine.connect() as conn:
+            return {r.platform_study for r in conn.execute(
+                select(crowd_completions.c.platform_study).join(
+                    crowd_participants, crowd_participants.c.rater_id == crowd_completions.c.rater_id)
+                .where(crowd_completions.c.study_id == self.study.study_id,
+                       crowd_completions.c.platform_study.is_not(None),
+                       crowd_participants.c.state.in_(list(states))).distinct())}
+
     def completions(self) -> list[dict]:
         """The payment export's rows: completed participants with their platform ids (the only reader)."""
         with self.store.engine.connect() as conn:
@@ -261,3 +362,33 @@ class Participants:
                        crowd_completions.c.entered_at, crowd_completions.c.ended_at).where(
                     crowd_completions.c.study_id == self.study.study_id)
                 .order_by(crowd_completions.c.entered_at)).mappings()]
+
+
+def rater_page_admits(store: Store, rater_id: str) -> bool:
+    """Whether the rater page may answer this rater: anyone who is not a crowd participant, and a crowd
+    participant only inside the study (passed the check: rating, or completed) and not withdrawn. The
+    page's defence in depth: a crowd participant gets no link before the check (lifecycle.start_rating)."""
+    with store.engine.connect() as conn:
+        state = conn.scalar(select(crowd_participants.c.state).where(crowd_participants.c.rater_id == rater_id))
+        if state is None:
+            return True
+        asked = conn.scalar(select(withdrawals.c.receipt).where(withdrawals.c.rater_id == rater_id))
+    return state in INSIDE and asked is None
+
+
+def withdrawn_unsettled(store: Store) -> list[tuple[str, str]]:
+    """(study, rater) of crowd participants who asked to withdraw (the page's button, `sense7 raters
+    withdraw`) whose crowd rows do not say so yet (lifecycle.withdraw settles them: slots, seat)."""
+    with store.engine.connect() as conn:
+        return [(r.study_id, r.rater_id) for r in conn.execute(
+            select(crowd_participants.c.study_id, crowd_participants.c.rater_id).join(
+                withdrawals, withdrawals.c.rater_id == crowd_participants.c.rater_id)
+            .where(crowd_participants.c.state != "withdrawn"))]
+
+
+def free_left_seats(store: Store) -> int:
+    """Free the seats still held by participants who ended without completing (rows of older versions,
+    which kept them): the cap counts only those inside the study and completed."""
+    with store.engine.begin() as conn:
+        return conn.execute(update(crowd_participants).where(
+            crowd_participants.c.state.in_(LEFT), crowd_participants.c.seat.is_not(None)).values(seat=None)).rowcount

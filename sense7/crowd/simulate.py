@@ -3,8 +3,8 @@ participants, moved here so that `sense7 demo --crowd N` runs the same ones; scr
 never the other way).
 
 Each participant has its own platform id and session: it opens the study URL, agrees (or declines), answers
-the comprehension check (right, or wrong twice: screened out), waits on "preparing" if its tasks are not
-there yet, answers the questionnaire and rates its assigned turns at the given pace, or walks away after
+the comprehension check (right, or wrong twice: screened out), waits on "preparing" while its tasks are made
+(they are asked for when the check is passed), answers the questionnaire and rates its assigned turns at the given pace, or walks away after
 its first turn (abandons: its lease ends later). Human waits are given already compressed by the caller;
 server times are measured as they are.
 """
@@ -55,10 +55,11 @@ class Pace:
 
 
 def write_study(folder: Path, pool: list, *, study_id: str, participants: int, k: int, n: int, lease_minutes: int,
-                codes: dict[str, str]) -> Path:
+                codes: dict[str, str], check_minutes: int | None = None) -> Path:
     """A simulated study's file, consent text and pool (`pool`: the given conversations) under `folder`:
     one comprehension question, K raters per conversation, N conversations each, a cap of `participants`,
-    the platform `codes` (completion, no_consent, screen_out). Returns the study file's path."""
+    the platform `codes` (completion, no_consent, screen_out), the reservation at the check (`check_minutes`,
+    the study file's default when None). Returns the study file's path."""
     # The pool is conversation data and the study file names the codes that get participants paid: owner only.
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_private(folder / "consent.md", "# Consent\n\nYou will rate replies of an AI assistant. Your answers are "
@@ -77,6 +78,7 @@ comprehension:
 raters_per_conversation: {k}
 conversations_per_participant: {n}
 lease_minutes: {lease_minutes}
+{f"check_minutes: {check_minutes}" if check_minutes is not None else ""}
 participant_cap: {max(participants, 1)}
 codes:
   completion: {codes["completion"]}
@@ -197,15 +199,18 @@ async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pac
 
 
 def run_participants(base: str, study, kinds: list[str], arrivals: list[float], pace: Pace, form_values: list[dict],
-                     profile_values: dict, seed: int = 0, pids: list[str] | None = None) -> Tally:
-    """All participants at once (asyncio), each with its own session; returns the tally."""
+                     profile_values: dict, seed: int = 0, pids: list[str] | None = None,
+                     addresses: list[str] | None = None) -> Tally:
+    """All participants at once (asyncio), each with its own session (and, given `addresses`, its own client
+    address as X-Forwarded-For: a page behind a trusted proxy counts entries per address); the tally."""
     import httpx
 
     tally, rng = Tally(), random.Random(seed)
     pids = pids or [f"{seed:08x}{i:016x}" for i in range(len(kinds))]
 
     async def one(i: int):
-        async with httpx.AsyncClient(base_url=base, timeout=120.0) as http:
+        headers = {"X-Forwarded-For": addresses[i]} if addresses else None
+        async with httpx.AsyncClient(base_url=base, timeout=120.0, headers=headers) as http:
             await participant(http, study, pids[i], kinds[i], arrivals[i], pace, tally,
                               random.Random(rng.random()), form_values[i], profile_values)
 

@@ -14,14 +14,18 @@ comprehension:                       # at least one; two attempts to answer all 
 raters_per_conversation: 3           # K
 conversations_per_participant: 3     # N (or turns_per_participant: a budget of assistant turns, whole
                                      # conversations least covered first: sense7.crowd.assignment)
-lease_minutes: 60
-participant_cap: 200
+check_minutes: 10                    # optional (default 10): an entry's reservation to read the consent and pass
+                                     # the check; it holds nothing (no seat, slot, link or task) and ends unpassed
+lease_minutes: 60                    # the rating lease: starts when the check is passed, never restarted
+participant_cap: 200                 # participants inside the study (passed the check) and completed
 codes:                               # each a code, a URL, or both (the URL wins for the redirect)
   completion: C1A2B3
   completion_url: https://app.prolific.com/submissions/complete?cc=C1A2B3
   no_consent: NOCONSENT
   screen_out: SCREENOUT
-pool: pool.jsonl                     # conversations (any format `sense7 import` reads) in this file's folder
+  full: FULL42                       # optional: shown to a participant turned away (no seat or no slot left);
+                                     # without it they are asked to return their submission
+pool: pool.jsonl                     # conversations (any format `sense7 import` reads), in this file's folder
 ```
 
 Every problem is reported as file:line: field: reason (sense7.data.formats.FormatError), all at once.
@@ -46,9 +50,11 @@ PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
 CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 PROLIFIC = {"participant_param": "PROLIFIC_PID", "study_param": "STUDY_ID", "session_param": "SESSION_ID"}
 KNOWN_KEYS = {"study", "platform", "consent", "comprehension", "raters_per_conversation",
-              "conversations_per_participant", "turns_per_participant", "lease_minutes", "participant_cap",
-              "codes", "pool"}
-CODE_KEYS = ("completion", "completion_url", "no_consent", "no_consent_url", "screen_out", "screen_out_url")
+              "conversations_per_participant", "turns_per_participant", "lease_minutes", "check_minutes",
+              "participant_cap", "codes", "pool"}
+CODE_KEYS = ("completion", "completion_url", "no_consent", "no_consent_url", "screen_out", "screen_out_url",
+             "full", "full_url")
+CHECK_MINUTES = 10  # Prolific reserves a place for 10 minutes too
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class CrowdStudy:
     platform: dict = field(default_factory=lambda: dict(PROLIFIC))
     pool_path: str | None = None  # only while initializing; the pool itself is stored apart
     turns_per_participant: int | None = None  # a budget of assistant turns instead of N conversations
+    check_minutes: int = CHECK_MINUTES  # an entry's reservation until the check is passed (holds nothing)
 
     def to_config(self) -> dict:
         config = asdict(self)
@@ -83,7 +90,7 @@ class CrowdStudy:
         return cls(**{**config, "questions": [Question(**q) for q in config["questions"]]})
 
     def redirect_for(self, outcome: str) -> tuple[str | None, str | None]:
-        """(code, URL) of an outcome: completion, no_consent or screen_out."""
+        """(code, URL) of an outcome: completion, no_consent, screen_out or full (optional)."""
         return self.codes.get(outcome) or None, self.codes.get(f"{outcome}_url") or None
 
 
@@ -217,6 +224,7 @@ def load_study(path: str | Path) -> CrowdStudy:
     else:
         n = whole("conversations_per_participant", 1, 1000)
     lease = whole("lease_minutes", 1, 24 * 60)
+    check = whole("check_minutes", 1, 24 * 60) if "check_minutes" in raw else CHECK_MINUTES
     cap = whole("participant_cap", 1, 1_000_000)
 
     codes = {}
@@ -256,4 +264,4 @@ def load_study(path: str | Path) -> CrowdStudy:
     if problems:
         raise FormatError(sorted(problems, key=lambda p: p.line or 0))
     return CrowdStudy(study_id, consent_text, consent_version, questions, k, n, lease, cap, codes, platform,
-                      pool_path, budget)
+                      pool_path, budget, check)

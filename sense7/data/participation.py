@@ -12,11 +12,15 @@
   personal data (who asked, when, counts).
 - `ERASURE`: how every table of the store is erased. A table the plan does not name stops the erasure
   before anything is deleted (and its test), so a new table is never silently left holding a rater's rows.
+- A crowd participant's erasure keeps one thing: the SHA-256 of their pseudonymous id in `crowd_withdrawn`
+  (`withdrawn_id_hash`), so that the same platform id is never seated again (sense7.crowd.participants).
+  The receipt counts it (`crowd_withdrawn_kept`).
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import re
 import secrets
 from dataclasses import dataclass
@@ -175,21 +179,32 @@ def drop_left_out(data, store: Store):
     return replace(data, ratings=data.ratings[keep])
 
 
+def study_conversations(conn, rater_id: str) -> set[str]:
+    """A crowd participant's pool conversations: the study's, not theirs (they rate them; only the pool's
+    owner may leave one out). Empty for anyone who is not a crowd participant."""
+    if conn.scalar(select(tables.crowd_participants.c.rater_id).where(
+            tables.crowd_participants.c.rater_id == rater_id)) is None:
+        return set()
+    return {cid for (cid,) in conn.execute(select(tables.crowd_pool.c.conversation_id))}
+
+
 def rater_conversations(store: Store, rater_id: str) -> list[str]:
-    """The conversations that are this rater's (their contexts, their queue, their tasks), in order."""
+    """The conversations that are this rater's (their contexts, their queue, their tasks), in order; a crowd
+    study's pool conversations are never a participant's own."""
     found: dict[str, None] = {}
     with store.engine.connect() as conn:
         for table in (tables.rater_tasks, tables.task_arms, tables.contexts):
             for (cid,) in conn.execute(select(table.c.conversation_id).where(
                     table.c.rater_id == rater_id, table.c.conversation_id.is_not(None))):
                 found[cid] = None
-    return sorted(found)
+        pool = study_conversations(conn, rater_id)
+    return sorted(c for c in found if c not in pool)
 
 
 def is_known_rater(store: Store, rater_id: str) -> bool:
     with store.engine.connect() as conn:
         for table in (tables.raters, tables.rater_links, tables.contexts, tables.task_arms, tables.rater_tasks,
-                      tables.imported_ratings):
+                      tables.imported_ratings, tables.crowd_participants):
             if conn.scalar(select(table.c.rater_id).where(table.c.rater_id == rater_id).limit(1)) is not None:
                 return True
     return False
@@ -266,7 +281,8 @@ class Withdrawals:
 # How each table is erased for one rater (sense7.data.store's tables, every one of them):
 #   rater: rows whose rater_id is theirs; annotation: rows of their annotations; conversation: conversations
 #   only they had; history: changes of their annotations or naming them; redact: their id replaced in place;
-#   none: holds nothing of a rater's; receipt: the withdrawal itself, turned into the receipt.
+#   none: holds nothing of a rater's; receipt: the withdrawal itself, turned into the receipt; tombstone:
+#   written by the erasure (a crowd participant's hashed pseudonymous id: a withdrawal is final), never deleted.
 ERASURE = {
     "raters": "rater", "contexts": "rater", "imported_ratings": "rater", "rater_links": "rater",
     "rater_tasks": "rater", "submissions": "rater", "task_arms": "rater", "recorded_predictions": "rater",
@@ -275,8 +291,13 @@ ERASURE = {
     "conversations": "conversation", "staff_log": "redact", "study_values": "none", "withdrawals": "receipt",
     # crowd studies (sense7.crowd): the participant's rows, their platform id (completions) included
     "crowd_participants": "rater", "crowd_slots": "rater", "crowd_released": "rater", "crowd_completions": "rater",
-    "crowd_studies": "none", "crowd_pool": "none",
+    "crowd_studies": "none", "crowd_pool": "none", "crowd_withdrawn": "tombstone",
 }
+
+
+def withdrawn_id_hash(rater_id: str) -> str:
+    """What `crowd_withdrawn` keeps of an erased crowd participant: the SHA-256 of their pseudonymous id."""
+    return hashlib.sha256(rater_id.encode()).hexdigest()
 
 
 def check_plan() -> None:
@@ -335,6 +356,15 @@ def erase_rater_rows(store: Store, rater_id: str, account_id: int | None = None,
         counts["ratings"] = conn.execute(delete(tables.ratings).where(
             tables.ratings.c.annotation_id.in_(annotation_ids))).rowcount
         counts["annotations"] = conn.execute(delete(a).where(a.c.annotation_id.in_(annotation_ids))).rowcount
+        # A crowd participant's withdrawal stays final after their rows are gone: the same platform id (the same
+        # pseudonymous id) is refused at the study's entry. Only the id's hash is kept.
+        studies = {sid for (sid,) in conn.execute(select(tables.crowd_participants.c.study_id).where(
+            tables.crowd_participants.c.rater_id == rater_id))}
+        if studies:
+            store.upsert_rows(conn, tables.crowd_withdrawn, [
+                {"study_id": sid, "id_hash": withdrawn_id_hash(rater_id)} for sid in sorted(studies)],
+                ["study_id", "id_hash"])
+        counts["crowd_withdrawn_kept"] = len(studies)
         for table in by_rater:
             counts[table.name] = conn.execute(delete(table).where(table.c.rater_id == rater_id)).rowcount
         counts["conversations"] = conn.execute(delete(tables.conversations).where(
@@ -381,6 +411,7 @@ def awaiting_choice(store: Store, rater_id: str) -> bool:
         donated = {cid for cid, ctx in conn.execute(select(tables.contexts.c.conversation_id,
                                                            tables.contexts.c.context).where(
             tables.contexts.c.rater_id == rater_id)) if (ctx or {}).get("source")}
+        donated -= study_conversations(conn, rater_id)
         if not donated:
             return False
         chosen = {cid for (cid,) in conn.execute(select(tables.conversation_choices.c.conversation_id).where(

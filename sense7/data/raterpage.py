@@ -14,7 +14,9 @@ from datetime import datetime, timezone
 
 from sqlalchemy import and_, func, select, update
 
-from sense7.data.store import Store, conversation_choices, instructed_answers, rater_links, rater_tasks, submissions
+from sense7.data.participation import withdrawn_id_hash
+from sense7.data.store import (Store, conversation_choices, crowd_withdrawn, instructed_answers, rater_links,
+                               rater_tasks, submissions, withdrawals)
 
 TOKEN_BYTES = 32  # 256 random bits per link
 
@@ -35,10 +37,16 @@ class LinkBook:
 
     def issue(self, rater_id: str, rotate: bool = False) -> str | None:
         """A new secret for `rater_id` (returned once, never stored), or None when the rater already has an
-        active link and `rotate` is False (re-running `raters invite` keeps links that were handed out)."""
+        active link and `rotate` is False (re-running `raters invite` keeps links that were handed out), or
+        when the rater has withdrawn (a withdrawal is final: no rotation or invitation opens anything again,
+        and an erased crowd participant's id, kept hashed, gets no link either)."""
         token = secrets.token_urlsafe(TOKEN_BYTES)
         row = {"rater_id": rater_id, "token_hash": token_hash(token), "created_at": _now(), "revoked_at": None}
         with self.store.engine.begin() as conn:
+            if conn.scalar(select(withdrawals.c.receipt).where(withdrawals.c.rater_id == rater_id)) is not None \
+                    or conn.scalar(select(crowd_withdrawn.c.id_hash).where(
+                        crowd_withdrawn.c.id_hash == withdrawn_id_hash(rater_id))) is not None:
+                return None
             current = conn.execute(select(rater_links).where(rater_links.c.rater_id == rater_id)).mappings().first()
             if current and current["revoked_at"] is None and not rotate:
                 return None

@@ -288,20 +288,21 @@ crowd_pool = Table(
 )
 
 # One row per participant, keyed by the pseudonymous rater id (a keyed hash of the platform id): never the
-# platform id itself. `seat` (unique per study, NULL for a decline) is how the participant cap is enforced
-# atomically: two entries racing for the last seat cannot both insert it.
+# platform id itself. `seat` (unique per study, 0..cap-1) is how the participant cap is enforced atomically:
+# taken when the comprehension check is passed (two participants racing for the last seat cannot both set
+# it), NULL before that and again once the participant ends without completing.
 crowd_participants = Table(
     "crowd_participants", metadata,
     Column("rater_id", String(200), primary_key=True),
     Column("study_id", String(100), nullable=False, index=True),
     Column("state", String(20), nullable=False),   # declined | checking | rating | completed | screened_out |
-    Column("seat", Integer, nullable=True),        # abandoned | full
+    Column("seat", Integer, nullable=True),        # abandoned | full | withdrawn
     Column("consent", String(10), nullable=False),  # agreed | declined
     Column("consent_version", String(64), nullable=False),  # sha256 of the consent text
     Column("consent_at", DateTime(timezone=True), nullable=False),
     Column("resume_hash", String(64), nullable=True, unique=True),
     Column("check_attempts", Integer, nullable=False, default=0),
-    Column("lease_until", DateTime(timezone=True), nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),  # checking: the reservation; rating: the lease
     Column("ended_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("study_id", "seat"),
 )
@@ -339,9 +340,19 @@ crowd_completions = Table(
     Column("platform_id", String(100), nullable=False),
     Column("platform_study", String(100), nullable=True),
     Column("platform_session", String(100), nullable=True),
-    Column("outcome", String(20), nullable=False),  # entered | completed | screened_out | abandoned | full
+    Column("outcome", String(20), nullable=False),  # entered | completed | screened_out | abandoned | full |
+                                                    # declined | withdrawn
     Column("entered_at", DateTime(timezone=True), nullable=False),
     Column("ended_at", DateTime(timezone=True), nullable=True),
+)
+
+# What an erasure keeps of a withdrawn crowd participant: the SHA-256 of their pseudonymous id (itself a keyed
+# hash of the platform id), nothing else, so that the same platform id is never seated again (a withdrawal
+# is final). It names nobody without both the study's secret and the platform id.
+crowd_withdrawn = Table(
+    "crowd_withdrawn", metadata,
+    Column("study_id", String(100), primary_key=True),
+    Column("id_hash", String(64), primary_key=True),
 )
 
 RATING_COLUMNS = ["conversation_id", "turn_index", "rater_id", "dimension", "rating"]

@@ -29,6 +29,8 @@ from limits import parse as parse_limit
 from limits.storage import storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
+from sense7.crowd.lifecycle import withdraw as settle_crowd_withdrawal
+from sense7.crowd.participants import rater_page_admits
 from sense7.data.participation import (PARTICIPANT, ConversationChoices, WithdrawalError, Withdrawals,
                                        awaiting_choice, own_conversations)
 from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
@@ -179,10 +181,12 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
                                text="Please wait a minute and try again."), 429
 
     def current_rater() -> str:
-        """The rater of this session's link, or a bare 404 (no session, tampered, revoked, unknown)."""
+        """The rater of this session's link, or a bare 404 (no session, tampered, revoked, unknown; and a crowd
+        participant who has not passed the check or has left: their link is not issued before the check nor
+        kept after, and a link that still exists answers nothing either)."""
         wanted = session.get("link")
         rater = links.rater_for_hash(wanted) if isinstance(wanted, str) else None
-        if rater is None:
+        if rater is None or not rater_page_admits(store, rater):
             abort(404)
         return rater
 
@@ -366,11 +370,15 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
             Withdrawals(store).request(rater, PARTICIPANT)
         except WithdrawalError:  # a second post racing the first: the link is already revoked
             abort(404)
+        settle_crowd_withdrawal(store, rater)  # a crowd participant's slots back to the pool, their seat freed
+        crowd = isinstance(session.get("crowd"), dict)
         session.clear()
         return render_template("message.html", title="You have withdrawn from this study",
                                text="Your link no longer works. The study's staff will erase your answers, "
                                     "your questionnaire and your conversations; nothing that identifies you is "
-                                    "kept. Thank you for your time.")
+                                    "kept. Thank you for your time."
+                                    + (" No completion code is given after a withdrawal: please return your "
+                                       "submission on the platform." if crowd else ""))
 
     @app.get("/done")
     def done():

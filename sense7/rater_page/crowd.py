@@ -2,20 +2,25 @@
 
     /s/<study>?PROLIFIC_PID=..&STUDY_ID=..&SESSION_ID=..  -> consent (agree | decline)
         decline -> the no-consent code or redirect (only the answer, its version and time are recorded)
-        agree   -> slots taken (sense7.crowd), a rater-page link issued into this session and the worker
-                   asked for the tasks at once, so Label Studio works while the participant reads and
-                   answers the comprehension check (two attempts; failing twice -> the slots go back to the
-                   pool at once, the link is revoked, return your submission: the screen-out code or
-                   redirect, never rejected) -> "preparing" only if the queue copy is not there yet -> the
-                   ordinary rater page (questionnaire, turns) -> finish: the completion code or redirect.
+        agree   -> a short reservation (`check_minutes`) that holds nothing: no seat, no slot, no rater-page
+                   link, no Label Studio task -> the comprehension check (two attempts; failing twice: return
+                   your submission, the screen-out code or redirect, never rejected) -> passed: a seat and the
+                   slots taken at once, the rating lease started, a rater-page link issued into this session
+                   and the worker asked for the tasks -> "preparing" while it works -> the ordinary rater
+                   page (questionnaire, turns) -> finish: the completion code or redirect, only once every
+                   turn of every conversation held is answered. No seat or no slot left at the check: the
+                   full page (its code, or "return your submission"); a `full` participant may enter again.
 
 Who is who: the platform id becomes a pseudonymous rater id (sense7.crowd.participants); only the session
-cookie (same browser) or the resume code (another browser) reopens a participant's visit. A platform id
-that has entered before, without either, gets the resume form and nothing else. Malformed platform ids get
-one plain "this link is not valid" page; an unknown study the bare 404 of every unknown URL. New entries are
-counted per client address (the app's `limits` limiter in Redis; addresses through
-SENSE7_TRUSTED_PROXIES) and stop at the study's participant cap; resume-code failures count like failed
-link openings. Nothing here logs a platform id (nothing is logged per request at all).
+cookie (same browser, bound to this entry's resume code) or the resume code (another browser) reopens a
+participant's visit. A platform id that has entered before, without either, gets the resume form and nothing
+else (a `full` one enters again). Withdrawn participants (the page's button, `sense7 raters withdraw`, and
+after the erasure) never get a page, a link or a seat again. Malformed platform ids get one plain "this link
+is not valid" page; an unknown study the bare 404 of every unknown URL. New entries are counted per client
+address (the app's `limits` limiter in Redis; addresses through SENSE7_TRUSTED_PROXIES); entries are refused
+as full only when every seat (the participant cap) or every slot is taken. With SENSE7_PROLIFIC_TOKEN an entry
+whose Prolific submission does not hold a place is refused (sense7.crowd.prolific). Resume-code failures
+count like failed link openings. Nothing here logs a platform id (nothing is logged per request at all).
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from flask import Blueprint, abort, redirect, render_template, request, session,
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from sense7.crowd.lifecycle import finish, give_back, start_rating, take_slots
-from sense7.crowd.participants import (AlreadyEntered, CapReached, Participant, Participants, Studies,
-                                       pseudonymous_id, study_secret, valid_platform_id)
+from sense7.crowd.lifecycle import assignments_of, finish, give_back, start_rating
+from sense7.crowd.participants import (AlreadyEntered, Participant, Participants, Studies, pseudonymous_id,
+                                       study_secret, valid_platform_id)
+from sense7.crowd.prolific import ProlificClient
 from sense7.crowd.study import CrowdStudy
 from sense7.data.raterpage import LinkBook, RaterQueue, token_hash
 from sense7.rater_page.forms import form_number
@@ -45,6 +51,7 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
     studies, links, queue = Studies(store), LinkBook(store), RaterQueue(store)
     markdown = MarkdownIt("commonmark", {"html": False})  # the consent file's raw HTML is shown as text
     page = settings.rater_page
+    prolific = ProlificClient.from_settings(settings)
 
     def address() -> str:
         return page.trusted_proxies.client(request.remote_addr, request.headers.get("X-Forwarded-For"))
@@ -64,11 +71,17 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         return study, who
 
     def current(study: CrowdStudy) -> Participant | None:
-        """This session's participant of the study (None: none, another study's, or gone)."""
+        """This session's participant of the study (None: none, another study's, gone, or a session of an
+        earlier entry of theirs: a participant who entered again after `full` has a new resume code)."""
         held = session.get("crowd")
         if not isinstance(held, dict) or held.get("study") != study.study_id:
             return None
-        return Participants(store, study).get(held.get("rater"))
+        who = Participants(store, study).get(held.get("rater"))
+        # (A session made before visits were recorded has none: it stays valid.)
+        return who if who is not None and held.get("visit", who.visit) == who.visit else None
+
+    def hold(study: CrowdStudy, who: Participant) -> None:
+        session["crowd"] = {"study": study.study_id, "rater": who.rater_id, "visit": who.visit}
 
     def message(title: str, text: str, status: int = 200, **extra):
         return render_template("crowd_message.html", title=title, text=text, **extra), status
@@ -77,12 +90,19 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         return message("This link is not valid",
                        "Please open the study from the recruitment platform's page again.", 400)
 
-    def ending(study: CrowdStudy, outcome: str, title: str, text: str):
+    def ending(study: CrowdStudy, outcome: str, title: str, text: str, status: int = 200):
         """The platform's code for this outcome, and its URL when the study gives one: the page goes there by
         itself (a meta refresh, and a link). Not an HTTP redirect: these pages often answer a form, and the
         page's CSP (form-action 'self') makes browsers refuse a form's redirect chain leaving the site."""
         code, url = study.redirect_for(outcome)
-        return message(title, text, code=code, url=url)
+        return message(title, text, status, code=code, url=url)
+
+    def full_page(study: CrowdStudy):
+        code, url = study.redirect_for("full")
+        return ending(study, "full", "This study is full",
+                      "There is no place left right now. Please return your submission on the platform (you will "
+                      "not be rejected)" + (", using this code if asked:" if code or url else ".")
+                      + " While the study is open you may also try again later from the platform's link.", 403)
 
     def continue_as(study: CrowdStudy, who: Participant):
         state, sid = who.state, study.study_id
@@ -101,14 +121,24 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
             return ending(study, "no_consent", "You chose not to take part",
                           "Nothing about you was kept. Please return to the platform, using this code if asked:")
         if state == "full":
-            return message("This study is full", "There is no conversation left to rate. Please return your "
-                           "submission on the platform; you will not be rejected.", 403)
+            return full_page(study)
+        if state == "withdrawn":
+            return message("You have withdrawn from this study",
+                           "Nothing more can be done here, and no completion code is given. Please return your "
+                           "submission on the platform.", 403)
         return message("Your time for this study has run out",
                        "The answers you gave are kept. Please return to the platform.", 403)
 
     def entered_before(study: CrowdStudy):
         return render_template("crowd_resume.html", study=study, problem=None,
                                known=True), 200
+
+    def no_room(study: CrowdStudy, rater: str) -> bool:
+        """Every seat (the cap: participants inside the study and completed) or every slot this participant
+        could take is taken. Entries at the check hold neither, so they never fill a study."""
+        if Participants(store, study).seated() >= study.participant_cap:
+            return True
+        return not assignments_of(store, study).has_room(rater)
 
     @bp.get("/<study_id>")
     def entry(study_id: str):
@@ -119,22 +149,28 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         secret = study_secret(settings.home, study.study_id)
         if who is not None and (given["platform_id"] is None or (
                 valid_platform_id(given["platform_id"])
-                and pseudonymous_id(secret, study.study_id, given["platform_id"]) == who.rater_id)):
+                and pseudonymous_id(secret, study.study_id, given["platform_id"]) == who.rater_id)) \
+                and not (who.state == "full" and given["platform_id"] is not None and is_open):
             return continue_as(study, who)
         if not valid_platform_id(given["platform_id"]) or any(
                 value is not None and not valid_platform_id(value) for value in given.values()):
             return not_valid()
         rater = pseudonymous_id(secret, study.study_id, given["platform_id"])
-        if Participants(store, study).get(rater) is not None:
-            return entered_before(study)  # a platform id alone never opens anyone's visit
+        before = Participants(store, study).get(rater)
+        if before is not None and before.state != "full":
+            return entered_before(study)  # a platform id alone never opens anyone's visit (withdrawn ones too)
         if not is_open:
             return message("This study is closed", "It is not taking new participants. Thank you for your "
                            "interest; please return to the platform.", 403)
-        if Participants(store, study).seated() >= study.participant_cap:
-            return message("This study is full", "It has all the participants it needs. Thank you for your "
-                           "interest; please return to the platform.", 403)
+        if no_room(study, rater):
+            return full_page(study)
         if not entries.fail(address()):
             abort(429)
+        if prolific is not None and not prolific.entry_allowed(given["platform_id"], given["platform_study"],
+                                                              given["platform_session"]):
+            return message("This study cannot be started from here",
+                           "The recruitment platform does not show you taking part in this study right now. "
+                           "Please start it from the platform's study page.", 403)
         session.clear()
         session["crowd_entry"] = {"study": study.study_id, **given}
         return render_template("crowd_consent.html", study=study, consent=Markup(markdown.render(study.consent_text)))
@@ -155,7 +191,7 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         try:
             if choice == "decline":
                 participants.decline(rater)  # the answer, its version and time: nothing else
-                session["crowd"] = {"study": study.study_id, "rater": rater}
+                hold(study, participants.get(rater))
                 return continue_as(study, participants.get(rater))
             if not is_open:
                 return message("This study is closed", "It is not taking new participants. Please return to "
@@ -163,15 +199,10 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
             code = participants.agree(rater, {field: entry_.get(field) for _, field in PARAM_FIELDS})
         except AlreadyEntered:
             return entered_before(study)
-        except CapReached:
-            return message("This study is full", "It has all the participants it needs. Thank you for your "
-                           "interest; please return to the platform.", 403)
-        session["crowd"] = {"study": study.study_id, "rater": rater}
+        # Agreed: a reservation only. The seat, the slots, the link and the tasks come with a passed check.
+        hold(study, participants.get(rater))
         session["resume_code"] = code
         session.permanent = True
-        if take_slots(store, study, rater) is None:
-            return continue_as(study, participants.get(rater))  # the pool is full: nothing to check for
-        open_rating(study, rater)  # the tasks are made while the participant answers the check
         return redirect(url_for("crowd.check", study_id=study.study_id), code=303)
 
     def render_check(study: CrowdStudy, who: Participant, answers: dict, wrong: bool, status: int = 200):
@@ -200,22 +231,25 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
             return render_check(study, who, answers, wrong=False, status=422)
         participants = Participants(store, study)
         if all(answers[n] == q.answer for n, q in enumerate(study.questions, start=1)):
-            if start_rating(store, study, who.rater_id) is None:
+            if start_rating(store, study, who.rater_id) is None:  # full, or the reservation ran out
                 return continue_as(study, participants.get(who.rater_id))
-            if links.rater_for_hash(session.get("link") or "") != who.rater_id:
-                open_rating(study, who.rater_id)  # asked at consent already, unless this session lost it
+            open_rating(study, who.rater_id)  # the link and the tasks: only now
             return redirect(url_for("crowd.wait", study_id=study.study_id), code=303)
         outcome = participants.failed_check(who.rater_id, who.check_attempts)
         if outcome == "checking":
             return render_check(study, participants.get(who.rater_id), {}, wrong=True)
         if outcome == "screened_out":
-            give_back(store, study, who.rater_id)  # the slots taken at consent go to the next participant
+            give_back(store, study, who.rater_id)  # nothing to give back but what an older version took
         return continue_as(study, participants.get(who.rater_id))
 
     def open_rating(study: CrowdStudy, rater: str) -> None:
         """This session becomes the participant's rater-page session (a fresh link, never shown: the
-        session holds its hash), and the worker is asked for their tasks."""
-        session["link"] = token_hash(links.issue(rater, rotate=True))
+        session holds its hash), and the worker is asked for their tasks. Only for a participant rating:
+        a withdrawn one gets no link (LinkBook refuses), and the request the bare 404."""
+        token = links.issue(rater, rotate=True)
+        if token is None:
+            abort(404)
+        session["link"] = token_hash(token)
         if request_prepare is not None and not queue.has(rater):
             request_prepare(study.study_id, rater)
             session["prepare_asked"] = time.time()  # the wait page asks again only if this one got lost
@@ -242,8 +276,13 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
         study, who = participant_or_404(study_id)
         if who.state not in ("rating", "completed"):
             return continue_as(study, who)
-        if not finish(store, study, who.rater_id):
-            return redirect(url_for("next_item"), code=303)
+        if not finish(store, study, who.rater_id):  # the code only for the whole work
+            items = queue.items(who.rater_id)
+            if not items or any(i.answer is None for i in items):
+                return redirect(url_for("next_item"), code=303)
+            return message("Not finished yet",
+                           "Some of the replies assigned to you have no answer yet, so there is no completion "
+                           "code yet. Please try again in a minute; if this stays, contact the study's team.", 409)
         return ending(study, "completion", "Thank you!",
                       "All your answers are saved. Please go back to the platform and enter this completion code:")
 
@@ -263,9 +302,9 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
                                    problem="This code is not right. Please check it and try again."), 404
         session.clear()
         session.permanent = True
-        session["crowd"] = {"study": study.study_id, "rater": who.rater_id}
-        if who.state in ("checking", "rating"):
-            open_rating(study, who.rater_id)  # slots are held from consent on: this browser takes the link
+        hold(study, who)
+        if who.state == "rating":
+            open_rating(study, who.rater_id)  # this browser takes the link (a participant at the check has none)
         return continue_as(study, who)
 
     return bp

@@ -93,7 +93,8 @@ def test_erasing_a_rater_deletes_every_row_of_theirs_and_leaves_a_receipt_and_th
     tables_with_rows = {name for name, rows in before.items() if any("leaver7" in r for r in rows)}
     # Every table but the study's seed and the withdrawals holds a row of theirs here: the scan means something.
     assert tables_with_rows >= set(participation.ERASURE) - {"study_values", "withdrawals", "ratings",
-                                                             "rating_history", "crowd_studies", "crowd_pool"}
+                                                             "rating_history", "crowd_studies", "crowd_pool",
+                                                             "crowd_withdrawn"}
     receipt = Withdrawals(store).request("leaver7", "participant")
     assert LinkBook(store).rater_for(secret) is None  # revoked with the request
     done = erase_rater_rows(store, "leaver7", account_id=700, confirmed_by="staff", model_versions=["v1"])
@@ -102,6 +103,10 @@ def test_erasing_a_rater_deletes_every_row_of_theirs_and_leaves_a_receipt_and_th
         assert needle not in after, needle
     assert done["store"]["annotations"] == 1 and done["store"]["ratings"] == 1 and done["store"]["rating_history"] == 2
     assert done["store"]["conversations"] == 1 and done["store"]["raters"] == 1
+    # A crowd participant's erasure keeps the hash of their pseudonymous id, and only it (a withdrawal is final).
+    assert done["store"]["crowd_withdrawn_kept"] == 1
+    assert [json.loads(r) for r in json.loads(after)["crowd_withdrawn"]] == [
+        {"study_id": "s", "id_hash": participation.withdrawn_id_hash("leaver7")}]
     receipts = Withdrawals(store).receipts()
     assert [r["receipt"] for r in receipts] == [receipt] and receipts[0]["rater_id"] is None
     assert receipts[0]["requested_by"] == "participant" and receipts[0]["confirmed_by"] == "staff"

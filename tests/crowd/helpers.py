@@ -22,7 +22,9 @@ def pool_lines(n: int, turns: int = 2, prefix: str = "pool") -> list[str]:
 
 
 def write_study(folder: Path, pool: int = 6, turns: int = 2, k: int = 2, n: int = 2, cap: int = 50,
-                lease: int = 60, study: str = "pilot", extra: str = "", budget: int | None = None) -> Path:
+                lease: int = 60, study: str = "pilot", extra: str = "", budget: int | None = None,
+                codes: str = "") -> Path:
+    """`codes`: more lines of the codes mapping (e.g. "  full: FULL4242\n")."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "consent.md").write_text(CONSENT)
     (folder / "pool.jsonl").write_text("\n".join(pool_lines(pool, turns)) + "\n")
@@ -45,6 +47,6 @@ codes:
   completion_url: https://app.prolific.com/submissions/complete?cc=DONE1234
   no_consent: NOCONS99
   screen_out: SCREEN77
-pool: pool.jsonl
+{codes}pool: pool.jsonl
 {extra}""")
     return path

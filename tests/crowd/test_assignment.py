@@ -144,27 +144,32 @@ def test_random_interleavings_keep_k_and_balance(tmp_path):
     assert all(len(s) == 3 for s in owner.taken().values())
 
 
-def test_cap_is_atomic_for_racing_entries(tmp_path):
+def test_entries_are_not_capped_and_the_seats_taken_at_the_check_are_atomic(tmp_path):
+    """Consent holds nothing, so ten entries to a study with a cap of 3 all reach the check; the ten racing
+    through it take seats 0, 1 and 2 once each (the store's unique (study, seat) is the compare-and-set),
+    the other seven are turned away as full, holding nothing."""
     store = Store(f"sqlite:///{tmp_path / 'store.db'}")
-    study, _ = install_study(store, write_study(tmp_path / "s", cap=3), TAX)
-    participants, outcomes, barrier = Participants(store, study), [], threading.Barrier(10)
+    study, _ = install_study(store, write_study(tmp_path / "s", pool=30, k=2, n=2, cap=3), TAX)
+    participants, outcomes, barrier = Participants(store, study), {}, threading.Barrier(10)
+    for i in range(10):
+        participants.agree(f"x{i}", {"platform_id": f"P{i}", "platform_study": None, "platform_session": None})
+    assert participants.counts()["checking"] == 10 and participants.seated() == 0
 
-    def enter(i):
-        from sense7.crowd.participants import CapReached
-
+    def passes(i):
         barrier.wait()
-        try:
-            participants.agree(f"x{i}", {"platform_id": f"P{i}", "platform_study": None, "platform_session": None})
-            outcomes.append("in")
-        except CapReached:
-            outcomes.append("full")
+        outcomes[f"x{i}"] = start_rating(store, study, f"x{i}")
 
-    threads = [threading.Thread(target=enter, args=(i,)) for i in range(10)]
+    threads = [threading.Thread(target=passes, args=(i,)) for i in range(10)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert outcomes.count("in") == 3 and participants.seated() == 3
+    inside = sorted(r for r, got in outcomes.items() if got)
+    assert len(inside) == 3 and participants.seated() == 3
+    assert sorted(participants.get(r).seat for r in inside) == [0, 1, 2]
+    assert participants.counts()["full"] == 7
+    owner = assignments_of(store, study)
+    assert all(owner.of(r) == [] and participants.get(r).seat is None for r in outcomes if r not in inside)
     assert Studies(store).get("pilot")[1] is False  # a new study starts closed
 
 

@@ -46,7 +46,8 @@ def test_the_crowd_demo_ends_with_the_expected_counts(job_stack, monkeypatch):
     coverage = result["status"]["coverage"]
     # (The spread may exceed 1 here: slots given back after the last entry are not taken again.)
     assert coverage["in_lease"] == 0 and coverage["rated"] <= coverage["slots"]
-    assert coverage["rated"] >= 8 and coverage["released"] >= 1 + 2  # the abandoner's and the screened-out's
+    # The abandoner's (the screened-out participant never held a slot: slots come with a passed check).
+    assert coverage["rated"] >= 8 and coverage["released"] >= 1
     assert result["tasks_cleared"] > 0
     lines = crowd_lines(result)
     assert any("4 completed" in line and "1 abandoned" in line and "1 declined" in line

@@ -1,5 +1,6 @@
 """The crowd flow on the rater page (the Flask app in the test process, on a real store): entry with
-Prolific's parameters, consent, the comprehension check, the rater page, the finish; and every page
+Prolific's parameters, consent (a reservation only), the comprehension check (a seat and the slots, the
+link and the tasks), the rater page, the finish; and every page
 attacked as a stranger (made-up ids, another participant's platform id, a closed study, past the cap,
 replayed forms after a lease expired, participant A's session with B's task ids): 4xx and nothing learned.
 
@@ -16,7 +17,7 @@ import pytest
 from sqlalchemy import select
 
 from sense7.crowd.lifecycle import assignments_of, conversations_for, expire_leases, install_study
-from sense7.crowd.participants import Participants, Studies
+from sense7.crowd.participants import Participants, Studies, pseudonymous_id, study_secret
 from sense7.data.raterpage import LinkBook, RaterQueue
 from sense7.data.store import Store, crowd_completions, crowd_participants, crowd_released, crowd_slots, metadata
 from sense7.labelstudio.protocol import rating_tasks
@@ -30,12 +31,14 @@ PID_A, PID_B = "5f3a9c0d1e2b4a6c8d0e1f2a", "60b1c2d3e4f5a6b7c8d9e0f1"
 
 
 class Flow:
-    def __init__(self, tmp_path, cap=50, pool=6, k=2, n=2):
+    def __init__(self, tmp_path, cap=50, pool=6, k=2, n=2, env: dict | None = None, codes: str = ""):
         self.store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
         self.store = Store(self.store_url)
-        self.study, _ = install_study(self.store, write_study(tmp_path / "s", cap=cap, pool=pool, k=k, n=n), TAX)
+        self.study, _ = install_study(self.store, write_study(tmp_path / "s", cap=cap, pool=pool, k=k, n=n,
+                                                              codes=codes), TAX)
         Studies(self.store).set_open("pilot", True)
-        self.settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_STORE_URL": self.store_url})
+        self.settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_STORE_URL": self.store_url,
+                                           **(env or {})})
         self.prepared: list[tuple[str, str]] = []
         self.next_id = 1000
         self.app = create_app(self.settings, taxonomy=TAX, store=self.store, request_prepare=self.prepare)
@@ -60,6 +63,10 @@ class Flow:
         client = self.app.test_client()
         client.environ_base["REMOTE_ADDR"] = address
         return client
+
+    def rater(self, pid: str) -> str:
+        """The pseudonymous rater id of a platform id (as the page derives it)."""
+        return pseudonymous_id(study_secret(self.settings.home, "pilot"), "pilot", pid)
 
 
 def entry_url(pid, study="pilot", **extra) -> str:
@@ -116,17 +123,17 @@ def test_a_participant_consents_fails_once_passes_rates_and_returns_with_the_cod
     check = enter_and_consent(client, PID_A)
     code = re.search(r'id="resume-code">(\w+)<', check).group(1)
     assert "2 attempts left" not in check
-    # Slots taken and the tasks asked for at consent: the worker makes them while the check is answered.
-    assert len(flow.prepared) == 1
-    rater = flow.prepared[0][1]
+    # Consent is a reservation only (issue 37): no slot, no link, no task until the check is passed.
+    rater = flow.rater(PID_A)
     participants = Participants(flow.store, flow.study)
     assert participants.get(rater).state == "checking" and participants.get(rater).lease_until is not None
-    assert len(assignments_of(flow.store, flow.study).of(rater)) == 2
+    assert assignments_of(flow.store, flow.study).of(rater) == [] and flow.prepared == []
     again = pass_check(client, check, right=False)
     assert again.status_code == 200 and "1 attempt left" in again.get_data(as_text=True)
     passed = pass_check(client, again.get_data(as_text=True))
     assert passed.headers["Location"].endswith("/s/pilot/wait")
-    assert len(flow.prepared) == 1  # not asked twice: the queue copy is there
+    assert flow.prepared == [("pilot", rater)]  # the tasks asked for at the check, once
+    assert len(assignments_of(flow.store, flow.study).of(rater)) == 2
     assert participants.get(rater).state == "rating"
     assert client.get("/s/pilot/wait").headers["Location"].endswith("/")
     rated = rate_everything(client)
@@ -184,14 +191,14 @@ def test_failing_the_check_twice_asks_to_return_the_submission_with_the_screen_o
     text = second.get_data(as_text=True)
     assert second.status_code == 200 and "SCREEN77" in text and "return your submission" in text
     assert "reject" in text  # "you will not be rejected"
-    # The slots taken at consent went back to the pool at once; the link made for the tasks is revoked.
-    rater = flow.prepared[0][1]
-    assert assignments_of(flow.store, flow.study).of(rater) == []
+    # Nothing was ever held (issue 37): no slot, no link, no task, no seat.
+    rater = flow.rater(PID_A)
+    assert assignments_of(flow.store, flow.study).of(rater) == [] and flow.prepared == []
     with flow.store.engine.connect() as conn:
-        assert sorted(r.rater_id for r in conn.execute(select(crowd_released))) == [rater, rater]
-    assert rater not in LinkBook(flow.store).active()
+        assert conn.execute(select(crowd_released)).all() == []
+    assert rater not in LinkBook(flow.store).active() and Participants(flow.store, flow.study).get(rater).seat is None
     assert "SCREEN77" in client.get("/s/pilot/wait").get_data(as_text=True)
-    for path in ["/", "/profile", *[f"/task/{i.task_id}" for i in RaterQueue(flow.store).items(rater)]]:
+    for path in ["/", "/profile", "/task/1000", "/task/1001"]:
         assert client.get(path).status_code == 404, path
     # A replayed right answer after the screen-out changes nothing.
     replay = pass_check(client, check, right=True)
@@ -282,42 +289,41 @@ def test_entries_are_rate_limited_per_address(tmp_path):
     assert flow.client("10.9.9.8").get(entry_url("f" * 24)).status_code == 200  # others still enter
 
 
-def test_a_screened_out_participants_slots_go_to_the_next_one(tmp_path):
+def test_a_participant_turned_away_as_full_sees_it_at_the_check_and_the_slots_go_to_the_next_one(tmp_path):
     flow = Flow(tmp_path, pool=2, k=1, n=2)  # one participant's assignment fills the pool
     a = flow.client("10.0.0.1")
-    check = enter_and_consent(a, PID_A)
-    rater_a = flow.prepared[0][1]
+    pass_check(a, enter_and_consent(a, PID_A))
+    rater_a = flow.rater(PID_A)
     held = assignments_of(flow.store, flow.study).of(rater_a)
     assert len(held) == 2
-    # B consents while A holds every slot: the pool is full for B (a clear page, nothing to check for).
+    # A holds every slot: a new entry is told at once that the study is full (nothing to check for).
     b = flow.client("10.0.0.2")
-    page = b.get(entry_url(PID_B)).get_data(as_text=True)
-    full = b.post("/s/pilot/consent", data={"csrf_token": csrf(page), "consent": "agree"})
-    assert full.status_code == 403 and "no conversation left" in full.get_data(as_text=True)
-    assert len(flow.prepared) == 1
-    # A fails twice: A's slots go back, and the next participant gets them.
-    pass_check(a, pass_check(a, check, right=False).get_data(as_text=True), right=False)
+    full = b.get(entry_url(PID_B))
+    assert full.status_code == 403 and "full" in full.get_data(as_text=True)
+    assert Participants(flow.store, flow.study).get(flow.rater(PID_B)) is None  # nothing stored
+    # A walks away: the lease ends, A's slots go back, and the next participant gets them.
+    later = datetime.now(timezone.utc) + timedelta(minutes=flow.study.lease_minutes + 1)
+    assert expire_leases(flow.store, later).released == 2
     c = flow.client("10.0.0.3")
     check_c = enter_and_consent(c, "7" * 24)
-    rater_c = flow.prepared[1][1]
+    assert pass_check(c, check_c).headers["Location"].endswith("/s/pilot/wait")
+    rater_c = flow.rater("7" * 24)
     assert assignments_of(flow.store, flow.study).of(rater_c) == held
     assert assignments_of(flow.store, flow.study).of(rater_a) == []
-    # A's replayed right answer does not take anything back.
-    assert "SCREEN77" in pass_check(a, check).get_data(as_text=True)
     assert assignments_of(flow.store, flow.study).coverage()["in_lease"] == 2
-    assert pass_check(c, check_c).headers["Location"].endswith("/s/pilot/wait")
     assert len(rate_everything(c)) == 2 * 2
 
 
-def test_a_participant_who_walks_away_during_the_check_loses_the_slots_when_the_lease_ends(tmp_path):
+def test_a_participant_who_walks_away_during_the_check_holds_nothing_and_ends_with_the_reservation(tmp_path):
     flow = Flow(tmp_path)
     client = flow.client()
     check = enter_and_consent(client, PID_A)
-    rater = flow.prepared[0][1]
-    assert expire_leases(flow.store).participants == 0  # the lease runs from consent
-    later = datetime.now(timezone.utc) + timedelta(minutes=flow.study.lease_minutes + 1)
-    assert expire_leases(flow.store, later).released == 2
+    rater = flow.rater(PID_A)
+    assert expire_leases(flow.store).participants == 0  # the reservation runs from consent
+    later = datetime.now(timezone.utc) + timedelta(minutes=flow.study.check_minutes + 1)
+    expired = expire_leases(flow.store, later)
+    assert (expired.participants, expired.released) == (1, 0)  # it held nothing to give back
     assert Participants(flow.store, flow.study).get(rater).state == "abandoned"
-    assert assignments_of(flow.store, flow.study).of(rater) == []
+    assert assignments_of(flow.store, flow.study).of(rater) == [] and flow.prepared == []
     assert pass_check(client, check).status_code == 403  # "run out"
     assert client.get("/s/pilot/wait").status_code == 403

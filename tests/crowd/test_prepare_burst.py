@@ -1,5 +1,5 @@
 """A burst of crowd participants prepared by one job through the real stack (Label Studio, Redis, the Celery
-worker, the rater page under gunicorn): everyone who consented at once gets their tasks from one bulk
+worker, the rater page under gunicorn): everyone who passed the check at once gets their tasks from one bulk
 import (not one job and 8-10 requests each), each exactly their assigned items, and a job that died
 after the import but before the queue copy creates nothing twice when it runs again."""
 
@@ -22,12 +22,17 @@ from tests.rater_page.conftest import start_page
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
 
-def _consent(url: str, pid: str) -> requests.Session:
+def _consent(url: str, pid: str, passed: bool = True) -> requests.Session:
+    """Enter and agree; then (`passed`) pass the check: a seat and the slots, the tasks asked for."""
     browser = requests.Session()
     consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={pid}", timeout=30)
     check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": _csrf(consent.text), "consent": "agree"},
                          timeout=30)
-    assert "resume-code" in check.text  # seated and checking: their slots are taken
+    assert "resume-code" in check.text  # at the check: a reservation, nothing held
+    if passed:
+        done = browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "1", "q2": "2"},
+                            timeout=30, allow_redirects=False)
+        assert done.headers["Location"].endswith("/s/pilot/wait")
     return browser
 
 
@@ -72,7 +77,7 @@ def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_p
     Studies(rt.store).set_open(study.study_id, True)
     port_url = _page(stack)
 
-    # 1. Four participants consent at once; one prepare pass (in this process, counting requests) makes
+    # 1. Four participants pass the check at once; one prepare pass (in this process, counting requests) makes
     #    all their tasks in one rating import and one questionnaire import.
     for i in range(4):
         _consent(port_url, f"a1b2c3d4e5f6a7b8c9d0e1{i:02d}")
@@ -101,7 +106,7 @@ def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_p
                                      if r in second) + 2  # + their two questionnaires
     _assert_exactly_assigned(rt, first + second)
 
-    # 3. Through the worker: four consent while no worker runs (their pages ask for the job: one is
+    # 3. Through the worker: four pass the check while no worker runs (their pages ask for the job: one is
     #    queued, the flag set), and the queued job is lost with its worker (the flag stays, as a killed
     #    worker leaves it: new asks queue nothing). A starting worker resumes: the four in one round.
     for i in range(4):

@@ -17,7 +17,6 @@ from sqlalchemy import select
 
 from sense7.crowd.lifecycle import install_study
 from sense7.crowd.participants import Participants, Studies
-from sense7.data.raterpage import RaterQueue
 from sense7.data.store import annotations
 from sense7.data.study_design import SHOWN, arm_of
 from tests.crowd.helpers import write_study
@@ -68,16 +67,18 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
     assert "resume-code" in check.text
     participants = Participants(rt.store, study)
     (rater,) = _participant_ids(rt.store)
-    # Slots taken at consent: the worker creates the tasks and copies the queue while the participant is
-    # still answering the comprehension check.
-    assert participants.get(rater).state == "checking"
-    _until(lambda: RaterQueue(rt.store).has(rater), what="the tasks, made while the check is answered")
+    # Consent holds a reservation only (issue 37): no slot, no link, and no Label Studio task for an entry
+    # at the check; the worker is asked for the tasks when the check is passed.
+    assert participants.get(rater).state == "checking" and participants_conversations(rt.store, rater) == []
+    assert not [t for t in rt.client.tasks.list(project=rt.rating_project, include="id,data", page_size=1000)
+                if t.data["rater_id"] == rater]
     waiting = browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "1", "q2": "2"},
                            timeout=30, allow_redirects=False)
     assert waiting.headers["Location"].endswith("/s/pilot/wait")
-    assert participants.get(rater).state == "rating"
-    # No "preparing": the tasks are there when the check is passed.
-    assert browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers["Location"].endswith("/")
+    assert participants.get(rater).state == "rating" and len(participants_conversations(rt.store, rater)) == 2
+    # "Preparing" until the worker made the tasks and copied the queue, then the rater page.
+    _until(lambda: browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers.get(
+        "Location", "").endswith("/"), what="the tasks, made once the check is passed")
     response = browser.get(f"{url}/", timeout=30, allow_redirects=False)
     rated = []
     for _ in range(30):
@@ -160,6 +161,20 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
                                                                  page_size=1000)]
     assert profiles.count(f"profile::{next_rater}") == 1
     tasks = [t for t in rt.client.tasks.list(project=rt.rating_project, fields="all", page_size=1000)]
+
+    # `sense7 status --json` carries each pool conversation's coverage, as `sense7 crowd status` does.
+    import json
+    import subprocess
+    import sys
+
+    document = subprocess.run([str(Path(sys.executable).parent / "sense7"), "status", "--json"], env=stack.env,
+                              capture_output=True, text=True, timeout=120)
+    assert document.returncode == 0, document.stderr
+    (crowd,) = json.loads(document.stdout)["crowd"]
+    per = crowd["coverage"]["per_conversation"]
+    assert set(per) == {f"pool{i:03d}" for i in range(4)}
+    assert sum(c["rated"] for c in per.values()) == crowd["coverage"]["rated"] >= 2
+    assert all(per[c]["rated"] >= 1 for c in assigned)
 
     # The platform id: in the completions table, nowhere else.
     pids = [PID, "7b2c3d4e5f60718293a4b5c6", "8c3d4e5f60718293a4b5c6d7"]

@@ -1,7 +1,7 @@
 """Given-back slots leave no orphan tasks in Label Studio (the real Label Studio, the rater page under
 gunicorn; the jobs' functions run in this process): when a participant's lease ends, the tasks of their
-unrated items are deleted and the ratings they gave stay; a participant screened out by the check leaves
-no task at all; a second pass deletes nothing more."""
+unrated items are deleted and the ratings they gave stay; a participant screened out by the check never had
+a task (issue 37: tasks are made once the check is passed); a second pass deletes nothing more."""
 
 from __future__ import annotations
 
@@ -44,8 +44,6 @@ def test_an_abandoned_or_screened_out_participants_unrated_tasks_are_deleted(job
     browser = _consent(url, "d1b2c3d4e5f6a7b8c9d0e100")
     (walker,) = _participant_ids(rt.store)
     assert prepare_waiting(rt)["participants"] == 1
-    check = browser.get(f"{url}/s/pilot/check", timeout=30)
-    browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "1", "q2": "2"}, timeout=30)
     html = browser.get(f"{url}/profile", timeout=30).text
     profile = {"csrf_token": _csrf(html), "revision": "1", "rendered_at": "1",
                **{f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in tax.profile_fields}}
@@ -83,18 +81,16 @@ def test_an_abandoned_or_screened_out_participants_unrated_tasks_are_deleted(job
                if t["conversation"] == second) and delivered_first in after
     assert clear_released_tasks(rt) == 0  # nothing left to clear: a second pass deletes nothing
 
-    # B consents (tasks made during the check) and fails the check twice: every task made for them goes.
-    browser = _consent(url, "e1b2c3d4e5f6a7b8c9d0e100")
+    # B consents and fails the check twice: no task was ever made for them (none while at the check).
+    browser = _consent(url, "e1b2c3d4e5f6a7b8c9d0e100", passed=False)
     (failer,) = [r for r in _participant_ids(rt.store) if r != walker]
-    assert prepare_waiting(rt)["participants"] == 1
-    made = _tasks(rt, rt.rating_project, failer)
-    assert made and len(_tasks(rt, rt.profile_project, failer)) == 1
+    assert prepare_waiting(rt)["participants"] == 0
     for _ in range(2):
         check = browser.get(f"{url}/s/pilot/check", timeout=30)
         browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "2", "q2": "2"},
                      timeout=30)
     assert participants.get(failer).state == "screened_out"
-    assert clear_released_tasks(rt) == len(made) + 1
+    assert prepare_waiting(rt)["participants"] == 0 and clear_released_tasks(rt) == 0
     assert _tasks(rt, rt.rating_project, failer) == {} and _tasks(rt, rt.profile_project, failer) == {}
     # The walker's kept tasks are untouched by the second participant's clearing.
     assert set(_tasks(rt, rt.rating_project, walker)) == set(after)

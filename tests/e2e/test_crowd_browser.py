@@ -1,10 +1,10 @@
 """A crowd participant in a real browser (Debian's chromium via Playwright) on the real stack: they enter
-with Prolific's parameters, consent (their tasks are asked for now, made while they answer the check), fail
-the comprehension check once and pass it, continue from "preparing" if the worker is not done, answer the
+with Prolific's parameters, consent (a reservation only), fail the comprehension check once and pass it
+(their tasks are asked for now), continue from "preparing" once the worker is done, answer the
 questionnaire, rate their assigned turns and are redirected to Prolific's
 completion URL with the code. A participant who declines and one who fails the check twice end with the
-right codes, and nothing of theirs is recorded but the consent answer (and the screen-out outcome, and the
-slots the screened-out one took at consent and gave back at once)."""
+right codes, and nothing of theirs is recorded but the consent answer (and the screen-out outcome: the
+screened-out one never held a slot)."""
 
 from __future__ import annotations
 
@@ -100,8 +100,7 @@ def test_participant_consents_fails_once_passes_rates_and_is_sent_back_with_the_
     secret = study_secret(rt.settings.home, study.study_id)
     completer = pseudonymous_id(secret, study.study_id, "aaaaaaaaaaaaaaaaaaaaaaa1")
     screened = pseudonymous_id(secret, study.study_id, "ccccccccccccccccccccccc3")
-    assert participants_conversations(rt.store, screened) == []  # given back at the second failure
-    # The screened-out participant's tasks (made at consent) stay unrated and unseen: their link is revoked.
+    assert participants_conversations(rt.store, screened) == []  # never held: slots come with a passed check
     tasks = [t for t in rt.client.tasks.list(project=rt.rating_project, include="id,data", page_size=100)
              if t.data["rater_id"] == completer]
     assert len([t for t in tasks if not t.data.get("repeat_of")]) == 2  # N=2 conversations of one turn each
