@@ -443,8 +443,8 @@ def test_a_staff_lead_time_edit_is_held_and_never_makes_a_rater_too_fast(synced,
         client.annotations.update(ann.id, lead_time=0.5)  # staff, as any Label Studio account may
     changed = syncer.sync_named([(syncer.rating_project, t.id, a.id) for t, a in zip(mine, delivered)], [],
                                 SyncResult())  # the webhooks' drain
-    assert (changed.upserted, changed.held, changed.credited, changed.quarantined) == (4, 4, 0, 0)
     assert quality() == (21.5, [], 1.0)  # not too_fast: the page's own seconds
+    assert (changed.upserted, changed.held, changed.credited, changed.quarantined) == (4, 4, 0, 0)
     assert syncer.reconcile().upserted == 0  # stable
     first = delivered[0].id
     [row] = [r for r in store.held() if r["annotation_id"] == first]
