@@ -159,8 +159,8 @@ def quarantined() -> None:
 @ratings_app.command("accept")
 def accept(annotations: list[int] = typer.Argument(..., help="Label Studio annotation ids (see `sense7 ratings quarantined`).")) -> None:
     """Count what Label Studio holds for these annotations as their rater's own rating, although no
-    rater-page submission stands behind it (a staff correction, a rating entered for a rater). Logged
-    (`sense7 ratings history --staff`); all or nothing."""
+    rater-page submission stands behind it (a staff correction, a rating entered for a rater; an accepted
+    cancellation removes the rating). Logged (`sense7 ratings history --staff`); all or nothing."""
     from sense7.data.store import Store
 
     try:
