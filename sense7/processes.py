@@ -1,6 +1,13 @@
 """Background processes that sense7 starts and must be able to stop: one pid file and one log file each
 under SENSE7_HOME, a process group of their own (so stopping also stops their children), and a health
 check to wait on. Label Studio, the ML backend, a private Redis and the Celery worker all use this.
+
+Every process sense7 starts for a home also carries that home in its environment (`HOME_MARKER`), and so
+does every descendant: the environment is inherited through fork and exec, survives its parent's death,
+and the kernel keeps it where the process started (a process cannot lose it by changing os.environ). What
+neither a pid file nor a process group can find is found by it: the pool children or the beat of a worker
+killed with SIGKILL (re-parented to init, their pid file overwritten by the next worker, their group the
+shell's when the worker was started by hand). `stop_home_processes` stops them (`sense7 down`).
 """
 
 from __future__ import annotations
@@ -13,6 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
+
+# The home (resolved path) whose service a process is, and which service: set by sense7 when it starts one
+# (ManagedProcess.start, `sense7 worker`, `sense7 beat`), inherited by its children. A developer's shell
+# with SENSE7_HOME exported never carries these, so nothing but sense7's own processes match.
+HOME_MARKER = "SENSE7_SERVICE_HOME"
+SERVICE_MARKER = "SENSE7_SERVICE"
 
 
 class ProcessError(RuntimeError):
@@ -49,6 +64,49 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def service_environment(env: dict[str, str], home: Path, service: str) -> dict[str, str]:
+    """`env` marked as the environment of `service` of `home` (see HOME_MARKER)."""
+    return {**env, HOME_MARKER: str(Path(home).resolve()), SERVICE_MARKER: service}
+
+
+def home_processes(home: Path, service: str | None = None) -> list[psutil.Process]:
+    """The running processes marked as services of `home` (of one `service` if named): this user's only
+    (another user's environment is unreadable), never this process or its ancestors."""
+    mark = str(Path(home).resolve())
+    me = psutil.Process()
+    spared = {me.pid} | {parent.pid for parent in me.parents()}
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid in spared:
+            continue
+        try:
+            env = proc.environ()
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
+            continue
+        if env.get(HOME_MARKER) == mark and (service is None or env.get(SERVICE_MARKER) == service):
+            found.append(proc)
+    return found
+
+
+def stop_home_processes(home: Path, service: str | None = None, timeout: float = 10.0) -> list[int]:
+    """SIGTERM every process of `home` (of one `service` if named), SIGKILL what is left after `timeout`.
+    Returns the pids that were running."""
+    procs = home_processes(home, service)
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5.0)
+    return [proc.pid for proc in procs]
+
+
 @dataclass
 class ServiceStatus:
     """What `status` says of one server (Label Studio, the ML backend, the rater page)."""
@@ -74,6 +132,7 @@ class ManagedProcess:
 
     def __init__(self, name: str, home: Path, healthy: Callable[[], bool], startup_timeout: float = 120.0):
         self.name = name
+        self.home = home
         self.pid_file = home / "run" / f"{name}.pid"
         self.log_file = home / "logs" / f"{name}.log"
         self.healthy = healthy
@@ -96,8 +155,9 @@ class ManagedProcess:
             fd = os.open(self.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             with os.fdopen(fd, "ab") as log:
                 # umask 077: what the service writes (its database, data files, logs) is its owner's only.
-                proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True, cwd=cwd, umask=0o077)
+                proc = subprocess.Popen(cmd, env=service_environment(env, self.home, self.name), stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                        cwd=cwd, umask=0o077)
             pid = proc.pid
             self.pid_file.write_text(str(pid))
         try:

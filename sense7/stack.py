@@ -8,7 +8,9 @@ leaves alone a service that was already running (a developer's own Label Studio,
 every service of the home, whoever started it.
 
 Every process is a `sense7.processes.ManagedProcess` (pid file and log under SENSE7_HOME, its own process
-group, a health check to wait on).
+group, a health check to wait on) and carries its home in its environment, as do its children: `down()`
+ends by stopping whatever of the home is still running (the orphans of a worker killed with SIGKILL), and a
+worker starting where the last one was killed first stops that one's leftovers.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from pathlib import Path
 
 from sense7.labelstudio.server import LabelStudioServer
 from sense7.ml_backend.server import BackendServer
-from sense7.processes import ManagedProcess, ServiceStatus
+from sense7.processes import ManagedProcess, ServiceStatus, stop_home_processes
 from sense7.rater_page.server import RaterPageServer
 from sense7.settings import Settings
 
 WORKER_NAME = "celery-worker"
+LEFTOVERS = "left-over processes"  # down()'s name for what no pid file named
 
 
 def worker_command(beat_schedule: Path | None = None, concurrency: int = 2, loglevel: str = "info",
@@ -52,6 +55,13 @@ def worker_process(home: Path, name: str = WORKER_NAME, app=None, startup_timeou
             return False
 
     return ManagedProcess(name, home, healthy, startup_timeout=startup_timeout)
+
+
+def stop_leftovers(process: ManagedProcess) -> list[int]:
+    """Before `process` starts where none runs: stop what an earlier one of the same name left (the pool
+    children and beat of a worker killed with SIGKILL keep running jobs and scheduling them, twice with the
+    new worker's). The pids stopped."""
+    return stop_home_processes(process.home, process.name)
 
 
 def beat_process(home: Path) -> ManagedProcess:
@@ -139,6 +149,7 @@ class Stack:
         """The Celery worker (with beat unless `beat=False`); one that already runs is kept. Its pid."""
         pid = self.worker.pid()
         if pid is None:
+            stop_leftovers(self.worker)
             schedule = self.cfg.home / "run" / "celerybeat" if beat else None
             pid = self.worker.start(worker_command(schedule, concurrency, loglevel, extra_args),
                                     {**self.environment(), **(extra_env or {})}, cwd=self.cfg.home)
@@ -175,11 +186,13 @@ class Stack:
         return stopped
 
     def down(self) -> dict[str, bool]:
-        """Stop every service of this home, whoever started it (`sense7 down`), last first: {name: was running}."""
+        """Stop every service of this home, whoever started it (`sense7 down`), last first, then every other
+        process marked as the home's (LEFTOVERS: the orphans of a killed worker, say): {name: was running}."""
         from sense7.tasks.redis_local import stop_local_redis
 
         self._started.clear()
-        return {"rater page": self.rater_page.stop(), "Celery worker": self.worker.stop(),
-                "Celery beat": beat_process(self.cfg.home).stop(),
-                "ML backend": self.backend.stop(), "Redis": stop_local_redis(self.cfg),
-                "Label Studio": self.label_studio.stop()}
+        stopped = {"rater page": self.rater_page.stop(), "Celery worker": self.worker.stop(),
+                   "Celery beat": beat_process(self.cfg.home).stop(),
+                   "ML backend": self.backend.stop(), "Redis": stop_local_redis(self.cfg),
+                   "Label Studio": self.label_studio.stop()}
+        return {**stopped, LEFTOVERS: bool(stop_home_processes(self.cfg.home))}

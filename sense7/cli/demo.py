@@ -31,7 +31,7 @@ from sense7.files import csv_text, write_private
 from sense7.labelstudio import client as ls_client
 from sense7.processes import ProcessError
 from sense7.settings import Settings
-from sense7.stack import Stack, worker_process
+from sense7.stack import LEFTOVERS, Stack, worker_process
 from sense7.tasks import names
 
 LIVE_FRACTION = 0.5      # of the synthetic conversations become Label Studio tasks; the rest is the pilot
@@ -474,9 +474,10 @@ def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: 
 
 
 def down() -> None:
-    """Stop everything `sense7 demo` started: rater page, Celery worker, ML backend, private Redis, Label Studio."""
+    """Stop everything `sense7 demo` started: rater page, Celery worker, ML backend, private Redis, Label Studio,
+    and any other process of the home (what a killed worker left running)."""
     for name, was_running in Stack(settings()).down().items():
-        console.print(f"{name}: {'stopped' if was_running else 'was not running'}")
+        console.print(f"{name}: {'stopped' if was_running else 'none' if name == LEFTOVERS else 'was not running'}")
 
 
 def register(app: typer.Typer) -> None:

@@ -78,13 +78,30 @@ def _beat(cfg):
 
 
 def _claim(process, what: str) -> None:
-    """Refuse a second worker (or beat) for this home, then write this process's pid file: the exec below
-    keeps the pid, so `sense7 down` stops a worker started by hand like one the demo started."""
+    """Refuse a second worker (or beat) for this home, stop what a killed one left running, then write this
+    process's pid file: the exec below keeps the pid, so `sense7 down` stops a worker started by hand like
+    one the demo started."""
+    from sense7.stack import stop_leftovers
+
     pid = process.pid()
     if pid is not None and pid != os.getpid():
         raise fail(f"a Celery {what} for this home is already running (pid {pid}); `sense7 down` stops it")
+    left = stop_leftovers(process)
+    if left:
+        console.print(f"stopped {len(left)} process(es) a killed Celery {what} of this home left running")
     process.pid_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     process.pid_file.write_text(str(os.getpid()))
+
+
+def _exec_celery(process, args: list[str], url: str) -> None:
+    """Become the Celery process (exec: signals such as Ctrl-C or docker stop go straight to Celery, which
+    finishes or re-queues the job), marked as this home's service like every process sense7 starts, so that
+    `sense7 down` finds its children even after it was killed."""
+    from sense7.processes import service_environment
+
+    sys.stdout.flush()
+    os.execve(sys.executable, args, service_environment({**os.environ, "SENSE7_REDIS_URL": url}, process.home,
+                                                        process.name))
 
 
 def _enqueue(name: str, **kwargs) -> None:
@@ -103,7 +120,8 @@ def worker(
     """Run the Celery worker (and beat) that syncs labels, retrains and pushes pre-annotations."""
     _check_config()
     cfg = settings()
-    _claim(_worker(cfg), "worker")
+    process = _worker(cfg)
+    _claim(process, "worker")
     url = _redis(cfg)
     run_dir = cfg.home / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -112,24 +130,22 @@ def worker(
     if beat:
         args += ["--beat", "--schedule", str(run_dir / "celerybeat-schedule")]
     console.print(f"worker on {url.split('@')[-1]} (beat {'on' if beat else 'off'})")
-    sys.stdout.flush()
-    # exec: signals (Ctrl-C, docker stop) go straight to Celery, which finishes or re-queues the job.
-    os.execve(sys.executable, args, {**os.environ, "SENSE7_REDIS_URL": url})
+    _exec_celery(process, args, url)
 
 
 def beat(loglevel: str = typer.Option("info", help="Celery log level.")) -> None:
     """Run the scheduler alone (periodic reconciliation and retrain), for setups with several workers
     started with --no-beat: one beat per deployment, or every scheduled job runs once per scheduler."""
     cfg = settings()
-    _claim(_beat(cfg), "beat")
+    process = _beat(cfg)
+    _claim(process, "beat")
     url = _redis(cfg)
     run_dir = cfg.home / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "beat", "--loglevel", loglevel,
             "--schedule", str(run_dir / "celerybeat-schedule")]
     console.print(f"beat on {url.split('@')[-1]}")
-    sys.stdout.flush()
-    os.execve(sys.executable, args, {**os.environ, "SENSE7_REDIS_URL": url})
+    _exec_celery(process, args, url)
 
 
 def sync(

@@ -59,6 +59,12 @@ def _summary(state: dict | None) -> str:
     held = state.get("held")
     if held and state.get("rater_id"):
         kept = " ".join(f"{k}={v}" for k, v in (held.get("values") or {}).items())
+        if "lead_time" in held and held["lead_time"] != state.get("lead_time"):
+            kept += f" lead_time={held['lead_time']}"
+        if held.get("cancelled"):
+            kept += " was_cancelled=true"
+        if held.get("author") is not None:
+            kept += f" completed_by={held['author']}"
         extra += f" [not counted: {kept} by user {held.get('changed_by')}]"
     return f"{who}: {values}{extra}"
 
@@ -153,8 +159,8 @@ def quarantined() -> None:
 @ratings_app.command("accept")
 def accept(annotations: list[int] = typer.Argument(..., help="Label Studio annotation ids (see `sense7 ratings quarantined`).")) -> None:
     """Count what Label Studio holds for these annotations as their rater's own rating, although no
-    rater-page submission stands behind it (a staff correction, a rating entered for a rater). Logged
-    (`sense7 ratings history --staff`); all or nothing."""
+    rater-page submission stands behind it (a staff correction, a rating entered for a rater; an accepted
+    cancellation removes the rating). Logged (`sense7 ratings history --staff`); all or nothing."""
     from sense7.data.store import Store
 
     try:
@@ -163,7 +169,8 @@ def accept(annotations: list[int] = typer.Argument(..., help="Label Studio annot
         raise fail(str(exc))
     for row in done:
         values = " ".join(f"{k}={v}" for k, v in row["values"].items())
-        console.print(f"annotation {row['annotation_id']}: counted as rater {row['rater_id']}'s ({values})",
+        said = "cancelled: no rating of" if row["cancelled"] else "counted as"
+        console.print(f"annotation {row['annotation_id']}: {said} rater {row['rater_id']}'s ({values})",
                       highlight=False, markup=False)
 
 

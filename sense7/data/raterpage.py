@@ -218,11 +218,12 @@ class Outbox:
 
     def revisions(self, rater_id: str | None = None, task_id: int | None = None,
                   task_ids: list[int] | None = None) -> dict[tuple[str, int], list[dict]]:
-        """(rater, task) -> every submitted revision, oldest first (revision, kind, result, submitted_at,
-        delivered_at, annotation_id): what the sync checks an annotation credited to a rater against."""
+        """(rater, task) -> every submitted revision, oldest first (revision, kind, result, lead_time,
+        submitted_at, delivered_at, annotation_id): what the sync checks an annotation credited to a rater
+        against."""
         query = select(submissions.c.rater_id, submissions.c.task_id, submissions.c.revision, submissions.c.kind,
-                       submissions.c.result, submissions.c.submitted_at, submissions.c.delivered_at,
-                       submissions.c.annotation_id).order_by(submissions.c.revision)
+                       submissions.c.result, submissions.c.lead_time, submissions.c.submitted_at,
+                       submissions.c.delivered_at, submissions.c.annotation_id).order_by(submissions.c.revision)
         if rater_id is not None:
             query = query.where(submissions.c.rater_id == rater_id)
         if task_id is not None:
@@ -234,6 +235,17 @@ class Outbox:
             for row in conn.execute(query).mappings():
                 found.setdefault((row["rater_id"], row["task_id"]), []).append(dict(row))
         return found
+
+    def page_seconds(self) -> dict[int, float | None]:
+        """annotation_id -> the seconds the rater page measured for the newest revision delivered as that
+        annotation (None: not measured): a rater's own time on a rating given on the page, whatever Label
+        Studio's lead_time says since (sense7.research.study_analysis reads rater quality from it)."""
+        query = (select(submissions.c.annotation_id, submissions.c.lead_time)
+                 .where(submissions.c.delivered_at.is_not(None), submissions.c.annotation_id.is_not(None),
+                        submissions.c.kind == "rating")
+                 .order_by(submissions.c.revision))
+        with self.store.engine.connect() as conn:
+            return {annotation: seconds for annotation, seconds in conn.execute(query)}
 
     def mark_failed(self, key: str, error: str) -> None:
         with self.store.engine.begin() as conn:

@@ -71,20 +71,23 @@ annotations = Table(
     # Why this annotation is not attributed to any rater (author not a known rater, not the task's rater):
     # kept, listed and counted, but never trained on and never turned into traits.
     Column("quarantine", String(300), nullable=True),
-    Column("lead_time", Float, nullable=True),      # seconds the rater spent on the task (Label Studio's)
+    Column("lead_time", Float, nullable=True),      # seconds the rater spent on the task: what counts (see held)
     Column("created_at", String(64), nullable=True),  # when Label Studio first had it, ISO text
     # The task key of the turn this annotation rates again (a test-retest repeat, sense7.data.study_design): kept
     # for rater quality, never trained on and never counted as a second rating of the turn.
     Column("repeat_of", String(300), nullable=True),
     # A version Label Studio holds that is not counted as the rater's (issue 23): written there, not by the
     # rater page, and not accepted (`sense7 ratings accept`). {"rater_id" (the rater it claims), "values",
-    # "expectation", "comment", "changed_by", "reason"}; the ratings rows keep what counts (the delivered
-    # version), or the annotation is quarantined when nothing of the rater's stands behind it.
+    # "expectation", "comment", "lead_time", "cancelled", "author" (None: the rater's account; else whom a
+    # re-assigned completed_by names), "changed_by", "reason"} (issue 37: lead_time, cancelled and author
+    # too); the ratings rows and lead_time keep what counts (the delivered version), or the annotation is
+    # quarantined when nothing of the rater's stands behind it.
     Column("held", JSON(none_as_null=True), nullable=True),
 )
 
 # Every change of a synced rating, oldest first: who (Label Studio user id), when, the state before and
-# after ({"values", "expectation", "comment", "rater_id"}; None = did not exist / deleted).
+# after ({"values", "expectation", "comment", "rater_id", "quarantine", "author_id", "held", "lead_time"};
+# None = did not exist / deleted).
 rating_history = Table(
     "rating_history", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
@@ -108,7 +111,7 @@ accepted_versions = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("annotation_id", Integer, nullable=False, index=True),
     Column("rater_id", String(200), nullable=False),
-    Column("version", JSON, nullable=False),  # {"values", "expectation", "comment"}
+    Column("version", JSON, nullable=False),  # {"values", "expectation", "comment", "lead_time", "cancelled", "author"}
     Column("accepted_at", DateTime(timezone=True), nullable=False),
     Column("actor", String(200), nullable=False),
 )
@@ -373,9 +376,12 @@ def _actor() -> str:
 
 
 def _version(state: dict) -> dict:
-    """The part of an annotation's state that says what it rates: {"values", "expectation", "comment"}."""
-    return {"values": {k: int(v) for k, v in sorted((state.get("values") or {}).items())},
-            "expectation": state.get("expectation"), "comment": state.get("comment")}
+    """The part of an annotation's state (or of a held version) a sync compares: {"values", "expectation",
+    "comment", "cancelled", "author"} and "lead_time" when the state has it (sense7.labelstudio.label_sync)."""
+    version = {"values": {k: int(v) for k, v in sorted((state.get("values") or {}).items())},
+               "expectation": state.get("expectation"), "comment": state.get("comment"),
+               "cancelled": bool(state.get("cancelled")), "author": state.get("author")}
+    return {**version, "lead_time": state["lead_time"]} if "lead_time" in state else version
 
 
 class Store:
@@ -562,7 +568,7 @@ class Store:
                                                 for k, v in values.items()])
             new = {"values": {k: int(v) for k, v in sorted(values.items())}, "expectation": expectation,
                    "comment": comment, "rater_id": rater_id, "quarantine": quarantine, "author_id": author_id,
-                   "held": held}
+                   "held": held, "lead_time": lead_time}
             if old != new:
                 conn.execute(rating_history.insert().values(
                     annotation_id=annotation_id, task_id=task_id, change="updated" if old else "created",
@@ -579,7 +585,7 @@ class Store:
                                    .where(ratings.c.annotation_id == annotation_id)).all())
         return {"values": {k: int(v) for k, v in sorted(values.items())}, "expectation": row["expectation"],
                 "comment": row["comment"], "rater_id": row["rater_id"], "quarantine": row["quarantine"],
-                "author_id": row["author_id"], "held": row["held"]}
+                "author_id": row["author_id"], "held": row["held"], "lead_time": row["lead_time"]}
 
     def has_ratings_from(self, conversation_id: str, message_index: int) -> bool:
         """Whether a turn of the conversation at or after `message_index` has a live or imported rating."""
@@ -675,7 +681,8 @@ class Store:
     def accept_held(self, annotation_ids: list[int]) -> list[dict]:
         """Count each annotation's held Label Studio version as its rater's (`sense7 ratings accept`): all or
         nothing. LookupError (naming the id) for an unknown annotation or one with nothing held. Returns
-        what was accepted: annotation_id, rater_id, values. Each is a history entry and a staff-log line."""
+        what was accepted: annotation_id, rater_id, values, cancelled. Each is a history entry and a
+        staff-log line. An accepted cancellation removes the rating (deleted, as a skipped task)."""
         actor = _actor()
         done = []
         with self.engine.begin() as conn:
@@ -690,9 +697,10 @@ class Store:
                     raise LookupError(f"annotation {annotation_id}: nothing held to accept: {why}")
                 old = self._state(conn, annotation_id)
                 values = {k: int(v) for k, v in (held.get("values") or {}).items()}
+                timed = {"lead_time": held["lead_time"]} if "lead_time" in held else {}
                 conn.execute(update(annotations).where(annotations.c.annotation_id == annotation_id).values(
                     rater_id=held["rater_id"], quarantine=None, held=None, expectation=held.get("expectation"),
-                    comment=held.get("comment")))
+                    comment=held.get("comment"), deleted=bool(held.get("cancelled")), **timed))
                 conn.execute(delete(ratings).where(ratings.c.annotation_id == annotation_id))
                 if values:
                     conn.execute(ratings.insert(), [{"annotation_id": annotation_id, "control": k, "value": v}
@@ -700,14 +708,15 @@ class Store:
                 conn.execute(accepted_versions.insert().values(
                     annotation_id=annotation_id, rater_id=held["rater_id"], version=_version(held),
                     accepted_at=_now(), actor=actor))
-                new = self._state(conn, annotation_id)
+                new = None if held.get("cancelled") else self._state(conn, annotation_id)
                 conn.execute(rating_history.insert().values(
                     annotation_id=annotation_id, task_id=row["task_id"], change="accepted", changed_by=None,
                     changed_at=_now(), ls_updated_at=row["updated_at"], old=old, new=new,
                     via="sense7 ratings accept"))
                 conn.execute(staff_log.insert().values(at=_now(), actor=actor, action="ratings accept", detail={
                     "annotation": annotation_id, "rater": held["rater_id"], "changed_by": held.get("changed_by")}))
-                done.append({"annotation_id": annotation_id, "rater_id": held["rater_id"], "values": values})
+                done.append({"annotation_id": annotation_id, "rater_id": held["rater_id"], "values": values,
+                             "cancelled": bool(held.get("cancelled"))})
         return done
 
     def annotation_versions(self, include_deleted: bool = False) -> dict[int, str]:

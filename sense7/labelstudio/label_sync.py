@@ -15,11 +15,15 @@ logged entry.) Every change is kept in the store's rating history.
 
 Label Studio cannot tell who wrote under an account (every account is staff, and the delivery job writes
 with the service token): so an annotation credited to a rater counts as theirs only when a rater-page
-submission stands behind it (the outbox, sense7.data.raterpage.Outbox: same task, same result, compared as
-parsed levels, expectation and comment) or staff accepted that version (`sense7 ratings accept`, logged).
-Anything else written there is *held*: kept with its author and reason, shown in the history as a Label
-Studio change, never trained on as the rater's. What counts instead is the rater's last delivered (or
-accepted) version of that annotation; with none, the annotation is quarantined.
+submission stands behind it (the outbox, sense7.data.raterpage.Outbox: same task, same *version*) or staff
+accepted that version (`sense7 ratings accept`, logged). A version is everything of an annotation the store
+believes: the result (compared as parsed levels, expectation and comment), the seconds on the task
+(`lead_time`: the rater page's own, which delivery writes), whether it was cancelled (skipped), and its
+author (`completed_by`: the rater's own account, or, on an annotation delivered as the task's rater's and
+re-assigned since, whoever it names now). Anything else written there is *held*: kept with its author and
+reason, shown in the history as a Label Studio change, never trained on as the rater's. What counts instead
+is the rater's last delivered (or accepted) version of that annotation; with none, the annotation is
+quarantined. A cancelled annotation nothing of a rater's stands behind is a skipped task: no rating.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from sense7.labelstudio.protocol import (
     rating_result,
     user_id,
 )
-from sense7.labelstudio.rater_accounts import account_email, raters_by_email
+from sense7.labelstudio.rater_accounts import account_email, ensure_account, raters_by_email
 from sense7.taxonomy import Taxonomy
 
 
@@ -61,12 +65,13 @@ class SyncResult:
 
 
 def _seconds(value) -> float | None:
-    """Label Studio's lead_time (seconds on the task) when it is a sane number, else None."""
+    """Seconds on the task (Label Studio's lead_time, a submission's) when a sane number, else None; to the
+    millisecond, as delivery writes them (sense7.labelstudio.rater_accounts.write_annotation)."""
     try:
         seconds = float(value)
     except (TypeError, ValueError):
         return None
-    return seconds if 0 <= seconds < 10 ** 7 else None
+    return round(seconds, 3) if 0 <= seconds < 10 ** 7 else None
 
 
 # The history's `via`: who wrote a change.
@@ -80,6 +85,50 @@ def rating_version(result: list[dict], taxonomy: Taxonomy) -> dict:
     per control, the expectation answer and the comment (item order, ids and ignored items do not count)."""
     values, expectation, comment = parse_annotation(result or [], taxonomy)
     return {"values": dict(sorted(values.items())), "expectation": expectation, "comment": comment}
+
+
+# A version's `author`: None when the rater's own account wrote it; on an annotation delivered as its task's
+# rater's and re-assigned since, the Label Studio user it names now, or NO_USER (a deleted user, say).
+NO_USER = "none"
+
+
+def submitted_version(revision: dict, taxonomy: Taxonomy) -> dict:
+    """What a rater-page submission (an outbox row) delivers, as annotation versions are compared: its result,
+    its seconds on the page (delivered as the annotation's lead_time), never cancelled, by the rater's own
+    account (author None)."""
+    return {**rating_version(revision["result"], taxonomy), "lead_time": _seconds(revision.get("lead_time")),
+            "cancelled": False, "author": None}
+
+
+def same_version(accepted: dict, version: dict) -> bool:
+    """Whether a version staff accepted is `version`. One accepted before lead times, cancellations and
+    authors were compared names none of them: it was live and by the rater's account, at any lead time."""
+    defaults = {"cancelled": False, "author": None}
+    for key, value in version.items():
+        if key in accepted:
+            if accepted[key] != value:
+                return False
+        elif key == "lead_time":
+            continue
+        elif key not in defaults or defaults[key] != value:
+            return False
+    return True
+
+
+def changed_fields(version: dict, instead: dict | None) -> str:
+    """What of `version` no submission has, as staff would have written it in Label Studio."""
+    if instead is None:
+        return "this result"
+    parts = []
+    if any(version.get(k) != instead.get(k) for k in ("values", "expectation", "comment")):
+        parts.append("this result")
+    if version.get("lead_time") != instead.get("lead_time"):
+        parts.append(f"lead_time {version.get('lead_time')}")
+    if version.get("cancelled") != instead.get("cancelled"):
+        parts.append(f"was_cancelled {str(bool(version.get('cancelled'))).lower()}")
+    if version.get("author") != instead.get("author"):
+        parts.append(f"completed_by user {version.get('author')}")
+    return " and ".join(parts) or "this result"
 
 
 def _naive(moment):
@@ -183,79 +232,107 @@ class LabelSync:
             return self._accepted.get(annotation_id, [])
         return self.store.accepted_versions(annotation_id).get(annotation_id, [])
 
+    def delivered_to(self, rater: str, task_id: int, annotation_id: int) -> bool:
+        """Whether delivery wrote a submission of `rater` for the task as this very annotation."""
+        return any(r["annotation_id"] == annotation_id and r["delivered_at"] is not None
+                   for r in self._revisions(rater, task_id))
+
     def standing(self, rater: str, task_id: int, annotation_id: int, version: dict,
-                 parse=None) -> tuple[str | None, dict | None]:
+                 of_revision=None) -> tuple[str | None, dict | None]:
         """(who wrote this version, None) when it counts as `rater`'s: VIA_RATER_PAGE when a submission of
         theirs for the task has it (the newest delivered one, or a newer one on its way: delivery writes
         before it marks), VIA_ACCEPTED when staff accepted it for this annotation. Otherwise (None, what
         counts instead): the newer of their last version delivered to this annotation and the last accepted
-        one, or None. `parse`: result list -> version (rating_version by default)."""
-        parse = parse or (lambda result: rating_version(result, self.taxonomy))
+        one, or None. `of_revision`: outbox row -> version (submitted_version by default)."""
+        of_revision = of_revision or (lambda revision: submitted_version(revision, self.taxonomy))
         revisions = [r for r in self._revisions(rater, task_id) if r["annotation_id"] in (None, annotation_id)]
         delivered = [r for r in revisions if r["delivered_at"] is not None]
         newest = delivered[-1] if delivered else None
         behind = ([newest] if newest else []) + [r for r in revisions if r["delivered_at"] is None
                                                   and (newest is None or r["revision"] > newest["revision"])]
-        if any(parse(r["result"]) == version for r in behind):
+        if any(of_revision(r) == version for r in behind):
             return VIA_RATER_PAGE, None
         accepted = [a for a in self._accepted_versions(annotation_id) if a["rater_id"] == rater]
-        if any({k: a.get(k) for k in version} == version for a in accepted):
+        if any(same_version(a, version) for a in accepted):
             return VIA_ACCEPTED, None
         options = []
         if newest is not None:
-            options.append((_naive(newest["delivered_at"]), parse(newest["result"])))
+            options.append((_naive(newest["delivered_at"]), of_revision(newest)))
         if accepted:
-            options.append((_naive(accepted[-1]["accepted_at"]), {k: accepted[-1].get(k) for k in version}))
+            last = accepted[-1]
+            options.append((_naive(last["accepted_at"]), {"cancelled": False, "author": None, "lead_time": None,
+                                                         **{k: last[k] for k in version if k in last}}))
         return None, (max(options, key=lambda option: option[0])[1] if options else None)
 
     # -- one annotation --------------------------------------------------------------------------------
-    def apply(self, annotation: dict, task_data: dict, project: int, result: SyncResult) -> None:
-        """Write one annotation (as Label Studio returns it) to the store."""
+    def _skipped(self, annotation_id: int, result: SyncResult, changed_by: int | None = None) -> bool:
+        """A cancelled (skipped) annotation that is nobody's rating: no rating in the store. False."""
+        if self._stored is None or annotation_id in self._stored:
+            result.deleted += int(self.store.delete_annotation(annotation_id, changed_by=changed_by))
+        return False
+
+    def apply(self, annotation: dict, task_data: dict, project: int, result: SyncResult) -> bool:
+        """Write one annotation (as Label Studio returns it) to the store. False when it is no rating: a
+        skipped (cancelled) task that no delivered or accepted rating stands behind."""
         ann_id = int(annotation["id"])
         result.seen += 1
-        if annotation.get("was_cancelled"):  # a skipped task: not a rating
-            if self._stored is None or ann_id in self._stored:
-                result.deleted += int(self.store.delete_annotation(ann_id))
-            return
+        cancelled = bool(annotation.get("was_cancelled"))
+        author = user_id(annotation.get("completed_by"))
+        changer = user_id(annotation.get("updated_by")) or author
         if project == self.profile_project:
+            if cancelled:
+                return self._skipped(ann_id, result, changer)
             self._apply_profile(annotation, task_data, result)
-            return
+            return True
         try:
             values, expectation, comment = parse_annotation(annotation.get("result") or [], self.taxonomy)
             conversation_id = str(task_data["conversation_id"])
             turn = task_data.get("turn_index")
             turn_index = None if turn in (None, "") else int(turn)
         except (ValueError, KeyError, TypeError) as exc:
+            if cancelled:
+                return self._skipped(ann_id, result, changer)
             result.invalid.append(f"annotation {ann_id}: {exc}")
-            return
-        rater, quarantine = self.attribution(annotation.get("completed_by"), task_data)
+            return True
         task_id = int(annotation["task"])
-        author = user_id(annotation.get("completed_by"))
-        changer = user_id(annotation.get("updated_by")) or author
-        version = {"values": dict(sorted(values.items())), "expectation": expectation, "comment": comment}
+        rater, quarantine = self.attribution(annotation.get("completed_by"), task_data)
+        owner = task_data.get("rater_id")
+        reassigned = (rater is None and owner not in (None, "")
+                      and self.delivered_to(str(owner), task_id, ann_id))
+        if reassigned:  # delivered as the owner's answer, its completed_by changed since: still theirs, held
+            rater, quarantine = str(owner), None
+        version = {"values": dict(sorted(values.items())), "expectation": expectation, "comment": comment,
+                   "lead_time": _seconds(annotation.get("lead_time")), "cancelled": cancelled,
+                   "author": (NO_USER if author is None else author) if reassigned else None}
+        if cancelled and rater is None:
+            return self._skipped(ann_id, result, changer)
         counted, held, via = version, None, VIA_LABEL_STUDIO
         if rater is not None:
             via, instead = self.standing(rater, task_id, ann_id, version)
             if via is None:  # written in Label Studio under the rater's account: not the rater's word
+                if cancelled and instead is None:  # their account skipped a task: nothing of theirs to keep
+                    return self._skipped(ann_id, result, changer)
                 via = VIA_LABEL_STUDIO
                 reason = (f"written in Label Studio by user {changer}, not on the rater page: no submission of "
-                          f"rater {rater} for task {task_id} has this result")
+                          f"rater {rater} for task {task_id} has {changed_fields(version, instead)}")
                 held = {"rater_id": rater, **version, "changed_by": changer, "reason": reason}
                 result.held += 1
                 if instead is not None:
                     counted = instead  # the rater's own last version keeps counting
                 else:
                     rater, quarantine = None, reason
+        if counted["cancelled"]:  # staff accepted the cancellation: no rating any more
+            return self._skipped(ann_id, result, changer)
         result.quarantined += quarantine is not None
         updated_at = iso_time(annotation.get("updated_at"))
         if self._stored is not None and self._stored.get(ann_id) == (updated_at, rater, quarantine, held):
             result.unchanged += 1  # the same version is stored: skip the write transaction
-            return
+            return True
         changed = self.store.upsert_annotation(
             ann_id, task_id, conversation_id, turn_index, rater,
             updated_at, counted["values"], counted["expectation"], counted["comment"], author_id=author,
             quarantine=quarantine, held=held, via=via,
-            changed_by=author if via == VIA_RATER_PAGE else changer, lead_time=_seconds(annotation.get("lead_time")),
+            changed_by=author if via == VIA_RATER_PAGE else changer, lead_time=counted["lead_time"],
             created_at=iso_time(annotation.get("created_at")) if annotation.get("created_at") else None,
             repeat_of=task_data.get("repeat_of") or None)
         result.credited += bool(changed and rater is not None and held is None)  # a held change adds nothing
@@ -263,6 +340,7 @@ class LabelSync:
             result.upserted += 1
         else:
             result.unchanged += 1
+        return True
 
     def _apply_profile(self, annotation: dict, task_data: dict, result: SyncResult) -> None:
         answers, bad = parse_profile_result(annotation.get("result") or [], self.taxonomy)
@@ -271,7 +349,8 @@ class LabelSync:
         rater, quarantine = self.attribution(annotation.get("completed_by"), task_data)
         if rater is not None:
             via, _ = self.standing(rater, int(annotation["task"]), int(annotation["id"]), answers,
-                                   parse=lambda result: parse_profile_result(result, self.taxonomy)[0])
+                                   of_revision=lambda revision: parse_profile_result(revision["result"],
+                                                                                     self.taxonomy)[0])
             if via is None:
                 rater = None
                 quarantine = (f"written in Label Studio by user {user_id(annotation.get('updated_by'))}, not on the "
@@ -377,7 +456,8 @@ class LabelSync:
     # -- history ---------------------------------------------------------------------------------------
     def revert(self, change_id: int) -> SyncResult:
         """Undo one recorded change in Label Studio (the system of record), then sync the annotation so the
-        store follows: an edit gets its earlier result back, a deletion is re-created with its original
+        store follows: an edit gets its earlier version back (result, lead_time, not cancelled, and the
+        rater's account as completed_by when it was re-assigned), a deletion is re-created with its original
         author (so it stays attributed to its rater), a creation is deleted. The revert itself is a new
         change in the history."""
         entries = self.store.history(change_id=change_id)
@@ -396,16 +476,28 @@ class LabelSync:
                 self.client.annotations.delete(ann_id)
             return self.sync_annotation(ann_id)
         result = rating_result(before["values"], self.taxonomy, before.get("expectation"), before.get("comment"))
+        # A live rating is never a skipped one; its seconds on the task as they were (if the change kept them).
+        restored = {"result": result, "was_cancelled": False,
+                    **({"lead_time": before["lead_time"]} if "lead_time" in before else {})}
         if current is not None:
-            self.client.annotations.update(ann_id, result=result)
+            account = self._rater_account(before, user_id(current.completed_by))
+            self.client.annotations.update(ann_id, **restored, **({"completed_by": account} if account else {}))
             self._accept_restored(ann_id, before)
             return self.sync_annotation(ann_id)
         if entry["task_id"] is None:
             raise LookupError(f"change #{change_id} does not record its task: it cannot be re-created")
-        created = self.client.annotations.create(entry["task_id"], result=result,
-                                                 completed_by=before.get("author_id"))
+        author = self._rater_account(before, before.get("author_id")) or before.get("author_id")
+        created = self.client.annotations.create(entry["task_id"], completed_by=author, **restored)
         self._accept_restored(created.id, before)
         return self.sync_annotation(created.id)
+
+    def _rater_account(self, before: dict, author: int | None) -> int | None:
+        """When what counted was a rater's and `author` is not their account (re-assigned in Label Studio since):
+        the rater's account, the one delivery writes as. Else None (the author stays)."""
+        rater = before.get("rater_id")
+        if rater and self.author_rater(author, rater) != rater:
+            return ensure_account(self.client, self.store, rater)
+        return None
 
     def _accept_restored(self, annotation_id: int, before: dict) -> None:
         """A revert restores what counted as a rater's: an explicit staff command, so that version keeps
@@ -451,9 +543,8 @@ class LabelSync:
                 data = task.get("data") or {}
                 for annotation in task.get("annotations") or []:
                     annotation.setdefault("task", task["id"])
-                    if project == self.rating_project and not annotation.get("was_cancelled"):
-                        live.add(int(annotation["id"]))
-                    self.apply(annotation, data, project, result)
+                    if self.apply(annotation, data, project, result) and project == self.rating_project:
+                        live.add(int(annotation["id"]))  # (a cancelled one held as a rater's rating too)
         for ann_id in set(self._stored) - live:
             result.deleted += int(self.store.delete_annotation(ann_id))
         return result

@@ -257,5 +257,7 @@ def write_annotation(client: LabelStudio, task_id: int, account: int, result: li
         current = _latest(own, "updated_at")
     if current is None:
         return client.annotations.create(task_id, result=result, completed_by=account, **extra).id
-    client.annotations.update(current["id"], result=result, **extra)
+    # The rater's whole answer, over whatever staff set there since: never a skip, this revision's seconds.
+    client.annotations.update(current["id"], result=result, was_cancelled=False,
+                              lead_time=extra.get("lead_time"))
     return int(current["id"])

@@ -17,7 +17,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from sense7.data.conversations import task_key
-from sense7.data.raterpage import InstructedAnswers
+from sense7.data.raterpage import InstructedAnswers, Outbox
 from sense7.data.store import Store, annotations, ratings
 from sense7.data.study_design import LIVE_KIND, REPEAT_SUFFIX, SHOWN, StudyRecords
 from sense7.research.agreement import krippendorff_alpha
@@ -29,7 +29,9 @@ from sense7.research.quality import QualityPolicy, rater_quality, training_weigh
 
 def rated_tasks(store: Store) -> pd.DataFrame:
     """One row per live annotation credited to a rater: annotation_id, task_id, conversation_id, turn_index,
-    rater_id, lead_time, created (UTC timestamp), repeat_of, task_key, values ({control: level}), arm."""
+    rater_id, lead_time, created (UTC timestamp), repeat_of, task_key, values ({control: level}), arm.
+    lead_time of a rating given on the rater page is the page's own measure (the outbox's), never Label
+    Studio's lead_time field, which any staff account can set."""
     query = (select(annotations.c.annotation_id, annotations.c.task_id, annotations.c.conversation_id,
                     annotations.c.turn_index, annotations.c.rater_id, annotations.c.lead_time,
                     annotations.c.created_at, annotations.c.updated_at, annotations.c.repeat_of)
@@ -43,6 +45,9 @@ def rated_tasks(store: Store) -> pd.DataFrame:
                               columns=["annotation_id", "control", "value"])
     if rows.empty:
         return rows.assign(created=pd.Series(dtype="datetime64[ns, UTC]"), task_key=[], values=[], arm=[])
+    page = Outbox(store).page_seconds()
+    rows["lead_time"] = [np.nan if page.get(a, t) is None else float(page.get(a, t))
+                         for a, t in zip(rows["annotation_id"], rows["lead_time"])]
     # Label Studio's creation time; annotations synced before it was kept fall back to their update time.
     rows["created"] = pd.to_datetime(rows["created_at"].fillna(rows["updated_at"]), utc=True, format="ISO8601")
     by_annotation = {a: dict(zip(g["control"], g["value"].astype(int))) for a, g in values.groupby("annotation_id")}

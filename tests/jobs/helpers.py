@@ -40,11 +40,12 @@ def project_tasks(client, project_id: int) -> list:
 
 
 def annotate(client, task, user_id: int, bias: int = 0, store=None, result: list[dict] | None = None,
-             kind: str = "rating"):
+             kind: str = "rating", lead_time: float | None = None):
     """An annotation of `task` written as `user_id`. With `store`: the legitimate path, as the rater page
-    and its delivery job write it (a submission of the task's rater in the outbox, then written to Label
-    Studio as their account and marked delivered), so the sync counts it as the rater's. Without: written
-    in Label Studio directly, which the sync never counts as a rater's (quarantined or held)."""
+    and its delivery job write it (a submission of the task's rater in the outbox, with the page's
+    `lead_time`, then written to Label Studio as their account and marked delivered), so the sync counts it
+    as the rater's. Without: written in Label Studio directly, which the sync never counts as a rater's
+    (quarantined or held)."""
     result = result if result is not None else rating_result(task.data["turn"][0]["content"], bias)
     if store is None:
         return client.annotations.create(task.id, result=result, completed_by=user_id)
@@ -52,9 +53,9 @@ def annotate(client, task, user_id: int, bias: int = 0, store=None, result: list
     from sense7.labelstudio.rater_accounts import write_annotation
 
     outbox, rater = Outbox(store), task.data["rater_id"]
-    revision = outbox.add_next(rater, kind, task.id, result, {"result": result}, None)
+    revision = outbox.add_next(rater, kind, task.id, result, {"result": result}, lead_time)
     revision = revision or outbox.revision(rater, task.id)
-    made = write_annotation(client, task.id, user_id, result, None, known=outbox.annotation_of(rater, task.id))
+    made = write_annotation(client, task.id, user_id, result, lead_time, known=outbox.annotation_of(rater, task.id))
     outbox.mark_delivered(rater, task.id, revision, made)
     return client.annotations.get(made)
 

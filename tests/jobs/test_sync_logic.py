@@ -413,3 +413,134 @@ def test_a_drain_round_looks_up_attribution_per_batch_not_per_annotation(synced)
     assert counted.calls == ["list"]  # three new authors: one list of the users
     credited = {r for r in store.ratings_frame()["rater_id"].unique()}
     assert credited == {t.data["rater_id"] for t in tasks[:6]}
+
+
+# -- issue 37 item 9: staff edits outside the result ------------------------------------------------------
+
+def test_a_staff_lead_time_edit_is_held_and_never_makes_a_rater_too_fast(synced, tmp_path, monkeypatch):
+    """The probe: staff PATCH `lead_time` to 0.5 s on every delivered rating of rater X. Each change is held
+    (the history names the staff user and the time they wrote), X's own seconds on the page keep counting:
+    no too_fast flag, X stays in retraining. A revert puts X's time back in Label Studio; an accepted one
+    still leaves rater quality on the page's own time."""
+    from sense7.labelstudio.label_sync import SyncResult
+    from sense7.research.study_analysis import flagged_weights, study_status
+    from sense7.settings import QualityPolicy
+
+    syncer, raters, users = synced
+    client, store = syncer.client, syncer.store
+    owner, staff = raters[0]["rater_id"], client.users.whoami().id
+    mine = [t for t in project_tasks(client, syncer.rating_project) if t.data["rater_id"] == owner]
+    delivered = [annotate(client, t, users[owner], store=store, lead_time=20.0 + i) for i, t in enumerate(mine)]
+    assert syncer.reconcile().credited == len(mine) == 4
+    policy = QualityPolicy(min_tasks=4)  # judged on these four ratings
+
+    def quality():
+        [row] = [r for r in study_status(store, {}, policy)["raters"] if r["rater_id"] == owner]
+        return row["median_seconds"], row["flags"], flagged_weights(store, policy)[owner]
+
+    assert quality() == (21.5, [], 1.0)
+    for ann in delivered:
+        client.annotations.update(ann.id, lead_time=0.5)  # staff, as any Label Studio account may
+    changed = syncer.sync_named([(syncer.rating_project, t.id, a.id) for t, a in zip(mine, delivered)], [],
+                                SyncResult())  # the webhooks' drain
+    assert quality() == (21.5, [], 1.0)  # not too_fast: the page's own seconds
+    assert (changed.upserted, changed.held, changed.credited, changed.quarantined) == (4, 4, 0, 0)
+    assert syncer.reconcile().upserted == 0  # stable
+    first = delivered[0].id
+    [row] = [r for r in store.held() if r["annotation_id"] == first]
+    assert row["rater_id"] == owner and row["held"]["lead_time"] == 0.5 and row["held"]["changed_by"] == staff
+    assert row["held"]["reason"] == (f"written in Label Studio by user {staff}, not on the rater page: no submission "
+                                     f"of rater {owner} for task {mine[0].id} has lead_time 0.5")
+    change = store.history(annotation_id=first)[-1]
+    assert (change["change"], change["via"], change["changed_by"]) == ("updated", "label studio", staff)
+    assert change["old"]["lead_time"] == change["new"]["lead_time"] == 20.0
+    shown = _cli(monkeypatch, tmp_path, store, "ratings", "history", "--annotation", str(first)).output
+    shown = " ".join(shown.split())  # the console wraps long lines
+    assert f"updated by user {staff} in Label Studio" in shown and "lead_time=0.5 by user" in shown
+
+    # Reverted: Label Studio has the rater's 20 s again, nothing is held for it, the history grew.
+    syncer.revert(change["id"])
+    assert client.annotations.get(first).lead_time == 20.0
+    assert first not in {r["annotation_id"] for r in store.held()}
+    assert store.history(annotation_id=first)[-1]["new"]["held"] is None
+    # Accepted (an explicit staff decision): nothing held any more; quality still times the page's work.
+    accepted = _cli(monkeypatch, tmp_path, store, "ratings", "accept", *(str(a.id) for a in delivered[1:]))
+    assert accepted.exit_code == 0, accepted.output
+    assert store.held() == [] and syncer.reconcile().upserted == 0
+    assert quality() == (21.5, [], 1.0)
+
+
+def test_a_staff_cancel_of_a_delivered_rating_is_held_and_revert_restores_it(synced, tmp_path, monkeypatch):
+    """The probe: staff PATCH `{"was_cancelled": true}` on rater X's delivered rating. The rating stays in the
+    store as X's (held, with the staff user in the history) through webhook syncs and reconciliations; `ratings
+    revert` un-cancels it in Label Studio; X answering again on the page un-cancels it too; only an accepted
+    cancellation removes the rating."""
+    syncer, raters, users = synced
+    client, store = syncer.client, syncer.store
+    task = project_tasks(client, syncer.rating_project)[2]
+    owner, staff = task.data["rater_id"], client.users.whoami().id
+    ann = annotate(client, task, users[owner], store=store, lead_time=12.0)
+    assert syncer.sync_annotation(ann.id).credited == 1
+    rated = _training(store, owner)
+
+    client.annotations.update(ann.id, was_cancelled=True)
+    cancelled = syncer.sync_annotation(ann.id)
+    assert (cancelled.deleted, cancelled.held, cancelled.upserted) == (0, 1, 1)
+    assert _training(store, owner) == rated and ann.id in store.annotation_versions()
+    again = syncer.reconcile()  # the periodic reconciliation keeps it too (it is not a skipped task)
+    assert (again.deleted, again.upserted) == (0, 0) and _training(store, owner) == rated
+    change = store.history(annotation_id=ann.id)[-1]
+    assert (change["change"], change["via"], change["changed_by"]) == ("updated", "label studio", staff)
+    assert change["new"]["held"]["cancelled"] is True and change["new"]["rater_id"] == owner
+    assert "has was_cancelled true" in change["new"]["held"]["reason"]
+
+    syncer.revert(change["id"])
+    restored = client.annotations.get(ann.id)
+    assert restored.was_cancelled is False and restored.lead_time == 12.0
+    assert store.held() == [] and _training(store, owner) == rated
+
+    # Cancelled again, then the rater answers anew on the page: delivery writes a live answer.
+    client.annotations.update(ann.id, was_cancelled=True)
+    syncer.sync_annotation(ann.id)
+    newer = annotate(client, task, users[owner], store=store, bias=3, lead_time=9.0)
+    assert newer.id == ann.id and newer.was_cancelled is False and newer.lead_time == 9.0
+    assert syncer.sync_annotation(ann.id).credited == 1 and store.held() == []
+    rated = _training(store, owner)
+
+    # Only staff accepting the cancellation removes the rating (logged); it stays removed.
+    client.annotations.update(ann.id, was_cancelled=True)
+    syncer.sync_annotation(ann.id)
+    accepted = _cli(monkeypatch, tmp_path, store, "ratings", "accept", str(ann.id))
+    assert accepted.exit_code == 0, accepted.output
+    assert f"annotation {ann.id}: cancelled: no rating of rater {owner}'s" in " ".join(accepted.output.split())
+    assert _training(store, owner) == {k: v for k, v in rated.items() if k[:2] != (task.data["conversation_id"],
+                                                                                     task.data["turn_index"])}
+    assert ann.id not in store.annotation_versions()
+    settled = syncer.reconcile()
+    assert (settled.upserted, settled.deleted, settled.held) == (0, 0, 0) and ann.id not in store.annotation_versions()
+
+
+def test_a_delivered_rating_given_to_another_author_is_held_and_revert_gives_it_back(synced):
+    """Staff PATCH `completed_by` of rater X's delivered rating (to themselves, or to rater Y's account): Label
+    Studio no longer credits X, but sense7 delivered this annotation as X's answer: X's rating keeps counting,
+    the change is held and named; a revert gives the annotation back to X's account."""
+    syncer, raters, users = synced
+    client, store = syncer.client, syncer.store
+    task = project_tasks(client, syncer.rating_project)[3]
+    owner, staff = task.data["rater_id"], client.users.whoami().id
+    other = next(r["rater_id"] for r in raters if r["rater_id"] != owner)
+    ann = annotate(client, task, users[owner], store=store)
+    syncer.sync_annotation(ann.id)
+    rated = _training(store, owner)
+    for new_author in (staff, users[other]):
+        client.annotations.update(ann.id, completed_by=new_author)
+        moved = syncer.sync_annotation(ann.id)
+        assert (moved.held, moved.quarantined, moved.credited) == (1, 0, 0)
+        assert _training(store, owner) == rated and store.quarantined() == []
+        change = store.history(annotation_id=ann.id)[-1]
+        assert change["via"] == "label studio" and change["changed_by"] == staff
+        assert change["new"]["held"]["author"] == new_author
+        assert f"has completed_by user {new_author}" in change["new"]["held"]["reason"]
+    syncer.revert(change["id"])
+    assert user_id_of(client.annotations.get(ann.id).completed_by) == users[owner]
+    assert store.held() == [] and _training(store, owner) == rated
