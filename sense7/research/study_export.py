@@ -1,0 +1,582 @@
+"""A study's data as researchers load it (`sense7 export`): tidy tables in Parquet and CSV with a schema,
+a datasheet README (whose YAML header is what Hugging Face `datasets` reads) and Croissant 1.1 metadata.
+
+`build_export(store, taxonomy, ...)` reads the store:
+- ratings: one row per rater x turn x control with everything the rating carries: the rater's traits and
+  the conversation's context, the expectation answer, the task's pre-fill arm and the level the rater was
+  shown, the static (served version's), generic and live predictions recorded before the rating, the model
+  versions, the rater page's timing (seconds on the page, revisions, when submitted) and the rater's
+  quality flags (sense7.research.quality). Test-retest repeats are rows too (`is_repeat`); a pilot's
+  imported ratings are rows with `source` = imported and no task data. A prediction is paired with a
+  rating the way the study's analysis pairs them (sense7.research.study_analysis.with_predictions: the
+  record made last at or before the rating was created).
+- conversations: one row per message (texts scrubbed again, as the release does: sense7.data.pii);
+- raters: traits as answered (not generalized: this is the staff's export, not a release), rated tasks,
+  median seconds and quality flags;
+- predictions: every recorded prediction, one row per task x version x control.
+Raters and conversations carry pseudonyms (`Ann<n>`, `Conv<n>`, numbered in a random order drawn for this
+export: stable within it, unrelated to the store's ids and to another export's). The store's ids, Label
+Studio's task and annotation ids are added only with `with_ids`. E-mail addresses, platform ids, link
+secrets and free-text comments are never read. Withdrawn raters (not erased yet) and conversations their
+rater left out of the study are left out.
+
+`write_export(export, out, fmt, leaks)` writes the tidy layout or the LeWiDi one
+(sense7.research.lewidi_format) into a staging folder (sense7.files.staged_folder: 0600 files in a 0700
+folder, renamed into place at the end), after checking the Croissant file and that no forbidden value
+(`leaks`: e-mails, link hashes, platform ids, store ids) is in any file written; a failure leaves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import select
+
+from sense7.data.conversations import Conversation
+from sense7.data.croissant import (CROISSANT_FILE, AnnotationCounts, Column, RecordTable, StudyFacts,
+                                   annotation_counts, croissant_document, croissant_problems, datasheet_lines,
+                                   rai_fields, study_facts, write_croissant)
+from sense7.data.participation import ConversationChoices, Withdrawals
+from sense7.data.pii import scrub_conversations
+from sense7.data.raterpage import InstructedAnswers, Outbox
+from sense7.data.store import Store, annotations, crowd_completions, rater_links, raters as raters_table
+from sense7.data.study_design import LIVE_KIND, REPEAT_SUFFIX, StudyRecords
+from sense7.files import staged_folder
+from sense7.research.lewidi_format import write_lewidi
+from sense7.research.quality import QualityPolicy, rater_quality
+from sense7.research.study_analysis import quality_inputs, rated_tasks, static_predictions, with_predictions
+
+TABLES = ("ratings", "conversations", "raters", "predictions")
+FORMATS = ("tidy", "lewidi")
+RATER_PREFIX, CONVERSATION_PREFIX = "Ann", "Conv"
+TOKEN = re.compile(r"[\w.:@+-]+")
+
+
+class ExportError(ValueError):
+    """An export that cannot be written (nothing to export, a format unknown, a value that must not leave)."""
+
+
+@dataclass
+class StudyExport:
+    frames: dict[str, pd.DataFrame]
+    columns: dict[str, tuple[Column, ...]]
+    taxonomy: object
+    facts: StudyFacts
+    counts: AnnotationCounts
+    with_ids: bool
+    period: tuple[str, str] | None = None
+    redaction: dict = field(default_factory=dict)
+
+    def row_counts(self) -> dict[str, int]:
+        return {name: len(frame) for name, frame in self.frames.items()}
+
+
+@dataclass(frozen=True)
+class Leaks:
+    """Values no file of an export may hold (store ids only when the export was not asked for them)."""
+
+    emails: frozenset = frozenset()
+    secrets: frozenset = frozenset()  # link hashes and platform ids
+    store_ids: frozenset = frozenset()
+
+
+def forbidden_values(store: Store, with_ids: bool) -> Leaks:
+    """The store's e-mail addresses, link hashes, crowd platform ids and (without `with_ids`) rater and
+    conversation ids: what `write_export` refuses to write."""
+    from sense7.data.store import conversations as conversations_table
+
+    with store.engine.connect() as conn:
+        emails = conn.execute(select(raters_table.c.email).where(raters_table.c.email.is_not(None))).scalars().all()
+        hashes = conn.execute(select(rater_links.c.token_hash)).scalars().all()
+        platform = conn.execute(select(crowd_completions.c.platform_id)).scalars().all()
+        ids = [] if with_ids else [*conn.execute(select(raters_table.c.rater_id)).scalars(),
+                                   *conn.execute(select(conversations_table.c.conversation_id)).scalars(),
+                                   *conn.execute(select(annotations.c.rater_id).distinct()).scalars()]
+    return Leaks(emails=frozenset(e.lower() for e in emails), secrets=frozenset(hashes) | frozenset(platform),
+                 store_ids=frozenset(i for i in ids if i))
+
+
+# -- building ------------------------------------------------------------------------------------------------
+def _pseudonyms(ids, prefix: str, taken: set) -> dict:
+    """id -> prefix + a number, numbered in a random order (nothing in the number says which id it is);
+    the prefix grows while a pseudonym would equal one of the store's ids."""
+    ids = sorted(set(ids))
+    secrets.SystemRandom().shuffle(ids)
+    while any(f"{prefix}{n}" in taken for n in range(1, len(ids) + 1)):
+        prefix += "_"
+    return {value: f"{prefix}{n}" for n, value in enumerate(ids, start=1)}
+
+
+def _expectations(store: Store, annotation_ids: list[int]) -> dict[int, str | None]:
+    out = {}
+    with store.engine.connect() as conn:
+        for start in range(0, len(annotation_ids), 500):
+            chunk = [int(a) for a in annotation_ids[start:start + 500]]
+            out.update(dict(conn.execute(select(annotations.c.annotation_id, annotations.c.expectation)
+                                         .where(annotations.c.annotation_id.in_(chunk))).all()))
+    return out
+
+
+def _by_annotation(tasks: pd.DataFrame, predictions: pd.DataFrame) -> pd.DataFrame:
+    """with_predictions indexed by annotation id (empty, with the columns used, when nothing pairs)."""
+    joined = with_predictions(tasks, predictions) if len(predictions) else pd.DataFrame()
+    if joined.empty:
+        return pd.DataFrame(columns=["version", "kind", "levels", "expected", "generic_levels", "generic_expected",
+                                     "own_ratings"], index=pd.Index([], name="annotation_id"))
+    return joined.set_index("annotation_id")
+
+
+def _level(record, key: str, control: str):
+    if record is None:
+        return None
+    values = record[key]
+    return values.get(control) if isinstance(values, dict) else None
+
+
+def build_export(store: Store, taxonomy, design=None, policy: QualityPolicy | None = None,
+                 with_ids: bool = False) -> StudyExport:
+    """The export's tables from the study's store (see the module docstring). ExportError when the store
+    holds no rating to export."""
+    controls = list(taxonomy.controls)
+    withdrawn = Withdrawals(store).pending_raters()
+    left_out = ConversationChoices(store).out_of_study()
+
+    def kept(conversation_ids, rater_ids) -> list[bool]:
+        return [r not in withdrawn and (c, r) not in left_out for c, r in zip(conversation_ids, rater_ids)]
+
+    tasks = rated_tasks(store)
+    tasks = tasks[kept(tasks["conversation_id"], tasks["rater_id"])].reset_index(drop=True) if len(tasks) else tasks
+    imported = store.imported_frame()
+    imported = imported[kept(imported["conversation_id"], imported["rater_id"])] if len(imported) else imported
+    predictions = StudyRecords(store).predictions_frame()
+    if len(predictions):
+        predictions = predictions[kept(predictions["conversation_id"], predictions["rater_id"])]
+    if tasks.empty and imported.empty:
+        raise ExportError("nothing to export: the store holds no ratings (nothing was written)")
+
+    # Pseudonyms for every rater and conversation the export names.
+    rater_ids = set(tasks["rater_id"]) | set(imported["rater_id"]) | set(predictions["rater_id"] if len(predictions) else [])
+    conv_ids = set(tasks["conversation_id"]) | set(imported["conversation_id"]) | \
+        set(predictions["conversation_id"] if len(predictions) else [])
+    raters_of = _pseudonyms(rater_ids, RATER_PREFIX, rater_ids | conv_ids)
+    convs_of = _pseudonyms(conv_ids, CONVERSATION_PREFIX, rater_ids | conv_ids)
+
+    traits = store.raters_frame(rater_ids).reindex(sorted(rater_ids))
+    profile = [f.key for f in taxonomy.profile_fields]
+    traits = traits.reindex(columns=profile)
+    context_keys = [f.key for f in taxonomy.context_fields]
+    pairs = set(zip(tasks["conversation_id"], tasks["rater_id"])) | set(zip(imported["conversation_id"], imported["rater_id"]))
+    contexts = store.contexts_for(pairs)
+
+    quality = {}
+    if len(tasks):
+        frame, repeats = quality_inputs(tasks)
+        instructed = InstructedAnswers(store).frame()
+        instructed = instructed[instructed["rater_id"].isin(rater_ids)]
+        quality = rater_quality(frame, policy or QualityPolicy(), repeats=repeats,
+                                instructed=instructed if len(instructed) else None)
+    flags_of = {r: ",".join(f["flag"] for f in q["flags"]) for r, q in quality.items()}
+
+    arms = StudyRecords(store).arms_frame()
+    policy_of = dict(zip(arms["task_key"], arms["policy"])) if len(arms) else {}
+    seen = _by_annotation(tasks, predictions)
+    static = _by_annotation(tasks, static_predictions(predictions))
+    live = _by_annotation(tasks, predictions[predictions["kind"] == LIVE_KIND] if len(predictions) else predictions)
+    expectation_of = _expectations(store, list(tasks["annotation_id"])) if len(tasks) else {}
+    timing = Outbox(store).timings().set_index(["rater_id", "task_id"])
+
+    def common(rater, conversation):
+        ctx = contexts.get((conversation, rater)) or {}
+        row = {f"context_{k}": ctx.get(k) for k in context_keys}
+        row["assistant_id"] = ctx.get("assistant_id") if isinstance(ctx.get("assistant_id"), str) else None
+        row.update({f"trait_{k}": plain_value(traits.at[rater, k]) if rater in traits.index else None for k in profile})
+        return row
+
+    rows = []
+    for r in tasks.itertuples(index=False):
+        a = r.annotation_id
+        shown, stat, lv = (frame.loc[a] if a in frame.index else None for frame in (seen, static, live))
+        clock = timing.loc[(r.rater_id, r.task_id)] if (r.rater_id, r.task_id) in timing.index else None
+        base = {"rater": raters_of[r.rater_id], "conversation": convs_of[r.conversation_id],
+                "turn_index": int(r.turn_index), "expectation": expectation_of.get(a),
+                "is_repeat": isinstance(r.repeat_of, str) and bool(r.repeat_of), "source": "annotation",
+                "arm": r.arm, "prefill_policy": policy_of.get(r.task_key)}
+        for control in controls:
+            if control not in r.values:
+                continue
+            rows.append({
+                **base, "dimension": control, "rating": int(r.values[control]),
+                "prefill_shown": _level(shown, "levels", control) if r.arm == "shown" else None,
+                "prefill_version": shown["version"] if shown is not None and r.arm == "shown" else None,
+                "prefill_kind": shown["kind"] if shown is not None and r.arm == "shown" else None,
+                "model_version": stat["version"] if stat is not None else None,
+                "static_kind": stat["kind"] if stat is not None else None,
+                "static_level": _level(stat, "levels", control),
+                "static_expected": _level(stat, "expected", control),
+                "generic_level": _level(stat, "generic_levels", control),
+                "generic_expected": _level(stat, "generic_expected", control),
+                "live_version": lv["version"] if lv is not None else None,
+                "live_level": _level(lv, "levels", control), "live_expected": _level(lv, "expected", control),
+                "live_own_ratings": plain_value(lv["own_ratings"]) if lv is not None else None,
+                "rated_at": r.created, "seconds_on_page": plain_value(r.lead_time),
+                "page_revisions": int(clock["revisions"]) if clock is not None else None,
+                "first_submitted_at": clock["first_submitted_at"] if clock is not None else None,
+                "last_submitted_at": clock["last_submitted_at"] if clock is not None else None,
+                "quality_flags": flags_of.get(r.rater_id, ""),
+                **common(r.rater_id, r.conversation_id),
+                **({"store_rater_id": r.rater_id, "store_conversation_id": r.conversation_id,
+                    "task_id": int(r.task_id), "annotation_id": int(a)} if with_ids else {})})
+
+    # A pilot's imported ratings: what the store has not synced for the same turn and control.
+    synced_keys = {(c, float(t), rid, d) for c, t, rid, values in zip(
+        tasks["conversation_id"], tasks["turn_index"], tasks["rater_id"], tasks["values"]) for d in values} \
+        if len(tasks) else set()
+    exp_scores = {}
+    for r in imported[imported["dimension"] == taxonomy.expectation_key].itertuples(index=False):
+        exp_scores[(r.conversation_id, _turn(r.turn_index), r.rater_id)] = r.rating
+    for r in imported[imported["dimension"].isin(controls)].itertuples(index=False):
+        turn = _turn(r.turn_index)
+        if (r.conversation_id, float(turn) if turn is not None else None, r.rater_id, r.dimension) in synced_keys:
+            continue
+        score = exp_scores.get((r.conversation_id, turn, r.rater_id))
+        rows.append({
+            "rater": raters_of[r.rater_id], "conversation": convs_of[r.conversation_id], "turn_index": turn,
+            "expectation": taxonomy.expectation_values[int(score) - 1]
+            if score is not None and 1 <= int(score) <= len(taxonomy.expectation_values) else None,
+            "is_repeat": False, "source": "imported", "dimension": r.dimension, "rating": int(r.rating),
+            "quality_flags": flags_of.get(r.rater_id, ""), **common(r.rater_id, r.conversation_id),
+            **({"store_rater_id": r.rater_id, "store_conversation_id": r.conversation_id} if with_ids else {})})
+
+    columns = _rating_columns(taxonomy, with_ids)
+    ratings = _typed(pd.DataFrame(rows), columns)
+    ratings = ratings.sort_values(["conversation", "turn_index", "rater", "dimension", "is_repeat"],
+                                  na_position="first", kind="stable").reset_index(drop=True)
+
+    # Conversations: every message, scrubbed again (a batch imported with --no-scrub too).
+    messages = store.conversations_by_id()
+    cleaned, report = scrub_conversations([Conversation(c, "", messages[c], {}) for c in sorted(conv_ids) if c in messages])
+    conv_rows = [{"conversation": convs_of[c.conversation_id], "message_index": i, "role": m.role, "content": m.content,
+                  **({"store_conversation_id": c.conversation_id} if with_ids else {})}
+                 for c in cleaned for i, m in enumerate(c.messages)]
+    conv_columns = _conversation_columns(with_ids)
+    conversations = _typed(pd.DataFrame(conv_rows), conv_columns).sort_values(
+        ["conversation", "message_index"], kind="stable").reset_index(drop=True)
+
+    rater_rows = []
+    for rid in sorted(rater_ids, key=lambda x: raters_of[x]):
+        q = quality.get(str(rid)) or {}
+        rater_rows.append({"rater": raters_of[rid],
+                           **{k: plain_value(traits.at[rid, k]) if rid in traits.index else None for k in profile},
+                           "n_rated_tasks": q.get("n_tasks"), "median_seconds": q.get("median_seconds"),
+                           "quality_flags": flags_of.get(rid, ""),
+                           **({"store_rater_id": rid} if with_ids else {})})
+    rater_columns = _rater_columns(taxonomy, with_ids)
+    raters = _typed(pd.DataFrame(rater_rows), rater_columns)
+
+    pred_rows = []
+    for p in predictions.itertuples(index=False) if len(predictions) else ():
+        for control in controls:
+            if control not in (p.levels or {}):
+                continue
+            pred_rows.append({
+                "rater": raters_of[p.rater_id], "conversation": convs_of[p.conversation_id],
+                "turn_index": int(p.turn_index), "is_repeat": str(p.task_key).endswith(REPEAT_SUFFIX),
+                "version": p.version, "kind": p.kind, "arm": p.arm, "dimension": control,
+                "level": p.levels.get(control), "expected": (p.expected or {}).get(control),
+                "generic_level": (p.generic_levels or {}).get(control),
+                "generic_expected": (p.generic_expected or {}).get(control),
+                "own_ratings": plain_value(p.own_ratings), "recorded_at": p.recorded_at,
+                **({"store_rater_id": p.rater_id, "store_conversation_id": p.conversation_id} if with_ids else {})})
+    pred_columns = _prediction_columns(with_ids)
+    preds = _typed(pd.DataFrame(pred_rows), pred_columns).sort_values(
+        ["conversation", "turn_index", "rater", "version", "dimension"], kind="stable").reset_index(drop=True) \
+        if pred_rows else _typed(pd.DataFrame(), pred_columns)
+
+    counted = ratings[~ratings["is_repeat"]]
+    counts = annotation_counts(((c, t if pd.notna(t) else None), r)
+                               for c, t, r in zip(counted["conversation"], counted["turn_index"], counted["rater"]))
+    months = sorted(m for m in (_month((contexts.get(p) or {}).get("created")) for p in pairs) if m)
+    return StudyExport(
+        frames={"ratings": ratings, "conversations": conversations, "raters": raters, "predictions": preds},
+        columns={"ratings": columns, "conversations": conv_columns, "raters": rater_columns,
+                 "predictions": pred_columns},
+        taxonomy=taxonomy, facts=study_facts(store, taxonomy, design), counts=counts, with_ids=with_ids,
+        period=(months[0], months[-1]) if months else None, redaction=report.as_dict())
+
+
+def _turn(value):
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def plain_value(value):
+    """A pandas/numpy scalar as a plain Python value (None for missing)."""
+    if value is None:
+        return None
+    if isinstance(value, float) and np.isnan(value):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+        return None if isinstance(value, float) and np.isnan(value) else value
+    return value
+
+
+def _month(value) -> str | None:
+    from datetime import datetime
+
+    if not isinstance(value, str) or len(value) < 7:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).strftime("%Y-%m")
+    except ValueError:
+        return None
+
+
+# -- columns -------------------------------------------------------------------------------------------------
+PANDAS_TYPES = {"text": "string", "integer": "Int64", "float": "Float64", "boolean": "boolean",
+                "datetime": "datetime64[ns, UTC]"}
+
+
+def _typed(frame: pd.DataFrame, columns: tuple[Column, ...]) -> pd.DataFrame:
+    """The frame with exactly `columns`, in order, each of its declared type (missing values as <NA>)."""
+    out = pd.DataFrame(index=frame.index)
+    for column in columns:
+        values = frame[column.name] if column.name in frame else pd.Series([None] * len(frame), index=frame.index)
+        if column.data_type == "datetime":
+            out[column.name] = pd.to_datetime(values, utc=True, format="ISO8601")
+        elif column.data_type == "text":
+            out[column.name] = values.astype(object).where(values.notna(), None).map(
+                lambda v: v if v is None else str(v)).astype("string")
+        elif column.data_type == "boolean":
+            out[column.name] = values.astype("boolean")
+        else:
+            out[column.name] = pd.to_numeric(values.astype(object).where(values.notna(), None)).astype(
+                PANDAS_TYPES[column.data_type])
+    return out
+
+
+def _id_columns(*names: str) -> list[Column]:
+    described = {"store_rater_id": "the store's rater id (--with-ids only)",
+                 "store_conversation_id": "the store's conversation id (--with-ids only)",
+                 "task_id": "Label Studio's task id (--with-ids only)",
+                 "annotation_id": "Label Studio's annotation id (--with-ids only)"}
+    types = {"task_id": "integer", "annotation_id": "integer"}
+    return [Column(n, types.get(n, "text"), described[n]) for n in names]
+
+
+def _rating_columns(taxonomy, with_ids: bool) -> tuple[Column, ...]:
+    levels = f"1-{taxonomy.levels} ({', '.join(taxonomy.scale)})"
+    columns = [
+        Column("rater", "text", "the rater's pseudonym in this export (Ann<n>; the raters table's `rater`)"),
+        Column("conversation", "text", "the conversation's pseudonym in this export (Conv<n>)"),
+        Column("turn_index", "integer", "index in the conversation's messages of the rated assistant turn; "
+                                        "empty = the whole conversation (imported ratings only)"),
+        Column("dimension", "text", f"the control rated: {', '.join(taxonomy.controls)}"),
+        Column("rating", "integer", f"the rater's rating, {levels}"),
+        Column("expectation", "text", f"{taxonomy.expectation_title} ({', '.join(taxonomy.expectation_values)}); "
+                                      "the same on every control of the turn"),
+        Column("is_repeat", "boolean", "a test-retest repeat of a turn the rater rated before (never pre-filled)"),
+        Column("source", "text", "annotation (rated in the study) or imported (a pilot's ratings.csv)"),
+        Column("arm", "text", "the task's pre-fill arm: shown (the model's level pre-filled) or hidden"),
+        Column("prefill_policy", "text", "the pre-fill policy the arm was drawn under (randomized, shown, hidden); "
+                                         "empty: the task predates policies (shown)"),
+        Column("prefill_shown", "integer", "the level pre-filled for this control (shown arm); empty when hidden "
+                                           "or nothing was recorded before the rating"),
+        Column("prefill_version", "text", "the model version of the pre-fill shown (<v>+live: a live pre-fill)"),
+        Column("prefill_kind", "text", "which model the pre-fill shown came from: personalized, traits, generic, live"),
+        Column("model_version", "text", "the served model version whose prediction was recorded last before the rating"),
+        Column("static_kind", "text", "the kind of that version's prediction: personalized, traits or generic"),
+        Column("static_level", "integer", "that version's predicted level (the one it would pre-fill)"),
+        Column("static_expected", "float", "that version's expected rating (mean of its predicted distribution)"),
+        Column("generic_level", "integer", "the generic model's predicted level (no rater information)"),
+        Column("generic_expected", "float", "the generic model's expected rating"),
+        Column("live_version", "text", "the version of the live prediction recorded before the rating, if any"),
+        Column("live_level", "integer", "the live prediction's level (updated with the rater's newer answers)"),
+        Column("live_expected", "float", "the live prediction's expected rating"),
+        Column("live_own_ratings", "integer", "the rater's answers the live prediction used"),
+        Column("rated_at", "datetime", "when Label Studio first held the rating (UTC)"),
+        Column("seconds_on_page", "float", "seconds the rater spent on the task (the rater page's lead time)"),
+        Column("page_revisions", "integer", "answers the rater page stored for the task (1 = never changed)"),
+        Column("first_submitted_at", "datetime", "the rater page's first answer to the task (UTC)"),
+        Column("last_submitted_at", "datetime", "the rater page's latest answer to the task (UTC)"),
+        Column("quality_flags", "text", "the rater's quality flags, comma-separated (too_fast, straight_lining, "
+                                        "inconsistent, failed_instructed); empty: none"),
+    ]
+    columns += [Column(f"context_{f.key}", "integer" if f.type == "int" else "text", f"conversation context: {f.title}")
+                for f in taxonomy.context_fields]
+    columns.append(Column("assistant_id", "text", "the assistant model that answered, when the export named it"))
+    columns += [Column(f"trait_{f.key}", "integer" if f.type == "int" else "text", f"rater trait: {f.title}")
+                for f in taxonomy.profile_fields]
+    if with_ids:
+        columns += _id_columns("store_rater_id", "store_conversation_id", "task_id", "annotation_id")
+    return tuple(columns)
+
+
+def _conversation_columns(with_ids: bool) -> tuple[Column, ...]:
+    columns = [Column("conversation", "text", "the conversation's pseudonym (the ratings' `conversation`)"),
+               Column("message_index", "integer", "the message's index (a rating's turn_index names one)"),
+               Column("role", "text", "user or assistant"),
+               Column("content", "text", "the message, personal details replaced by [TYPE_n] placeholders")]
+    return tuple(columns + (_id_columns("store_conversation_id") if with_ids else []))
+
+
+def _rater_columns(taxonomy, with_ids: bool) -> tuple[Column, ...]:
+    columns = [Column("rater", "text", "the rater's pseudonym (the ratings' `rater`)")]
+    columns += [Column(f.key, "integer" if f.type == "int" else "text", f"{f.title} (as answered)")
+                for f in taxonomy.profile_fields]
+    columns += [Column("n_rated_tasks", "integer", "tasks the rater rated (repeats included)"),
+                Column("median_seconds", "float", "the rater's median seconds per task"),
+                Column("quality_flags", "text", "quality flags, comma-separated; empty: none")]
+    return tuple(columns + (_id_columns("store_rater_id") if with_ids else []))
+
+
+def _prediction_columns(with_ids: bool) -> tuple[Column, ...]:
+    columns = [Column("rater", "text", "the rater's pseudonym"), Column("conversation", "text", "the conversation's pseudonym"),
+               Column("turn_index", "integer", "the predicted turn"),
+               Column("is_repeat", "boolean", "a prediction for a test-retest repeat task"),
+               Column("version", "text", "model version (<v>+live: a live prediction)"),
+               Column("kind", "text", "personalized, traits, generic or live"),
+               Column("arm", "text", "the task's arm when recorded (shown or hidden)"),
+               Column("dimension", "text", "the control predicted"),
+               Column("level", "integer", "the predicted level (what a shown task pre-fills)"),
+               Column("expected", "float", "the expected rating"),
+               Column("generic_level", "integer", "the generic model's level"),
+               Column("generic_expected", "float", "the generic model's expected rating"),
+               Column("own_ratings", "integer", "live predictions: the rater's answers used"),
+               Column("recorded_at", "datetime", "when the prediction was recorded (before its rater saw the task)")]
+    return tuple(columns + (_id_columns("store_rater_id", "store_conversation_id") if with_ids else []))
+
+
+# -- writing -------------------------------------------------------------------------------------------------
+def _write_tables(export: StudyExport, folder: Path) -> None:
+    (folder / "data").mkdir()
+    (folder / "csv").mkdir()
+    for name in TABLES:
+        frame = export.frames[name]
+        frame.to_parquet(folder / "data" / f"{name}.parquet", index=False)
+        frame.to_csv(folder / "csv" / f"{name}.csv", index=False, lineterminator="\n",
+                     date_format="%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _schema(export: StudyExport) -> dict:
+    files = {name: {"parquet": f"data/{name}.parquet", "csv": f"csv/{name}.csv", "rows": len(export.frames[name]),
+                    "columns": {c.name: {"type": c.data_type, "description": c.description}
+                                for c in export.columns[name]}} for name in TABLES}
+    return {"format": "tidy", "with_ids": export.with_ids, "files": files,
+            "pseudonyms": "raters Ann<n>, conversations Conv<n>: numbered in a random order drawn for this export",
+            "redaction": export.redaction}
+
+
+TABLE_TEXT = {
+    "ratings": "one row per rater x turn x control, with everything the rating carries",
+    "conversations": "one row per message of every conversation rated or predicted",
+    "raters": "one row per rater: traits as answered, rated tasks, median seconds, quality flags",
+    "predictions": "every recorded prediction: one row per task x model version x control",
+}
+
+
+def _rai(export: StudyExport) -> dict:
+    return rai_fields(export.taxonomy, export.facts, export.counts, export.period, traits="as answered")
+
+
+def _readme(export: StudyExport, rai: dict) -> str:
+    counts = export.row_counts()
+    configs = "\n".join(f"- config_name: {name}\n  data_files:\n  - split: train\n    path: data/{name}.parquet"
+                        + ("\n  default: true" if name == "ratings" else "") for name in TABLES)
+    tax = export.taxonomy
+    dims = "\n".join(f"- **{key}**" for key in tax.controls)
+    profile = ", ".join(f.key for f in tax.profile_fields)
+    ids = ("This export holds the store's ids (`--with-ids`): keep it inside the study's team."
+           if export.with_ids else "Raters and conversations carry pseudonyms drawn for this export; no store id.")
+    return f"""---
+pretty_name: sense7 study export
+license: other
+configs:
+{configs}
+---
+
+# Per-turn empathy ratings: the study's export
+
+Written by `sense7 export`: the study team's working copy, not a release (traits are as answered, not
+k-anonymous; use `sense7 release` to publish). {ids}
+Load a table with `datasets.load_dataset("<this folder>", "ratings")`, `pandas.read_parquet("data/ratings.parquet")`
+or the same table in `csv/`; `schema.json` describes every column, `{CROISSANT_FILE}` is the Croissant 1.1 description.
+
+## Controls
+{dims}
+
+## Questionnaire
+Profile (the `raters` table): {profile}.
+
+## Counts
+| table | rows |
+| --- | --- |
+""" + "\n".join(f"| {name} | {counts[name]} |" for name in TABLES) + """
+
+## Responsible-AI fields (the same as in croissant.json)
+""" + "\n".join(datasheet_lines(rai)) + "\n"
+
+
+def _tidy_croissant(export: StudyExport, folder: Path, rai: dict) -> dict:
+    files = {}
+    for name in TABLES:
+        files[f"data/{name}.parquet"] = f"{name} ({TABLE_TEXT[name]}), Parquet"
+        files[f"csv/{name}.csv"] = f"{name}, the same rows as CSV"
+    tables = [RecordTable(name, f"data/{name}.parquet", TABLE_TEXT[name], export.columns[name]) for name in TABLES]
+    return croissant_document(folder, "sense7 study export", "Per-turn empathy ratings of assistant conversations "
+                              "by the study's raters, with their traits, the pre-fills they saw and the models' "
+                              "recorded predictions (perspectivist: one row per rater).", files, tables, rai,
+                              "Not for redistribution: the study team's export (see README.md)",
+                              keywords=["empathy", "perspectivism", "human-AI conversation", "ratings"])
+
+
+def scan_for_leaks(folder: Path, leaks: Leaks) -> list[str]:
+    """Files of `folder` (text ones: CSV, JSON, JSONL, Markdown) holding a forbidden value: "file: holds
+    <kind>" (never the value). Parquet files hold the same rows as their CSV."""
+    problems = []
+    long_ids = {i for i in leaks.store_ids if len(i) >= 6}  # ("r1" would match ordinary words and numbers)
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file() or path.suffix == ".parquet":
+            continue
+        text = path.read_text(encoding="utf-8")
+        tokens = set(TOKEN.findall(text))
+        lowered = text.lower()
+        found = set()
+        if any(e in lowered for e in leaks.emails):
+            found.add("a rater's e-mail")
+        if tokens & leaks.secrets:
+            found.add("a link hash or platform id")
+        if tokens & long_ids or any(i in text for i in long_ids if not TOKEN.fullmatch(i)):
+            found.add("an id of the study's store")
+        problems += [f"{path.relative_to(folder)}: holds {kind}" for kind in sorted(found)]
+    return problems
+
+
+def write_export(export: StudyExport, out: str | Path, fmt: str = "tidy", leaks: Leaks | None = None) -> Path:
+    """Write the export into `out` (new or empty; FolderNotFree otherwise) in `fmt` (FORMATS); ExportError
+    when the Croissant file fails its check or a file would hold a forbidden value: nothing is written."""
+    if fmt not in FORMATS:
+        raise ExportError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r} (nothing was written)")
+    out = Path(out)
+    with staged_folder(out) as staging:
+        if fmt == "tidy":
+            rai = _rai(export)
+            _write_tables(export, staging)
+            (staging / "schema.json").write_text(json.dumps(_schema(export), indent=1) + "\n", encoding="utf-8")
+            (staging / "README.md").write_text(_readme(export, rai), encoding="utf-8")
+            write_croissant(staging, _tidy_croissant(export, staging, rai))
+        else:
+            write_lewidi(export, staging, _rai(export))
+        problems = croissant_problems(staging)
+        problems += scan_for_leaks(staging, leaks or Leaks())
+        if problems:
+            raise ExportError(f"{out}: the export fails its check (nothing was written):\n"
+                              + "\n".join(f"  {p}" for p in problems[:20]))
+    return out
