@@ -49,6 +49,9 @@ def release(
 
         built = build_release(store.rating_data(tax), tax, k=k, exclude_raters=Withdrawals(store).pending_raters(),
                               exclude_conversations=ConversationChoices(store).out_of_release())
+        from sense7.data.croissant import study_facts
+
+        built.study = study_facts(store, tax, cfg.study)  # the Croissant file's RAI fields: pre-fills, models, crowd
         originals = _originals(cfg, tax, create=False)
         written = write_release(built, out, verify=lambda folder: check_release(folder, originals, k=k))
     except ReleaseError as exc:

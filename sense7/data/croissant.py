@@ -368,3 +368,37 @@ def croissant_problems(folder: str | Path) -> list[str]:
                 break
     return problems
 
+
+
+# -- the release's document --------------------------------------------------------------------------------
+def _schema_type(declared: str) -> str:
+    """A release schema's column type ("integer|null", "string", ...) as a Croissant data type key."""
+    return "integer" if declared.split("|")[0] == "integer" else "text"
+
+
+def release_document(release, folder: Path, schema: dict) -> dict:
+    """The Croissant document of a release written into `folder` (sense7.data.release.write_release): its
+    JSONL and CSV files with their checksums, one record set per table read from its CSV, and the RAI
+    fields from the release's taxonomy, its ratings and the study's facts (`release.study`, when known)."""
+    tax = release.taxonomy
+    controls = set(tax.controls)
+    counts = annotation_counts(((r["conversation_id"], r["turn_index"]), r["rater_id"])
+                               for r in release.tables["ratings"] if r["dimension"] in controls)
+    rai = rai_fields(tax, getattr(release, "study", None), counts, release.period,
+                     traits=f"generalized until every combination is shared by at least {release.k} raters; "
+                            "'*' = suppressed")
+    files, tables = {}, []
+    for name, entry in schema["files"].items():
+        files[entry["jsonl"]] = f"the {name} table, one JSON object a line"
+        files[entry["csv"]] = f"the {name} table as CSV"
+        columns = entry.get("csv_columns") or list(entry["columns"])
+        described = {c: (_schema_type(v["type"]), v["description"]) for c, v in entry["columns"].items()}
+        described.update({"message_index": ("integer", "the message's index in the conversation (turn_index)"),
+                          "role": ("text", "user or assistant"),
+                          "content": ("text", "the message, personal details replaced by [TYPE_n]")})
+        tables.append(RecordTable(name, entry["csv"], f"the release's {name} ({entry['rows']} rows)",
+                                  tuple(Column(c, *described[c]) for c in columns)))
+    return croissant_document(folder, "sense7 study release", "Per-turn empathy ratings of assistant conversations, "
+                              "anonymized: scrubbed texts, k-anonymous rater traits, new random ids.", files, tables,
+                              rai, "Other: the study's licence and terms of use (see README.md)",
+                              keywords=["empathy", "perspectivism", "human-AI conversation", "ratings"])

@@ -35,11 +35,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from sense7.data.croissant import CROISSANT_FILE, StudyFacts, croissant_problems, release_document, write_croissant
 from sense7.data.pii import Scrubber, detected_values, scrub_conversations
 from sense7.taxonomy import Taxonomy
 
 SUPPRESSED = "*"
 TABLES = ("ratings", "conversations", "contexts", "raters")
+# Files at a release's root besides data/ and csv/ (issue 42 added the Croissant metadata; check_release
+# verifies it with sense7.data.croissant.croissant_problems and scans its strings like every other file).
+KNOWN_FILES = ("schema.json", "README.md", CROISSANT_FILE)
 RATER_ID = re.compile(r"^r[0-9a-f]{10}$")
 CONVERSATION_ID = re.compile(r"^c[0-9a-f]{10}$")
 SECRET_LIKE = re.compile(r"[A-Za-z0-9_-]{40,}")  # a link secret (43 url-safe chars) or a SHA-256 hex digest
@@ -60,6 +64,7 @@ class Release:
     taxonomy: Taxonomy
     period: tuple[str, str] | None  # first and last month a conversation was held, when known
     redaction: dict = field(default_factory=dict)
+    study: StudyFacts | None = None  # the store's facts for the Croissant RAI fields (sense7.data.croissant)
 
     def counts(self) -> dict[str, int]:
         return {name: len(rows) for name, rows in self.tables.items()}
@@ -340,6 +345,7 @@ def write_release(release: Release, out: str | Path, verify=None) -> Path:
         schema = _schema(release)
         (staging / "schema.json").write_text(json.dumps(schema, indent=1) + "\n", encoding="utf-8")
         (staging / "README.md").write_text(_readme(release, schema), encoding="utf-8")
+        write_croissant(staging, release_document(release, staging, schema))  # last: it holds the files' checksums
         # The study's data until the team publishes it: the owner's only, like every data file sense7 writes.
         for path in staging.rglob("*"):
             os.chmod(path, 0o700 if path.is_dir() else 0o600)
@@ -447,6 +453,7 @@ def check_release(folder: str | Path, originals: Originals | None = None, k: int
     for name, rows in tables.items():
         if f"| {name} | {len(rows)} |" not in readme_text:
             problems.append(f"{readme}: the count of {name} does not match {files[name]['jsonl']} ({len(rows)} rows)")
+    problems += croissant_problems(folder)  # croissant.json (KNOWN_FILES): parses, 1.1, RAI fields, checksums
     if len(tables) == len(TABLES):
         problems += _check_links(tables, files)
         problems += _check_k(tables["raters"], list(files["raters"]["columns"])[1:], want_k, folder / files["raters"]["jsonl"])

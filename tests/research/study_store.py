@@ -88,12 +88,12 @@ def fill_study(store: Store) -> StudyStore:
     records.record_arms(arms, _design(), "seed-1")
     # A live prediction for one task, recorded after the static one and before the rating.
     live_key = task_key("conv-shared-1", 3, RATERS[0])
-    predictions.append({"task_key": live_key, "version": live_version("v1"), "rater_id": RATERS[0],
+    records.record_predictions(predictions)
+    records.record_predictions([{"task_key": live_key, "version": live_version("v1"), "rater_id": RATERS[0],
                         "conversation_id": "conv-shared-1", "turn_index": 3, "arm": "shown", "kind": "live",
                         "levels": {c: 5 for c in controls}, "expected": {c: 4.75 for c in controls},
                         "generic_levels": {c: 3 for c in controls}, "generic_expected": {c: 3.1 for c in controls},
-                        "own_ratings": 2, "recorded_at": T0 + timedelta(hours=1)})
-    records.record_predictions(predictions)
+                        "own_ratings": 2, "recorded_at": T0 + timedelta(hours=1)}])
 
     task_id = 1
     for cid, who in plan.items():
@@ -123,8 +123,12 @@ def fill_study(store: Store) -> StudyStore:
         [{"conversation_id": "conv-pilot-9", "turn_index": 1, "rater_id": RATERS[3], "dimension": c, "rating": 2}
          for c in controls] + [{"conversation_id": "conv-pilot-9", "turn_index": 1, "rater_id": RATERS[3],
                                 "dimension": TAXONOMY.expectation_key, "rating": 3}]))
-    # A crowd participant's platform id (only in crowd_completions).
+    # A crowd study (Prolific, K = 3) and a participant's platform id (only in crowd_completions).
     with store.engine.begin() as conn:
+        conn.execute(tables.crowd_studies.insert().values(
+            study_id="pilot", is_open=True, updated_at=T0,
+            config={"platform": {"participant_param": "PROLIFIC_PID", "study_param": "STUDY_ID",
+                                 "session_param": "SESSION_ID"}, "raters_per_conversation": 3}))
         conn.execute(tables.crowd_completions.insert().values(
             rater_id=RATERS[2], study_id="pilot", platform_id=PLATFORM_ID, outcome="completed", entered_at=T0))
     # Left out by its rater, and a withdrawal not erased yet: neither may leave the store.
