@@ -141,8 +141,10 @@ class AnnotationCounts:
         sizes = sorted(n for n, items in self.per_item.items() for _ in range(items))
         mean = sum(sizes) / len(sizes)
         median = sizes[len(sizes) // 2] if len(sizes) % 2 else (sizes[len(sizes) // 2 - 1] + sizes[len(sizes) // 2]) / 2
-        return (f"{sizes[0]} to {sizes[-1]} raters per rated turn (mean {mean:.2f}, median {median:g}) over "
-                f"{self.items} turns")
+        spread = f"{sizes[0]} to {sizes[-1]} raters" if sizes[0] != sizes[-1] else \
+            f"{sizes[0]} rater{'s' if sizes[0] != 1 else ''}"
+        return f"{spread} per rated turn (mean {mean:.2f}, median {median:g}) over {self.items} turns"
+
 
 
 def annotation_counts(rows) -> AnnotationCounts:

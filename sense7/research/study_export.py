@@ -89,15 +89,11 @@ class Leaks:
 def forbidden_values(store: Store, with_ids: bool) -> Leaks:
     """The store's e-mail addresses, link hashes, crowd platform ids and (without `with_ids`) rater and
     conversation ids: what `write_export` refuses to write."""
-    from sense7.data.store import conversations as conversations_table
-
     with store.engine.connect() as conn:
         emails = conn.execute(select(raters_table.c.email).where(raters_table.c.email.is_not(None))).scalars().all()
         hashes = conn.execute(select(rater_links.c.token_hash)).scalars().all()
         platform = conn.execute(select(crowd_completions.c.platform_id)).scalars().all()
-        ids = [] if with_ids else [*conn.execute(select(raters_table.c.rater_id)).scalars(),
-                                   *conn.execute(select(conversations_table.c.conversation_id)).scalars(),
-                                   *conn.execute(select(annotations.c.rater_id).distinct()).scalars()]
+        ids = [] if with_ids else [*_store_ids(store), *conn.execute(select(annotations.c.rater_id).distinct()).scalars()]
     return Leaks(emails=frozenset(e.lower() for e in emails), secrets=frozenset(hashes) | frozenset(platform),
                  store_ids=frozenset(i for i in ids if i))
 
@@ -111,6 +107,14 @@ def _pseudonyms(ids, prefix: str, taken: set) -> dict:
     while any(f"{prefix}{n}" in taken for n in range(1, len(ids) + 1)):
         prefix += "_"
     return {value: f"{prefix}{n}" for n, value in enumerate(ids, start=1)}
+
+
+def _store_ids(store: Store) -> set:
+    from sense7.data.store import conversations as conversations_table
+
+    with store.engine.connect() as conn:
+        return {*conn.execute(select(raters_table.c.rater_id)).scalars(),
+                *conn.execute(select(conversations_table.c.conversation_id)).scalars()}
 
 
 def _expectations(store: Store, annotation_ids: list[int]) -> dict[int, str | None]:
@@ -164,8 +168,9 @@ def build_export(store: Store, taxonomy, design=None, policy: QualityPolicy | No
     rater_ids = set(tasks["rater_id"]) | set(imported["rater_id"]) | set(predictions["rater_id"] if len(predictions) else [])
     conv_ids = set(tasks["conversation_id"]) | set(imported["conversation_id"]) | \
         set(predictions["conversation_id"] if len(predictions) else [])
-    raters_of = _pseudonyms(rater_ids, RATER_PREFIX, rater_ids | conv_ids)
-    convs_of = _pseudonyms(conv_ids, CONVERSATION_PREFIX, rater_ids | conv_ids)
+    taken = _store_ids(store) | rater_ids | conv_ids  # no pseudonym may read as any id of the store
+    raters_of = _pseudonyms(rater_ids, RATER_PREFIX, taken)
+    convs_of = _pseudonyms(conv_ids, CONVERSATION_PREFIX, taken)
 
     traits = store.raters_frame(rater_ids).reindex(sorted(rater_ids))
     profile = [f.key for f in taxonomy.profile_fields]
