@@ -229,7 +229,11 @@ def build_export(store: Store, taxonomy, design=None, policy: QualityPolicy | No
                 "live_version": lv["version"] if lv is not None else None,
                 "live_level": _level(lv, "levels", control), "live_expected": _level(lv, "expected", control),
                 "live_own_ratings": plain_value(lv["own_ratings"]) if lv is not None else None,
-                "rated_at": r.created, "seconds_on_page": plain_value(r.lead_time),
+                "rated_at": r.created,
+                # The page's own clock (its newest answer) first; Label Studio's lead time for other tasks.
+                "seconds_on_page": plain_value(clock["seconds"]) if clock is not None and pd.notna(clock["seconds"])
+                else plain_value(r.lead_time),
+                "page_seconds_total": plain_value(clock["seconds_total"]) if clock is not None else None,
                 "page_revisions": int(clock["revisions"]) if clock is not None else None,
                 "first_submitted_at": clock["first_submitted_at"] if clock is not None else None,
                 "last_submitted_at": clock["last_submitted_at"] if clock is not None else None,
@@ -407,7 +411,9 @@ def _rating_columns(taxonomy, with_ids: bool) -> tuple[Column, ...]:
         Column("live_expected", "float", "the live prediction's expected rating"),
         Column("live_own_ratings", "integer", "the rater's answers the live prediction used"),
         Column("rated_at", "datetime", "when Label Studio first held the rating (UTC)"),
-        Column("seconds_on_page", "float", "seconds the rater spent on the task (the rater page's lead time)"),
+        Column("seconds_on_page", "float", "seconds the rater spent on the task: the rater page's time for its "
+                                           "newest answer (else Label Studio's lead time)"),
+        Column("page_seconds_total", "float", "the rater page's seconds summed over every answer to the task"),
         Column("page_revisions", "integer", "answers the rater page stored for the task (1 = never changed)"),
         Column("first_submitted_at", "datetime", "the rater page's first answer to the task (UTC)"),
         Column("last_submitted_at", "datetime", "the rater page's latest answer to the task (UTC)"),

@@ -104,8 +104,10 @@ def fill_study(store: Store) -> StudyStore:
                 store.upsert_annotation(annotation_id, task_id, cid, turn, rid, created, values,
                                         expectation="partly", comment=f"private note {rid}", lead_time=30.0 + task_id,
                                         created_at=created)
+                if (cid, rid, turn) == ("conv-shared-2", RATERS[0], 1):  # changed once on the page: 2 revisions
+                    outbox.add_next(rid, "rating", task_id, [], {"values": {**values, "overall": 1}}, 10.0)
                 outbox.add_next(rid, "rating", task_id, [], {"values": values}, 30.0 + task_id)
-                outbox.mark_delivered(rid, task_id, 1, annotation_id)
+                outbox.mark_delivered(rid, task_id, outbox.revision(rid, task_id), annotation_id)
                 annotation_id += 1
                 task_id += 1
     # A test-retest repeat of one turn, rated again later.

@@ -85,7 +85,9 @@ def test_export_loads_in_pandas_with_the_stores_ratings_and_what_each_carries(st
     hidden = by_key.loc[(RATERS[0], "conv-shared-2", 1, "overall", False)]
     assert hidden["arm"] == "hidden" and pd.isna(hidden["prefill_shown"]) and hidden["static_level"] == 2 + (1 + len(RATERS[0])) % 3
     # The rater page's timing and the annotation's expectation, traits and context travel with the rating.
-    assert hidden["page_revisions"] == 1 and hidden["seconds_on_page"] > 30 and pd.notna(hidden["first_submitted_at"])
+    assert hidden["page_revisions"] == 2 and hidden["first_submitted_at"] < hidden["last_submitted_at"]
+    assert hidden["seconds_on_page"] > 30 and hidden["page_seconds_total"] == hidden["seconds_on_page"] + 10
+    assert live["page_revisions"] == 1 and live["page_seconds_total"] == live["seconds_on_page"]
     assert hidden["expectation"] == "partly" and hidden["context_empathy_wanted"] == 4
     assert hidden["trait_age_band"] == TAXONOMY.profile_fields[0].choices[0] and hidden["assistant_id"] == "gpt-4o"
     # The repeat, and the pilot's imported ratings with their expectation answer.
