@@ -404,3 +404,20 @@ def release_document(release, folder: Path, schema: dict) -> dict:
                               "anonymized: scrubbed texts, k-anonymous rater traits, new random ids.", files, tables,
                               rai, "Other: the study's licence and terms of use (see README.md)",
                               keywords=["empathy", "perspectivism", "human-AI conversation", "ratings"])
+
+
+def croissant_texts(document: dict):
+    """Every string of a Croissant document a release's scan must read: all but its `@context` and
+    `conformsTo` (the vocabulary's URLs) and the files' `sha256` (checked against the files themselves)."""
+    def walk(value, key=None):
+        if key in ("@context", "conformsTo", "sha256"):
+            return
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                yield from walk(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                yield from walk(v, key)
+    yield from walk(document)

@@ -117,9 +117,10 @@ def test_the_release_datasheet_and_croissant_agree(released):
 
 
 @pytest.mark.parametrize("tamper", ["a data file changed", "checksum", "outside the folder", "rai field", "missing",
-                                    "not json"])
+                                    "not json", "an e-mail in its text", "a store id in its text"])
 def test_release_check_refuses_a_croissant_file_that_no_longer_describes_the_release(released, tmp_path, tamper):
-    store, _, out = released
+    store, data, out = released
+    rater = data.raters["rater_id"].iloc[0]
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     path = copy / CROISSANT_FILE
@@ -133,6 +134,11 @@ def test_release_check_refuses_a_croissant_file_that_no_longer_describes_the_rel
         document["distribution"][0]["contentUrl"] = "../home/store.sqlite"
     elif tamper == "rai field":
         del document["rai:annotatorDemographics"]
+    elif tamper == "an e-mail in its text":
+        document["rai:dataCollection"] += " Questions: " + store.rater_emails()[rater]
+    elif tamper == "a store id in its text":  # (ids of 6 characters or more: "r001" could be any word)
+        store.upsert_raters([{"rater_id": "participant-0042", "traits": {}}])
+        document["description"] += " (see participant-0042)"
     if tamper == "missing":
         path.unlink()
     elif tamper == "not json":
@@ -146,8 +152,10 @@ def test_release_check_refuses_a_croissant_file_that_no_longer_describes_the_rel
     expected = {"a data file changed": "sha256: does not match csv/raters.csv", "checksum": "sha256: does not match",
                 "outside the folder": "contentUrl: not a file inside the folder",
                 "rai field": "rai:annotatorDemographics: missing", "missing": "missing or unreadable",
-                "not json": "malformed JSON"}[tamper]
+                "not json": "malformed JSON", "an e-mail in its text": "croissant.json:1: holds EMAIL",
+                "a store id in its text": "croissant.json:1: holds an id of the study's store"}[tamper]
     assert expected in message
+    assert "participant-0042" not in message and "@" not in message  # the kind, never the value
     result = runner.invoke(app, ["release", "--check", str(copy)])
     assert result.exit_code == 2 and "croissant.json" in result.output
     assert runner.invoke(app, ["release", "--check", str(out)]).exit_code == 0  # the original still passes
