@@ -143,180 +143,219 @@ def _level(record, key: str, control: str):
     return values.get(control) if isinstance(values, dict) else None
 
 
-def build_export(store: Store, taxonomy, design=None, policy: QualityPolicy | None = None,
-                 with_ids: bool = False) -> StudyExport:
-    """The export's tables from the study's store (see the module docstring). ExportError when the store
-    holds no rating to export."""
-    controls = list(taxonomy.controls)
-    withdrawn = Withdrawals(store).pending_raters()
-    left_out = ConversationChoices(store).out_of_study()
+class StudyExporter:
+    """Reads a study's store once (the rated tasks, imported ratings, recorded predictions, arms, the rater
+    page's timing, quality) and builds each table of its export from what it read."""
 
-    def kept(conversation_ids, rater_ids) -> list[bool]:
-        return [r not in withdrawn and (c, r) not in left_out for c, r in zip(conversation_ids, rater_ids)]
+    def __init__(self, store: Store, taxonomy, design=None, policy: QualityPolicy | None = None,
+                 with_ids: bool = False):
+        self.store, self.taxonomy, self.design, self.with_ids = store, taxonomy, design, with_ids
+        self.policy = policy or QualityPolicy()
+        self.controls = list(taxonomy.controls)
+        self.profile = [f.key for f in taxonomy.profile_fields]
+        self.context_keys = [f.key for f in taxonomy.context_fields]
 
-    tasks = rated_tasks(store)
-    tasks = tasks[kept(tasks["conversation_id"], tasks["rater_id"])].reset_index(drop=True) if len(tasks) else tasks
-    imported = store.imported_frame()
-    imported = imported[kept(imported["conversation_id"], imported["rater_id"])] if len(imported) else imported
-    predictions = StudyRecords(store).predictions_frame()
-    if len(predictions):
-        predictions = predictions[kept(predictions["conversation_id"], predictions["rater_id"])]
-    if tasks.empty and imported.empty:
-        raise ExportError("nothing to export: the store holds no ratings (nothing was written)")
+    def build(self) -> StudyExport:
+        """The export's tables (see the module docstring). ExportError when the store holds no rating."""
+        self._read()
+        ratings = self._typed_sorted(self._rating_rows() + self._imported_rows(), _rating_columns(self.taxonomy, self.with_ids),
+                                     ["conversation", "turn_index", "rater", "dimension", "is_repeat"])
+        conversations, report = self._conversations()
+        frames = {"ratings": ratings, "conversations": conversations,
+                  "raters": _typed(pd.DataFrame(self._rater_rows()), _rater_columns(self.taxonomy, self.with_ids)),
+                  "predictions": self._typed_sorted(self._prediction_rows(), _prediction_columns(self.with_ids),
+                                                    ["conversation", "turn_index", "rater", "version", "dimension"])}
+        counted = ratings[~ratings["is_repeat"]]
+        counts = annotation_counts(((c, t if pd.notna(t) else None), r)
+                                   for c, t, r in zip(counted["conversation"], counted["turn_index"], counted["rater"]))
+        months = sorted(m for m in (_month((self.contexts.get(p) or {}).get("created")) for p in self.pairs) if m)
+        return StudyExport(
+            frames=frames,
+            columns={"ratings": _rating_columns(self.taxonomy, self.with_ids),
+                     "conversations": _conversation_columns(self.with_ids),
+                     "raters": _rater_columns(self.taxonomy, self.with_ids),
+                     "predictions": _prediction_columns(self.with_ids)},
+            taxonomy=self.taxonomy, facts=study_facts(self.store, self.taxonomy, self.design), counts=counts,
+            with_ids=self.with_ids, period=(months[0], months[-1]) if months else None, redaction=report.as_dict())
 
-    # Pseudonyms for every rater and conversation the export names.
-    rater_ids = set(tasks["rater_id"]) | set(imported["rater_id"]) | set(predictions["rater_id"] if len(predictions) else [])
-    conv_ids = set(tasks["conversation_id"]) | set(imported["conversation_id"]) | \
-        set(predictions["conversation_id"] if len(predictions) else [])
-    taken = _store_ids(store) | rater_ids | conv_ids  # no pseudonym may read as any id of the store
-    raters_of = _pseudonyms(rater_ids, RATER_PREFIX, taken)
-    convs_of = _pseudonyms(conv_ids, CONVERSATION_PREFIX, taken)
+    # -- reading ---------------------------------------------------------------------------------------------
+    def _read(self) -> None:
+        store = self.store
+        withdrawn = Withdrawals(store).pending_raters()
+        left_out = ConversationChoices(store).out_of_study()
 
-    traits = store.raters_frame(rater_ids).reindex(sorted(rater_ids))
-    profile = [f.key for f in taxonomy.profile_fields]
-    traits = traits.reindex(columns=profile)
-    context_keys = [f.key for f in taxonomy.context_fields]
-    pairs = set(zip(tasks["conversation_id"], tasks["rater_id"])) | set(zip(imported["conversation_id"], imported["rater_id"]))
-    contexts = store.contexts_for(pairs)
+        def kept(frame: pd.DataFrame) -> pd.DataFrame:
+            if frame.empty:
+                return frame
+            keep = [r not in withdrawn and (c, r) not in left_out
+                    for c, r in zip(frame["conversation_id"], frame["rater_id"])]
+            return frame[keep].reset_index(drop=True)
 
-    quality = {}
-    if len(tasks):
-        frame, repeats = quality_inputs(tasks)
-        instructed = InstructedAnswers(store).frame()
-        instructed = instructed[instructed["rater_id"].isin(rater_ids)]
-        quality = rater_quality(frame, policy or QualityPolicy(), repeats=repeats,
-                                instructed=instructed if len(instructed) else None)
-    flags_of = {r: ",".join(f["flag"] for f in q["flags"]) for r, q in quality.items()}
+        self.tasks = kept(rated_tasks(store))
+        self.imported = kept(store.imported_frame())
+        self.predictions = kept(StudyRecords(store).predictions_frame())
+        if self.tasks.empty and self.imported.empty:
+            raise ExportError("nothing to export: the store holds no ratings (nothing was written)")
+        frames = (self.tasks, self.imported, self.predictions)
+        self.rater_ids = set().union(*(set(f["rater_id"]) for f in frames))
+        self.conversation_ids = set().union(*(set(f["conversation_id"]) for f in frames))
+        taken = _store_ids(store) | self.rater_ids | self.conversation_ids  # no pseudonym reads as a store id
+        self.rater_of = _pseudonyms(self.rater_ids, RATER_PREFIX, taken)
+        self.conversation_of = _pseudonyms(self.conversation_ids, CONVERSATION_PREFIX, taken)
+        self.traits = store.raters_frame(self.rater_ids).reindex(sorted(self.rater_ids)).reindex(columns=self.profile)
+        self.pairs = set(zip(self.tasks["conversation_id"], self.tasks["rater_id"])) | \
+            set(zip(self.imported["conversation_id"], self.imported["rater_id"]))
+        self.contexts = store.contexts_for(self.pairs)
+        self.quality = self._quality()
+        self.flags_of = {r: ",".join(f["flag"] for f in q["flags"]) for r, q in self.quality.items()}
 
-    arms = StudyRecords(store).arms_frame()
-    policy_of = dict(zip(arms["task_key"], arms["policy"])) if len(arms) else {}
-    seen = _by_annotation(tasks, predictions)
-    static = _by_annotation(tasks, static_predictions(predictions))
-    live = _by_annotation(tasks, predictions[predictions["kind"] == LIVE_KIND] if len(predictions) else predictions)
-    expectation_of = _expectations(store, list(tasks["annotation_id"])) if len(tasks) else {}
-    timing = Outbox(store).timings().set_index(["rater_id", "task_id"])
+    def _quality(self) -> dict:
+        if self.tasks.empty:
+            return {}
+        frame, repeats = quality_inputs(self.tasks)
+        instructed = InstructedAnswers(self.store).frame()
+        instructed = instructed[instructed["rater_id"].isin(self.rater_ids)]
+        return rater_quality(frame, self.policy, repeats=repeats, instructed=instructed if len(instructed) else None)
 
-    def common(rater, conversation):
-        ctx = contexts.get((conversation, rater)) or {}
-        row = {f"context_{k}": ctx.get(k) for k in context_keys}
+    def _ids(self, rater, conversation, **more) -> dict:
+        """The store's ids of a row, with --with-ids only."""
+        if not self.with_ids:
+            return {}
+        return {"store_rater_id": rater, "store_conversation_id": conversation, **more} if rater is not None \
+            else {"store_conversation_id": conversation, **more}
+
+    def _carried(self, rater, conversation) -> dict:
+        """What every rating of (rater, conversation) carries: the context and the rater's traits, flags."""
+        ctx = self.contexts.get((conversation, rater)) or {}
+        row = {f"context_{k}": ctx.get(k) for k in self.context_keys}
         row["assistant_id"] = ctx.get("assistant_id") if isinstance(ctx.get("assistant_id"), str) else None
-        row.update({f"trait_{k}": plain_value(traits.at[rater, k]) if rater in traits.index else None for k in profile})
+        row.update({f"trait_{k}": self._trait(rater, k) for k in self.profile})
+        row["quality_flags"] = self.flags_of.get(rater, "")
         return row
 
-    rows = []
-    for r in tasks.itertuples(index=False):
-        a = r.annotation_id
-        shown, stat, lv = (frame.loc[a] if a in frame.index else None for frame in (seen, static, live))
-        clock = timing.loc[(r.rater_id, r.task_id)] if (r.rater_id, r.task_id) in timing.index else None
-        base = {"rater": raters_of[r.rater_id], "conversation": convs_of[r.conversation_id],
-                "turn_index": int(r.turn_index), "expectation": expectation_of.get(a),
-                "is_repeat": isinstance(r.repeat_of, str) and bool(r.repeat_of), "source": "annotation",
-                "arm": r.arm, "prefill_policy": policy_of.get(r.task_key)}
-        for control in controls:
-            if control not in r.values:
+    def _trait(self, rater, key):
+        return plain_value(self.traits.at[rater, key]) if rater in self.traits.index else None
+
+    # -- tables ----------------------------------------------------------------------------------------------
+    def _rating_rows(self) -> list[dict]:
+        tasks, predictions = self.tasks, self.predictions
+        if tasks.empty:
+            return []
+        arms = StudyRecords(self.store).arms_frame()
+        policy_of = dict(zip(arms["task_key"], arms["policy"])) if len(arms) else {}
+        # Each rating with the prediction recorded last before it (study_analysis.with_predictions): the
+        # one its rater saw (live ones included), the served version's own, the live one.
+        seen = _by_annotation(tasks, predictions)
+        static = _by_annotation(tasks, static_predictions(predictions))
+        live = _by_annotation(tasks, predictions[predictions["kind"] == LIVE_KIND] if len(predictions) else predictions)
+        expectation_of = _expectations(self.store, list(tasks["annotation_id"]))
+        timing = Outbox(self.store).timings().set_index(["rater_id", "task_id"])
+        rows = []
+        for r in tasks.itertuples(index=False):
+            a = r.annotation_id
+            shown, stat, lv = (found.loc[a] if a in found.index else None for found in (seen, static, live))
+            shown = shown if r.arm == "shown" else None
+            clock = timing.loc[(r.rater_id, r.task_id)] if (r.rater_id, r.task_id) in timing.index else None
+            # The page's own clock (its newest answer) first; Label Studio's lead time for other tasks.
+            seconds = clock["seconds"] if clock is not None and pd.notna(clock["seconds"]) else r.lead_time
+            base = {"rater": self.rater_of[r.rater_id], "conversation": self.conversation_of[r.conversation_id],
+                    "turn_index": int(r.turn_index), "expectation": expectation_of.get(a),
+                    "is_repeat": isinstance(r.repeat_of, str) and bool(r.repeat_of), "source": "annotation",
+                    "arm": r.arm, "prefill_policy": policy_of.get(r.task_key),
+                    "prefill_version": _value(shown, "version"), "prefill_kind": _value(shown, "kind"),
+                    "model_version": _value(stat, "version"), "static_kind": _value(stat, "kind"),
+                    "live_version": _value(lv, "version"), "live_own_ratings": plain_value(_value(lv, "own_ratings")),
+                    "rated_at": r.created, "seconds_on_page": plain_value(seconds),
+                    "page_seconds_total": plain_value(_value(clock, "seconds_total")),
+                    "page_revisions": plain_value(_value(clock, "revisions")),
+                    "first_submitted_at": _value(clock, "first_submitted_at"),
+                    "last_submitted_at": _value(clock, "last_submitted_at"),
+                    **self._carried(r.rater_id, r.conversation_id),
+                    **self._ids(r.rater_id, r.conversation_id, task_id=int(r.task_id), annotation_id=int(a))}
+            for control in self.controls:
+                if control in r.values:
+                    rows.append({**base, "dimension": control, "rating": int(r.values[control]),
+                                 "prefill_shown": _level(shown, "levels", control),
+                                 "static_level": _level(stat, "levels", control),
+                                 "static_expected": _level(stat, "expected", control),
+                                 "generic_level": _level(stat, "generic_levels", control),
+                                 "generic_expected": _level(stat, "generic_expected", control),
+                                 "live_level": _level(lv, "levels", control),
+                                 "live_expected": _level(lv, "expected", control)})
+        return rows
+
+    def _imported_rows(self) -> list[dict]:
+        """A pilot's imported ratings the store has not synced for the same turn and control (the store's
+        own precedence, Store.rating_data), with their expectation answer."""
+        tasks, imported, tax = self.tasks, self.imported, self.taxonomy
+        synced = {(c, float(t), rid, d) for c, t, rid, values in zip(
+            tasks["conversation_id"], tasks["turn_index"], tasks["rater_id"], tasks["values"]) for d in values}
+        expectation = {(r.conversation_id, _turn(r.turn_index), r.rater_id): int(r.rating)
+                       for r in imported[imported["dimension"] == tax.expectation_key].itertuples(index=False)}
+        rows = []
+        for r in imported[imported["dimension"].isin(self.controls)].itertuples(index=False):
+            turn = _turn(r.turn_index)
+            if (r.conversation_id, None if turn is None else float(turn), r.rater_id, r.dimension) in synced:
                 continue
-            rows.append({
-                **base, "dimension": control, "rating": int(r.values[control]),
-                "prefill_shown": _level(shown, "levels", control) if r.arm == "shown" else None,
-                "prefill_version": shown["version"] if shown is not None and r.arm == "shown" else None,
-                "prefill_kind": shown["kind"] if shown is not None and r.arm == "shown" else None,
-                "model_version": stat["version"] if stat is not None else None,
-                "static_kind": stat["kind"] if stat is not None else None,
-                "static_level": _level(stat, "levels", control),
-                "static_expected": _level(stat, "expected", control),
-                "generic_level": _level(stat, "generic_levels", control),
-                "generic_expected": _level(stat, "generic_expected", control),
-                "live_version": lv["version"] if lv is not None else None,
-                "live_level": _level(lv, "levels", control), "live_expected": _level(lv, "expected", control),
-                "live_own_ratings": plain_value(lv["own_ratings"]) if lv is not None else None,
-                "rated_at": r.created,
-                # The page's own clock (its newest answer) first; Label Studio's lead time for other tasks.
-                "seconds_on_page": plain_value(clock["seconds"]) if clock is not None and pd.notna(clock["seconds"])
-                else plain_value(r.lead_time),
-                "page_seconds_total": plain_value(clock["seconds_total"]) if clock is not None else None,
-                "page_revisions": int(clock["revisions"]) if clock is not None else None,
-                "first_submitted_at": clock["first_submitted_at"] if clock is not None else None,
-                "last_submitted_at": clock["last_submitted_at"] if clock is not None else None,
-                "quality_flags": flags_of.get(r.rater_id, ""),
-                **common(r.rater_id, r.conversation_id),
-                **({"store_rater_id": r.rater_id, "store_conversation_id": r.conversation_id,
-                    "task_id": int(r.task_id), "annotation_id": int(a)} if with_ids else {})})
+            score = expectation.get((r.conversation_id, turn, r.rater_id))
+            rows.append({"rater": self.rater_of[r.rater_id], "conversation": self.conversation_of[r.conversation_id],
+                         "turn_index": turn, "dimension": r.dimension, "rating": int(r.rating),
+                         "expectation": tax.expectation_values[score - 1]
+                         if score is not None and 1 <= score <= len(tax.expectation_values) else None,
+                         "is_repeat": False, "source": "imported", **self._carried(r.rater_id, r.conversation_id),
+                         **self._ids(r.rater_id, r.conversation_id)})
+        return rows
 
-    # A pilot's imported ratings: what the store has not synced for the same turn and control.
-    synced_keys = {(c, float(t), rid, d) for c, t, rid, values in zip(
-        tasks["conversation_id"], tasks["turn_index"], tasks["rater_id"], tasks["values"]) for d in values} \
-        if len(tasks) else set()
-    exp_scores = {}
-    for r in imported[imported["dimension"] == taxonomy.expectation_key].itertuples(index=False):
-        exp_scores[(r.conversation_id, _turn(r.turn_index), r.rater_id)] = r.rating
-    for r in imported[imported["dimension"].isin(controls)].itertuples(index=False):
-        turn = _turn(r.turn_index)
-        if (r.conversation_id, float(turn) if turn is not None else None, r.rater_id, r.dimension) in synced_keys:
-            continue
-        score = exp_scores.get((r.conversation_id, turn, r.rater_id))
-        rows.append({
-            "rater": raters_of[r.rater_id], "conversation": convs_of[r.conversation_id], "turn_index": turn,
-            "expectation": taxonomy.expectation_values[int(score) - 1]
-            if score is not None and 1 <= int(score) <= len(taxonomy.expectation_values) else None,
-            "is_repeat": False, "source": "imported", "dimension": r.dimension, "rating": int(r.rating),
-            "quality_flags": flags_of.get(r.rater_id, ""), **common(r.rater_id, r.conversation_id),
-            **({"store_rater_id": r.rater_id, "store_conversation_id": r.conversation_id} if with_ids else {})})
+    def _conversations(self):
+        """Every message of every conversation named, scrubbed again (a batch imported with --no-scrub too)."""
+        messages = self.store.conversations_by_id()
+        cleaned, report = scrub_conversations([Conversation(c, "", messages[c], {})
+                                               for c in sorted(self.conversation_ids) if c in messages])
+        rows = [{"conversation": self.conversation_of[c.conversation_id], "message_index": i, "role": m.role,
+                 "content": m.content, **self._ids(None, c.conversation_id)}
+                for c in cleaned for i, m in enumerate(c.messages)]
+        return self._typed_sorted(rows, _conversation_columns(self.with_ids), ["conversation", "message_index"]), report
 
-    columns = _rating_columns(taxonomy, with_ids)
-    ratings = _typed(pd.DataFrame(rows), columns)
-    ratings = ratings.sort_values(["conversation", "turn_index", "rater", "dimension", "is_repeat"],
-                                  na_position="first", kind="stable").reset_index(drop=True)
+    def _rater_rows(self) -> list[dict]:
+        rows = []
+        for rid in sorted(self.rater_ids, key=lambda r: self.rater_of[r]):
+            q = self.quality.get(str(rid)) or {}
+            rows.append({"rater": self.rater_of[rid], **{k: self._trait(rid, k) for k in self.profile},
+                         "n_rated_tasks": q.get("n_tasks"), "median_seconds": q.get("median_seconds"),
+                         "quality_flags": self.flags_of.get(rid, ""),
+                         **({"store_rater_id": rid} if self.with_ids else {})})
+        return rows
 
-    # Conversations: every message, scrubbed again (a batch imported with --no-scrub too).
-    messages = store.conversations_by_id()
-    cleaned, report = scrub_conversations([Conversation(c, "", messages[c], {}) for c in sorted(conv_ids) if c in messages])
-    conv_rows = [{"conversation": convs_of[c.conversation_id], "message_index": i, "role": m.role, "content": m.content,
-                  **({"store_conversation_id": c.conversation_id} if with_ids else {})}
-                 for c in cleaned for i, m in enumerate(c.messages)]
-    conv_columns = _conversation_columns(with_ids)
-    conversations = _typed(pd.DataFrame(conv_rows), conv_columns).sort_values(
-        ["conversation", "message_index"], kind="stable").reset_index(drop=True)
+    def _prediction_rows(self) -> list[dict]:
+        rows = []
+        for p in self.predictions.itertuples(index=False):
+            for control in self.controls:
+                if control in (p.levels or {}):
+                    rows.append({
+                        "rater": self.rater_of[p.rater_id], "conversation": self.conversation_of[p.conversation_id],
+                        "turn_index": int(p.turn_index), "is_repeat": str(p.task_key).endswith(REPEAT_SUFFIX),
+                        "version": p.version, "kind": p.kind, "arm": p.arm, "dimension": control,
+                        "level": p.levels.get(control), "expected": (p.expected or {}).get(control),
+                        "generic_level": (p.generic_levels or {}).get(control),
+                        "generic_expected": (p.generic_expected or {}).get(control),
+                        "own_ratings": plain_value(p.own_ratings), "recorded_at": p.recorded_at,
+                        **self._ids(p.rater_id, p.conversation_id)})
+        return rows
 
-    rater_rows = []
-    for rid in sorted(rater_ids, key=lambda x: raters_of[x]):
-        q = quality.get(str(rid)) or {}
-        rater_rows.append({"rater": raters_of[rid],
-                           **{k: plain_value(traits.at[rid, k]) if rid in traits.index else None for k in profile},
-                           "n_rated_tasks": q.get("n_tasks"), "median_seconds": q.get("median_seconds"),
-                           "quality_flags": flags_of.get(rid, ""),
-                           **({"store_rater_id": rid} if with_ids else {})})
-    rater_columns = _rater_columns(taxonomy, with_ids)
-    raters = _typed(pd.DataFrame(rater_rows), rater_columns)
+    @staticmethod
+    def _typed_sorted(rows: list[dict], columns: tuple[Column, ...], order: list[str]) -> pd.DataFrame:
+        frame = _typed(pd.DataFrame(rows), columns)
+        return frame.sort_values(order, na_position="first", kind="stable").reset_index(drop=True) if rows else frame
 
-    pred_rows = []
-    for p in predictions.itertuples(index=False) if len(predictions) else ():
-        for control in controls:
-            if control not in (p.levels or {}):
-                continue
-            pred_rows.append({
-                "rater": raters_of[p.rater_id], "conversation": convs_of[p.conversation_id],
-                "turn_index": int(p.turn_index), "is_repeat": str(p.task_key).endswith(REPEAT_SUFFIX),
-                "version": p.version, "kind": p.kind, "arm": p.arm, "dimension": control,
-                "level": p.levels.get(control), "expected": (p.expected or {}).get(control),
-                "generic_level": (p.generic_levels or {}).get(control),
-                "generic_expected": (p.generic_expected or {}).get(control),
-                "own_ratings": plain_value(p.own_ratings), "recorded_at": p.recorded_at,
-                **({"store_rater_id": p.rater_id, "store_conversation_id": p.conversation_id} if with_ids else {})})
-    pred_columns = _prediction_columns(with_ids)
-    preds = _typed(pd.DataFrame(pred_rows), pred_columns).sort_values(
-        ["conversation", "turn_index", "rater", "version", "dimension"], kind="stable").reset_index(drop=True) \
-        if pred_rows else _typed(pd.DataFrame(), pred_columns)
 
-    counted = ratings[~ratings["is_repeat"]]
-    counts = annotation_counts(((c, t if pd.notna(t) else None), r)
-                               for c, t, r in zip(counted["conversation"], counted["turn_index"], counted["rater"]))
-    months = sorted(m for m in (_month((contexts.get(p) or {}).get("created")) for p in pairs) if m)
-    return StudyExport(
-        frames={"ratings": ratings, "conversations": conversations, "raters": raters, "predictions": preds},
-        columns={"ratings": columns, "conversations": conv_columns, "raters": rater_columns,
-                 "predictions": pred_columns},
-        taxonomy=taxonomy, facts=study_facts(store, taxonomy, design), counts=counts, with_ids=with_ids,
-        period=(months[0], months[-1]) if months else None, redaction=report.as_dict())
+def build_export(store: Store, taxonomy, design=None, policy: QualityPolicy | None = None,
+                 with_ids: bool = False) -> StudyExport:
+    """The export's tables from the study's store (StudyExporter; see the module docstring)."""
+    return StudyExporter(store, taxonomy, design, policy, with_ids).build()
+
+
+def _value(record, key: str):
+    return None if record is None else record[key]
 
 
 def _turn(value):
