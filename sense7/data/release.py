@@ -35,7 +35,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from sense7.data.croissant import CROISSANT_FILE, StudyFacts, croissant_problems, release_document, write_croissant
+from sense7.data.croissant import (CROISSANT_FILE, StudyFacts, croissant_problems, croissant_texts, release_document,
+                                   write_croissant)
 from sense7.data.pii import Scrubber, detected_values, scrub_conversations
 from sense7.taxonomy import Taxonomy
 
@@ -453,7 +454,7 @@ def check_release(folder: str | Path, originals: Originals | None = None, k: int
     for name, rows in tables.items():
         if f"| {name} | {len(rows)} |" not in readme_text:
             problems.append(f"{readme}: the count of {name} does not match {files[name]['jsonl']} ({len(rows)} rows)")
-    problems += croissant_problems(folder)  # croissant.json (KNOWN_FILES): parses, 1.1, RAI fields, checksums
+    problems += _check_croissant(folder, originals)  # croissant.json (KNOWN_FILES)
     if len(tables) == len(TABLES):
         problems += _check_links(tables, files)
         problems += _check_k(tables["raters"], list(files["raters"]["columns"])[1:], want_k, folder / files["raters"]["jsonl"])
@@ -539,6 +540,18 @@ def _check_contents(tables, files, folder: Path, originals: Originals) -> list[s
                     found.add("an id of the study's store")
             problems += [f"{where}: holds {kind}" for kind in sorted(found)]
     return problems
+
+
+def _check_croissant(folder: Path, originals: Originals) -> list[str]:
+    """croissant.json: it parses, conforms to Croissant 1.1, has the RAI fields, names only the release's
+    files with their right checksums (croissant_problems); and its texts pass the same scan as the tables'."""
+    problems = croissant_problems(folder)
+    try:
+        document = json.loads((folder / CROISSANT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return problems  # already reported
+    texts = {CROISSANT_FILE: [{"texts": list(croissant_texts(document))}]} if isinstance(document, dict) else {}
+    return problems + _check_contents(texts, {CROISSANT_FILE: {"jsonl": CROISSANT_FILE}}, folder, originals)
 
 
 def originals_from_store(store) -> Originals:
