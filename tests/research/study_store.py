@@ -124,7 +124,10 @@ def fill_study(store: Store) -> StudyStore:
     store.import_ratings(pd.DataFrame(
         [{"conversation_id": "conv-pilot-9", "turn_index": 1, "rater_id": RATERS[3], "dimension": c, "rating": 2}
          for c in controls] + [{"conversation_id": "conv-pilot-9", "turn_index": 1, "rater_id": RATERS[3],
-                                "dimension": TAXONOMY.expectation_key, "rating": 3}]))
+                                "dimension": TAXONOMY.expectation_key, "rating": 3}]
+        # The same rater's earlier pilot rating of a turn since rated in the study: the study's rating counts.
+        + [{"conversation_id": "conv-shared-1", "turn_index": 1, "rater_id": RATERS[0], "dimension": "overall",
+            "rating": 1}]))
     # A crowd study (Prolific, K = 3) and a participant's platform id (only in crowd_completions).
     with store.engine.begin() as conn:
         conn.execute(tables.crowd_studies.insert().values(
