@@ -10,7 +10,7 @@ from sense7.cli._common import console, fail, resolve_taxonomy, settings, taxono
 
 
 def export(
-    out: Path = typer.Option(..., "--out", help="a new or empty folder to write the export into"),
+    out: Path = typer.Option(None, "--out", help="a new or empty folder to write the export into"),
     fmt: str = typer.Option("tidy", "--format", help="tidy (Parquet and CSV tables) or lewidi (the LeWiDi "
                             "shared task's perspectivist layout)"),
     with_ids: bool = typer.Option(False, "--with-ids", help="add the store's rater and conversation ids and Label "
@@ -26,6 +26,8 @@ def export(
     from sense7.files import FolderNotFree
     from sense7.research.study_export import FORMATS, ExportError, build_export, forbidden_values, write_export
 
+    if out is None:
+        raise fail("give --out DIR: a new or empty folder to write the export into (nothing was written)", 2)
     if fmt not in FORMATS:
         raise fail(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r} (nothing was written)", 2)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

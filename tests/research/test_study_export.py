@@ -224,7 +224,7 @@ def test_a_value_that_must_not_leave_stops_the_export_and_nothing_is_written(stu
     assert store.snapshot() == before  # not even a staff-log line
 
 
-@pytest.mark.parametrize("case", ["non-empty", "a file", "unknown format", "no store"])
+@pytest.mark.parametrize("case", ["non-empty", "a file", "unknown format", "no store", "no --out"])
 def test_misuse_is_one_line_and_writes_nothing(study, tmp_path, monkeypatch, case):
     target = tmp_path / "target"
     args = ["export", "--out", target]
@@ -235,6 +235,8 @@ def test_misuse_is_one_line_and_writes_nothing(study, tmp_path, monkeypatch, cas
         target.write_text("mine")
     elif case == "unknown format":
         args += ["--format", "jsonl"]
+    elif case == "no --out":
+        args = ["export", "--with-ids"]
     else:
         monkeypatch.setenv("SENSE7_HOME", str(tmp_path / "nohome"))
     before_files = sorted(p.name for p in tmp_path.iterdir()) + (["nohome"] if case == "no store" else [])
