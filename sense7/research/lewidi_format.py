@@ -44,36 +44,45 @@ def _answer(value):
     return int(value) if isinstance(value, (int, float, np.integer, np.floating)) else str(value)
 
 
-def _history(messages: pd.DataFrame, turn: int) -> tuple[str, str]:
-    before = messages[messages["message_index"] < turn]
-    context = "\n".join(f"{role}: {content}" for role, content in zip(before["role"], before["content"]))
-    response = messages.loc[messages["message_index"] == turn, "content"]
-    return context, str(response.iloc[0]) if len(response) else ""
+def conversation_texts(export) -> dict[str, list[tuple[str, str]]]:
+    """conversation pseudonym -> its messages as (role, content), in order (read once for every control)."""
+    frame = export.frames["conversations"].sort_values(["conversation", "message_index"], kind="stable")
+    texts: dict[str, list] = {}
+    for conversation, role, content in zip(frame["conversation"], frame["role"], frame["content"]):
+        texts.setdefault(str(conversation), []).append((str(role), str(content)))
+    return texts
 
 
-def lewidi_items(export, control: str) -> dict[str, dict]:
-    """The items of one control: {item id: item} (ids follow conversation and turn order)."""
+def lewidi_items(export, control: str, texts: dict | None = None) -> dict[str, dict]:
+    """The items of one control: {item id: item} (ids follow conversation and turn order). `texts`:
+    conversation_texts(export), when already read."""
     tax = export.taxonomy
+    texts = conversation_texts(export) if texts is None else texts
     ratings = export.frames["ratings"]
-    rows = ratings[(ratings["dimension"] == control) & ~ratings["is_repeat"] & ratings["turn_index"].notna()]
-    rows = rows.drop_duplicates(["conversation", "turn_index", "rater"], keep="last")
-    messages = {c: g for c, g in export.frames["conversations"].groupby("conversation", sort=False)}
+    rows = ratings[(ratings["dimension"] == control) & ~ratings["is_repeat"].astype(bool) & ratings["turn_index"].notna()]
+    with_ids = "store_conversation_id" in rows
+    labels_of: dict[tuple, dict] = {}
+    store_id_of = {}
+    store_ids = rows["store_conversation_id"] if with_ids else [None] * len(rows)
+    for conversation, turn, rater, rating, store_id in zip(rows["conversation"], rows["turn_index"], rows["rater"],
+                                                           rows["rating"], store_ids):
+        key = (str(conversation), int(turn))
+        labels_of.setdefault(key, {})[str(rater)] = int(rating)  # one label per annotator: the last one
+        store_id_of[key] = store_id
     title = next((d.title for d in (*tax.dimensions, tax.overall) if d.key == control), control)
     items = {}
-    groups = sorted(rows.groupby(["conversation", "turn_index"], sort=False),
-                    key=lambda kv: (_number(kv[0][0]), int(kv[0][1])))
-    for item_id, ((conversation, turn), group) in enumerate(groups, start=1):
-        group = group.sort_values("rater", key=lambda s: s.map(_number))
-        annotators = [str(r) for r in group["rater"]]
-        labels = [int(v) for v in group["rating"]]
-        context, response = _history(messages.get(conversation, pd.DataFrame(columns=["message_index", "role", "content"])),
-                                     int(turn))
-        other = {"conversation": str(conversation), "turn_index": int(turn), "dimension": control}
-        if "store_conversation_id" in group:
-            other["store_conversation_id"] = str(group["store_conversation_id"].iloc[0])
+    for item_id, key in enumerate(sorted(labels_of, key=lambda k: (_number(k[0]), k[1])), start=1):
+        conversation, turn = key
+        annotators = sorted(labels_of[key], key=_number)
+        labels = [labels_of[key][a] for a in annotators]
+        messages = texts.get(conversation, [])
+        other = {"conversation": conversation, "turn_index": turn, "dimension": control}
+        if with_ids:
+            other["store_conversation_id"] = str(store_id_of[key])
         items[str(item_id)] = {
             "annotation task": f"empathy rating: {title}",
-            "text": {"context": context, "response": response},
+            "text": {"context": "\n".join(f"{role}: {content}" for role, content in messages[:turn]),
+                     "response": messages[turn][1] if turn < len(messages) else ""},
             "number of annotators": len(annotators),
             "annotators": ",".join(annotators),
             "number of annotations": len(labels),
@@ -108,10 +117,11 @@ def write_lewidi(export, folder: Path, rai: dict) -> None:
     """Write the LeWiDi layout of `export` into `folder`, with a README and croissant.json (same RAI fields)."""
     tax = export.taxonomy
     meta = annotators_meta(export)
+    texts = conversation_texts(export)
     files, tables, counts = {}, [], {}
     for control in tax.controls:
         (folder / control).mkdir()
-        items = lewidi_items(export, control)
+        items = lewidi_items(export, control, texts)
         counts[control] = len(items)
         train, meta_path = f"{control}/{control}_{SPLIT}.json", f"{control}/{control}_annotators_meta.json"
         (folder / train).write_text(json.dumps(items, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -202,7 +202,9 @@ class StudyExporter:
         taken = _store_ids(store) | self.rater_ids | self.conversation_ids  # no pseudonym reads as a store id
         self.rater_of = _pseudonyms(self.rater_ids, RATER_PREFIX, taken)
         self.conversation_of = _pseudonyms(self.conversation_ids, CONVERSATION_PREFIX, taken)
-        self.traits = store.raters_frame(self.rater_ids).reindex(sorted(self.rater_ids)).reindex(columns=self.profile)
+        traits = store.raters_frame(self.rater_ids).reindex(sorted(self.rater_ids)).reindex(columns=self.profile)
+        self.traits = {rid: {k: plain_value(v) for k, v in row.items()} for rid, row in traits.to_dict("index").items()}
+        self.carried: dict = {}
         self.pairs = set(zip(self.tasks["conversation_id"], self.tasks["rater_id"])) | \
             set(zip(self.imported["conversation_id"], self.imported["rater_id"]))
         self.contexts = store.contexts_for(self.pairs)
@@ -226,15 +228,17 @@ class StudyExporter:
 
     def _carried(self, rater, conversation) -> dict:
         """What every rating of (rater, conversation) carries: the context and the rater's traits, flags."""
-        ctx = self.contexts.get((conversation, rater)) or {}
-        row = {f"context_{k}": ctx.get(k) for k in self.context_keys}
-        row["assistant_id"] = ctx.get("assistant_id") if isinstance(ctx.get("assistant_id"), str) else None
-        row.update({f"trait_{k}": self._trait(rater, k) for k in self.profile})
-        row["quality_flags"] = self.flags_of.get(rater, "")
-        return row
+        if (rater, conversation) not in self.carried:
+            ctx = self.contexts.get((conversation, rater)) or {}
+            row = {f"context_{k}": ctx.get(k) for k in self.context_keys}
+            row["assistant_id"] = ctx.get("assistant_id") if isinstance(ctx.get("assistant_id"), str) else None
+            row.update({f"trait_{k}": self._trait(rater, k) for k in self.profile})
+            row["quality_flags"] = self.flags_of.get(rater, "")
+            self.carried[(rater, conversation)] = row
+        return self.carried[(rater, conversation)]
 
     def _trait(self, rater, key):
-        return plain_value(self.traits.at[rater, key]) if rater in self.traits.index else None
+        return (self.traits.get(rater) or {}).get(key)
 
     # -- tables ----------------------------------------------------------------------------------------------
     def _rating_rows(self) -> list[dict]:
