@@ -11,7 +11,8 @@ Rater and conversation ids are new random ones (nothing maps them back); free-te
 e-mails, link secrets and Label Studio ids are not in it; excluded and withdrawn data are left out by the caller.
 
 `write_release(release, out)` writes JSONL and CSV, a schema and a datasheet README whose YAML header is
-the layout the Hugging Face `datasets` loader reads (`load_dataset(DIR, "ratings")`). It writes into a
+the layout the Hugging Face `datasets` loader reads (`load_dataset(DIR, "ratings")`), and croissant.json
+(Croissant 1.1 with the RAI fields: sense7.data.croissant). It writes into a
 temporary sibling folder and renames it into place: a failure leaves nothing half-written.
 
 `check_release(dir, originals)` verifies k, that no e-mail address, link secret, original rater or
