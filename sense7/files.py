@@ -4,10 +4,13 @@ size, nesting), and the characters no stored text may hold."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -202,3 +205,39 @@ def load_yaml(text: str, path) -> tuple[object, yaml.Node | None]:
 def _unreadable(exc: yaml.reader.ReaderError, text: str, path) -> YAMLInputError:
     line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
     return YAMLInputError(path, line, "file", f"holds the character #x{exc.character:04x}, which YAML does not allow")
+
+
+class FolderNotFree(ValueError):
+    """The folder a command was asked to write is a file or holds something: nothing was written."""
+
+
+@contextlib.contextmanager
+def staged_folder(out: Path):
+    """Write a new folder all at once: yields an empty staging folder next to `out` (0700); when the block
+    ends, every file in it is made 0600 and every folder 0700, and it is renamed to `out`. `out` must be
+    new or an empty folder (FolderNotFree otherwise, before anything is written). If the block raises, the
+    staging folder and any parent folder made for it are removed: nothing is left behind."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FolderNotFree(f"{out}: {'not a folder' if not out.is_dir() else 'not empty'}; "
+                            "give a new or empty folder (nothing was written)")
+    made = [parent for parent in reversed(out.parents) if not parent.exists()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield staging
+        for path in staging.rglob("*"):
+            os.chmod(path, 0o700 if path.is_dir() else 0o600)
+        os.chmod(staging, 0o700)
+        if out.exists():
+            out.rmdir()  # empty (checked above); the rename needs the name free
+        os.rename(staging, out)
+        fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for parent in reversed(made):
+            try:
+                parent.rmdir()
+            except OSError:
+                pass
+        raise

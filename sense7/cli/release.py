@@ -60,6 +60,9 @@ def release(
         left_out = ConversationChoices(store).out_of_release()
         built = build_release(store.rating_data(tax), tax, k=k, exclude_raters=Withdrawals(store).pending_raters(),
                               exclude_conversations=left_out.conversations, exclude_ratings=left_out.ratings)
+        from sense7.data.croissant import study_facts
+
+        built.study = study_facts(store, tax, cfg.study)  # the Croissant file's RAI fields: pre-fills, models, crowd
         originals = _originals(cfg)
         written = write_release(built, out, verify=lambda folder: check_release(folder, originals, k=k))
     except ReleaseError as exc:

@@ -258,6 +258,30 @@ class Outbox:
                                   .where(submissions.c.delivered_at.is_(None)))
         return {"submissions": int(total), "undelivered": int(waiting)}
 
+    def timings(self):
+        """Per (rater, task) answered on the rater page: rater_id, task_id, revisions, first_submitted_at,
+        last_submitted_at (UTC), seconds (the page's time on the task for the newest revision, None when
+        unknown) and seconds_total (summed over revisions): the page's own timing of each answer."""
+        import pandas as pd
+
+        query = select(submissions.c.rater_id, submissions.c.task_id, submissions.c.revision,
+                       submissions.c.submitted_at, submissions.c.lead_time).where(submissions.c.kind == "rating")
+        with self.store.engine.connect() as conn:
+            rows = pd.DataFrame(conn.execute(query).all(),
+                                columns=["rater_id", "task_id", "revision", "submitted_at", "lead_time"])
+        columns = ["rater_id", "task_id", "revisions", "first_submitted_at", "last_submitted_at", "seconds",
+                   "seconds_total"]
+        if rows.empty:
+            return pd.DataFrame(columns=columns)
+        rows["submitted_at"] = pd.to_datetime(rows["submitted_at"], utc=True)
+        rows = rows.sort_values(["rater_id", "task_id", "revision"])
+        grouped = rows.groupby(["rater_id", "task_id"], sort=False)
+        out = grouped.agg(revisions=("revision", "size"), first_submitted_at=("submitted_at", "min"),
+                          last_submitted_at=("submitted_at", "max"),
+                          seconds_total=("lead_time", lambda s: s.sum(min_count=1))).reset_index()
+        newest = rows.drop_duplicates(["rater_id", "task_id"], keep="last")[["rater_id", "task_id", "lead_time"]]
+        return out.merge(newest.rename(columns={"lead_time": "seconds"}), on=["rater_id", "task_id"])[columns]
+
     def delivered(self, rater_id: str | None = None) -> list[dict]:
         query = select(submissions).where(submissions.c.delivered_at.is_not(None))
         if rater_id is not None:

@@ -11,7 +11,8 @@ Rater and conversation ids are new random ones (nothing maps them back); free-te
 e-mails, link secrets and Label Studio ids are not in it; excluded and withdrawn data are left out by the caller.
 
 `write_release(release, out)` writes JSONL and CSV, a schema and a datasheet README whose YAML header is
-the layout the Hugging Face `datasets` loader reads (`load_dataset(DIR, "ratings")`). It writes into a
+the layout the Hugging Face `datasets` loader reads (`load_dataset(DIR, "ratings")`), and croissant.json
+(Croissant 1.1 with the RAI fields: sense7.data.croissant). It writes into a
 temporary sibling folder and renames it into place: a failure leaves nothing half-written.
 
 Its check (`sense7.data.release_check.check_release`) reads the whole folder: `write_release` calls it on
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sense7.data.croissant import CROISSANT_FILE, StudyFacts, release_document, write_croissant
 from sense7.data.pii import scrub_conversations
 from sense7.files import spreadsheet_cell, spreadsheet_rows
 from sense7.taxonomy import Taxonomy
@@ -60,6 +62,7 @@ class Release:
     taxonomy: Taxonomy
     period: tuple[str, str] | None  # first and last month a conversation was held, when known
     redaction: dict = field(default_factory=dict)
+    study: StudyFacts | None = None  # the store's facts for the Croissant RAI fields (sense7.data.croissant)
 
     def counts(self) -> dict[str, int]:
         return {name: len(rows) for name, rows in self.tables.items()}
@@ -366,6 +369,7 @@ def write_release(release: Release, out: str | Path, verify=None) -> Path:
         schema = _schema(release)
         (staging / "schema.json").write_text(json.dumps(schema, indent=1) + "\n", encoding="utf-8")
         (staging / "README.md").write_text(_readme(release, schema), encoding="utf-8")
+        write_croissant(staging, release_document(release, staging, schema))  # last: it holds the files' checksums
         # The study's data until the team publishes it: the owner's only, like every data file sense7 writes.
         for path in staging.rglob("*"):
             os.chmod(path, 0o700 if path.is_dir() else 0o600)

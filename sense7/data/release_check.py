@@ -34,13 +34,15 @@ from pathlib import Path
 import ahocorasick
 import yaml
 
+from sense7.data.croissant import CROISSANT_FILE, croissant_problems
 from sense7.data.pii import PLACEHOLDER, Scrubber
 from sense7.data.release import (CONVERSATION_ID, RATER_ID, SUPPRESSED, TABLES, ReleaseError, csv_header,
                                  csv_rows_of)
 
 # What write_release writes, and nothing else.
 FOLDERS = ("data", "csv")
-LAYOUT = {"schema.json", "README.md", *(f"data/{name}.jsonl" for name in TABLES), *(f"csv/{name}.csv" for name in TABLES)}
+LAYOUT = {"schema.json", "README.md", CROISSANT_FILE, *(f"data/{name}.jsonl" for name in TABLES),
+          *(f"csv/{name}.csv" for name in TABLES)}
 # Read in this order so that ratings and contexts are checked against the tables they point into, row by row.
 READ_ORDER = ("conversations", "raters", "contexts", "ratings")
 ID_COLUMNS = {"rater_id": RATER_ID, "conversation_id": CONVERSATION_ID}
@@ -323,14 +325,14 @@ def _layout(folder: Path, findings: Findings, scanner: ReleaseScanner) -> None:
                     pending.append((Path(entry.path), f"{rel}/"))
                 else:
                     findings.add(rel, None, None, "a folder a release does not hold (its layout: data/*.jsonl, "
-                                 "csv/*.csv, schema.json, README.md)")
+                                 "csv/*.csv, schema.json, README.md, croissant.json)")
             elif not stat.S_ISREG(mode):
                 findings.add(rel, None, None, "not a plain file")
             elif rel in LAYOUT:
                 present.add(rel)
             else:
                 findings.add(rel, None, None, "a file a release does not hold (its layout: data/*.jsonl, "
-                             "csv/*.csv, schema.json, README.md)")
+                             "csv/*.csv, schema.json, README.md, croissant.json)")
                 _scan_stranger(Path(entry.path), rel, scanner, findings)
     for rel in sorted(LAYOUT - present):
         findings.add(rel, None, None, "missing")
@@ -597,6 +599,24 @@ def _check_readme(folder: Path, counts: dict[str, int], scanner: ReleaseScanner,
             findings.add(rel, None, "Counts", f"the count of {name} does not match data/{name}.jsonl ({n} rows)")
 
 
+def _check_croissant(folder: Path, scanner: ReleaseScanner, findings: Findings) -> None:
+    """croissant.json describes this release (it parses, conforms to Croissant 1.1, carries the RAI fields,
+    names only the release's files with their checksums: sense7.data.croissant.croissant_problems), and its
+    strings pass the same scan as every other file's, but for its vocabulary URLs (`@context`, `conformsTo`)
+    and the files' `sha256` digests, which croissant_problems checks against the files themselves."""
+    findings.problems += croissant_problems(folder)
+    if not _plain_file(folder, CROISSANT_FILE):
+        return
+    try:
+        text = (folder / CROISSANT_FILE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return  # reported by croissant_problems
+    for line, path, value in json_text_values(text):
+        if path.split(".", 1)[0].split("[", 1)[0] in ("@context", "conformsTo") or path.endswith("sha256"):
+            continue
+        _scan_value(scanner, findings, CROISSANT_FILE, line, path, value)
+
+
 def _check_k(raters: list[dict], fields: list[str], k: int) -> list[str]:
     combos = Counter(tuple(r.get(f) for f in fields) for r in raters)
     suppressed = tuple(SUPPRESSED for _ in fields)
@@ -640,6 +660,7 @@ def check_release(folder: str | Path, originals: Originals | None = None, k: int
     trait_fields = list(raters_spec.get("columns") or {})[1:]
     findings.problems += _check_k(list(links.raters.values()), trait_fields, want_k)
     _check_readme(folder, {name: counts[name] for name in TABLES}, scanner, findings)
+    _check_croissant(folder, scanner, findings)
     if findings.problems:
         _fail(folder, findings.problems)
     return {"k": claimed_k, "counts": {name: counts[name] for name in TABLES},
