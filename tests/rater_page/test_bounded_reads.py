@@ -159,3 +159,16 @@ def test_a_short_body_gets_408_and_the_worker_then_serves_others(tmp_path, redis
         kept.close()
         assert requests.get(f"{url}/healthz", timeout=10).status_code == 200
     assert "Traceback" not in process.log_file.read_text()
+
+
+def test_the_read_timeout_setting_is_seconds_above_zero_else_one_clear_error(tmp_path):
+    from sense7.settings import Settings, SettingsError
+
+    home = {"SENSE7_HOME": str(tmp_path)}
+    assert Settings.from_env(home).rater_page.read_timeout == 5.0
+    assert Settings.from_env({**home, "SENSE7_RATER_PAGE_READ_TIMEOUT": "2.5"}).rater_page.read_timeout == 2.5
+    for bad in ["0", "-1", "five", "nan", "inf"]:
+        with pytest.raises(SettingsError) as refused:
+            Settings.from_env({**home, "SENSE7_RATER_PAGE_READ_TIMEOUT": bad})
+        assert str(refused.value) == (f"environment variable SENSE7_RATER_PAGE_READ_TIMEOUT: expected a number of "
+                                      f"seconds above 0, got {bad!r}")
