@@ -133,3 +133,52 @@ def summary(seconds) -> dict:
     return {"n": int(values.size), "p50_ms": round(float(np.percentile(values, 50)) * 1000, 1),
             "p99_ms": round(float(np.percentile(values, 99)) * 1000, 1),
             "max_ms": round(float(values.max()) * 1000, 1)}
+
+
+class HeldConnections(threading.Thread):
+    """`n` connections to (host, port) that each sent part of a request's header line and then nothing (the
+    attack of issue 37, item 5); one the server closes is replaced at once, so that `n` are held all along.
+    `closed_by_server` counts the replacements."""
+
+    HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: abc"
+
+    def __init__(self, host: str, port: int, n: int):
+        super().__init__(daemon=True)
+        self.address, self.n = (host, port), n
+        self.open: list = []
+        self.closed_by_server = 0
+        self.ready, self.stopping = threading.Event(), threading.Event()
+
+    def connect(self):
+        import socket
+
+        sock = socket.create_connection(self.address, timeout=10)
+        sock.sendall(self.HEAD)
+        sock.setblocking(False)
+        return sock
+
+    def run(self) -> None:
+        import select
+
+        self.open = [self.connect() for _ in range(self.n)]
+        self.ready.set()
+        while not self.stopping.is_set():
+            readable, _, _ = select.select(self.open, [], [], 0.1)
+            for sock in readable:
+                try:
+                    if sock.recv(4096):
+                        continue  # an answer (none is expected): the end comes next
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    pass
+                self.open.remove(sock)
+                sock.close()
+                self.closed_by_server += 1
+                self.open.append(self.connect())
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        for sock in self.open:
+            sock.close()
