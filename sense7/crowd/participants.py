@@ -38,7 +38,8 @@ from sense7.store.database import Store
 from sense7.store.tables import (crowd_completions, crowd_participants, crowd_pool, crowd_studies, crowd_withdrawn,
                                  withdrawals, withdrawn_id_hash)
 
-PLATFORM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Prolific's are 24 hex digits; never stored elsewhere
+# Prolific's are 24 hex digits; never stored elsewhere. Never a leading "-": a spreadsheet would run it.
+PLATFORM_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")
 RESUME_ALPHABET = "ABCDEFGHJKMNPQRSTVWXYZ23456789"  # no 0/O, 1/I/L, U: read aloud and typed without doubt
 RESUME_LENGTH = 10  # ~49 bits; guesses are rate-limited per address
 CHECK_ATTEMPTS = 2

@@ -13,7 +13,8 @@
 - `ERASURE`: how every table of the store is erased. A table the plan does not name stops the erasure
   before anything is deleted (and its test), so a new table is never silently left holding a rater's rows.
 - A crowd participant's erasure keeps one thing: the SHA-256 of their pseudonymous id in `crowd_withdrawn`
-  (`sense7.store.tables.withdrawn_id_hash`), so that the same platform id is never seated again (sense7.crowd.participants).
+  (`sense7.store.tables.withdrawn_id_hash`), so that the same platform id is never seated again
+  (sense7.crowd.participants).
   The receipt counts it (`crowd_withdrawn_kept`).
 """
 

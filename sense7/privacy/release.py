@@ -303,7 +303,9 @@ Released {datetime.now(timezone.utc).strftime("%Y-%m")} with `sense7 release`.
 Load a table with `datasets.load_dataset("<this folder>", "ratings")` (configs: {", ".join(TABLES)});
 the same tables are in `csv/` (where a text that a spreadsheet would run as a formula, one starting with
 `=`, `+`, `-` or `@`, starts with an apostrophe; `data/` holds every text exactly); `schema.json` describes
-every column.
+every column, and `croissant.json` describes the same tables as Croissant 1.1 metadata with its Responsible-AI
+fields (annotation protocol, platform, annotations per item, annotator demographics; `mlcroissant.Dataset`
+reads it).
 
 ## What was collected and how
 Participants rated the assistant turns of conversations (their own, donated from their assistants' data

@@ -99,7 +99,8 @@ class Store:
     def upsert_rows(self, conn, table: Table, rows: list[dict], keys: list[str], keep_existing: bool = False) -> None:
         """Insert `rows` into one of the store's tables in `conn`'s transaction; a row whose keys exist updates
         it, or is skipped with `keep_existing` (first write wins: e.g. the prediction made before a rater saw
-        the task). The store's own methods and its tables' owners (sense7.store.study_design, .rater_page_tables) use it."""
+        the task). The store's own methods and its tables' owners (sense7.store.study_design,
+        .rater_page_tables) use it."""
         if not rows:
             return
         if self.engine.dialect.name == "postgresql":

@@ -49,7 +49,7 @@ annotations = Table(
     Column("quarantine", String(300), nullable=True),
     Column("lead_time", Float, nullable=True),      # seconds the rater spent on the task: what counts (see held)
     Column("created_at", String(64), nullable=True),  # when Label Studio first had it, ISO text
-    # The task key of the turn this annotation rates again (a test-retest repeat, sense7.data.study_design): kept
+    # The task key of the turn this annotation rates again (a test-retest repeat, sense7.store.study_design): kept
     # for rater quality, never trained on and never counted as a second rating of the turn.
     Column("repeat_of", String(300), nullable=True),
     # A version Label Studio holds that is not counted as the rater's (issue 23): written there, not by the
@@ -120,7 +120,7 @@ staff_log = Table(
     Column("detail", JSON, nullable=False),        # counts, file names, ids: never traits or texts
 )
 
-# -- the rater page (sense7.data.raterpage): private links, each rater's queue, submissions to deliver ----
+# -- the rater page (sense7.store.rater_page_tables): private links, each rater's queue, submissions to deliver
 # One private link per rater: only a SHA-256 of its secret is kept (the secret is 256 random bits, so a
 # plain hash is as good as a slow one and lets a link be looked up in one indexed read).
 rater_links = Table(
@@ -165,7 +165,7 @@ submissions = Table(
     Column("last_error", String(300), nullable=True),
 )
 
-# -- the study's design (sense7.data.study_design): the pre-fill arm every task drew, and every prediction made
+# -- the study's design (sense7.store.study_design): the pre-fill arm every task drew, and every prediction made
 # before its rater saw the task (shown or not), so that anchoring and live accuracy can be measured.
 task_arms = Table(
     "task_arms", metadata,
@@ -218,7 +218,7 @@ instructed_answers = Table(
     Column("answered_at", DateTime(timezone=True), nullable=False),
 )
 
-# -- participants' rights (sense7.data.participation) ---------------------------------------------------
+# -- participants' rights (sense7.privacy.participation) ------------------------------------------------
 # Each participant's choice per conversation of theirs, made on the rater page before (or while) rating:
 # out of the study (not rated, not trained on, not released) and/or out of a release (rated, not released).
 # The latest choice and when it was made; changeable at any time (README: participants' rights).

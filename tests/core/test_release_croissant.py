@@ -111,6 +111,7 @@ def test_the_release_datasheet_and_croissant_agree(released):
     assert counts["conversations"] == len({r["conversations/conversation_id"] for r in _records(out, "conversations")})
     profile = re.search(r"^Profile \(the `raters` table\): (.*)\.$", readme, re.M).group(1)
     assert re.findall(r"(\w+) \([^)]*\)", profile) == [d.split(":")[0] for d in document["rai:annotatorDemographics"]]
+    assert f"`{CROISSANT_FILE}`" in readme  # the datasheet names its machine-readable twin
     protocol = " ".join(document["rai:dataAnnotationProtocol"])
     for dimension in (*TAXONOMY.dimensions, TAXONOMY.overall):
         assert f"**{dimension.key}** ({dimension.title}): {dimension.definition}" in readme
