@@ -15,7 +15,7 @@ pacing through Label Studio's own API (create the annotation, fetch the next tas
     .venv/bin/python scripts/bench_rater_page.py --half-open 16 20   # /healthz with held connections (issue 37)
 
 --live: the rater page is run twice with the same raters and pacing, first with no model version (no
-pre-fill at all), then with a version trained on a synthetic study (sense7.data.synth; the bench's raters are
+pre-fill at all), then with a version trained on a synthetic study (sense7.synthetic.synth; the bench's raters are
 new to it) promoted, so every page after a rater's answers carries a live pre-fill (sense7.rater_page.live,
 recorded before the page is sent). Each pass answers one of the rater's two conversations; the Label Studio
 API comparison is skipped (it would annotate the second one). Reported: both passes' figures and
@@ -118,7 +118,7 @@ FORM_VALUES: dict[int, dict] = {}
 
 def page_pass(ids: list[str], links: dict[str, str], args, tax, rng: random.Random, store, watch) -> dict:
     """Every rater at once through the rater page (`args.turns` answers each); the figures of the pass."""
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
 
     tally = Tally()
     started = time.time()
@@ -226,8 +226,8 @@ def main() -> None:
     cfg = fresh_home("bench-page-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0")
     from sense7.labelstudio.label_sync import LabelSync
 
-    from sense7.data.raterpage import LinkBook
-    from sense7.data.toy_study import make_conversations, make_raters
+    from sense7.store.rater_page_tables import LinkBook
+    from sense7.synthetic.toy_study import make_conversations, make_raters
     from sense7.labelstudio.importer import import_conversations
     from sense7.labelstudio.protocol import rating_result, webhook_headers
     from sense7.labelstudio.rater_accounts import ensure_accounts
@@ -292,7 +292,7 @@ def main() -> None:
                 q: round(figures["rater_page_live"]["page"][q] - figures["rater_page"]["page"][q], 1)
                 for q in ("p50_ms", "p99_ms") if q in figures["rater_page"]["page"]
                 and q in figures["rater_page_live"]["page"]}
-            from sense7.data.study_design import LIVE_KIND, StudyRecords
+            from sense7.store.study_design import LIVE_KIND, StudyRecords
 
             recorded = StudyRecords(store).predictions_frame()
             figures["live_predictions_recorded"] = int((recorded["kind"] == LIVE_KIND).sum()) if len(recorded) else 0

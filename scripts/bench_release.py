@@ -4,11 +4,11 @@ of `sense7 export` on the same store (its tidy tables and the LeWiDi layout).
     .venv/bin/python scripts/bench_release.py                         # 5,000 conversations, 500 raters, 3 each
     .venv/bin/python scripts/bench_release.py --conversations 300 --raters 60   # a quick look
 
-Fills a SQLite store in a temporary folder with a synthetic study (sense7.data.synth: every conversation
+Fills a SQLite store in a temporary folder with a synthetic study (sense7.synthetic.synth: every conversation
 rated by `--per-conversation` raters; messages lengthened to about `--chars` characters with ordinary
 prose, dates and amounts, so the phone and card detectors have digits to look at), a link per rater and a
 completed crowd participant (platform id) per rater: the ids, e-mails, hashes and platform ids the check
-looks for. Then times `build_release`, `write_release` and `check_release` (sense7.data.release_check)
+looks for. Then times `build_release`, `write_release` and `check_release` (sense7.privacy.release_check)
 separately, then `build_export` and `write_export` (sense7.research.study_export, both layouts, each
 with its Croissant check and leak scan), and prints one JSON document: sizes, seconds per phase (and the
 check's CPU seconds), megabytes checked per second, peak RSS.
@@ -26,13 +26,14 @@ from pathlib import Path
 
 import benchkit
 
-from sense7.data import synth
 from sense7.data.conversations import Conversation, Message
-from sense7.data.raterpage import LinkBook
-from sense7.data.release import build_release, write_release
-from sense7.data.release_check import check_release, originals_from_store
-from sense7.data.store import Store, crowd_completions
+from sense7.privacy.release import build_release, write_release
+from sense7.privacy.release_check import check_release, originals_from_store
 from sense7.research.study_export import build_export, forbidden_values, write_export
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import LinkBook
+from sense7.store.tables import crowd_completions
+from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
 
 PROSE = ("I keep going back and forth on whether to take the new role, it pays better but the commute is long "

@@ -248,7 +248,7 @@ DEFAULT_PREFILL_RULE = "median"
 
 @dataclass(frozen=True)
 class StudyDesign:
-    """How a study pre-fills its rating forms and checks its raters (sense7.data.study_design draws it at import).
+    """How a study pre-fills its rating forms and checks its raters (sense7.store.study_design draws it at import).
 
     prefill: `randomized` (default for new studies: each (rater, task) draws shown or hidden, so anchoring
     can be measured), `shown` (every task pre-filled with the model's guess) or `hidden` (predictions are

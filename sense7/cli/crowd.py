@@ -17,7 +17,7 @@ crowd_app = typer.Typer(help="Crowd studies: participants from a platform such a
 
 
 def _store():
-    from sense7.data.store import Store
+    from sense7.store.database import Store
 
     return Store(settings().store_url)
 
@@ -37,7 +37,7 @@ def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; READ
     """Validate a study file, its consent text and its pool, and store them (the study starts closed;
     re-running it updates the study and keeps its participants and slots)."""
     from sense7.crowd.lifecycle import install_study
-    from sense7.data.formats import FormatError
+    from sense7.readers.formats import FormatError
     from sense7.crowd.participants import study_secret
 
     cfg = settings()

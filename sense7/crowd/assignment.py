@@ -19,7 +19,8 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from sense7.data.store import Store, crowd_participants, crowd_pool, crowd_released, crowd_slots
+from sense7.store.database import Store
+from sense7.store.tables import crowd_participants, crowd_pool, crowd_released, crowd_slots
 
 
 def _now() -> datetime:

@@ -28,7 +28,7 @@ codes:                               # each a code, a URL, or both (the URL wins
 pool: pool.jsonl                     # conversations (any format `sense7 import` reads), in this file's folder
 ```
 
-Every problem is reported as file:line: field: reason (sense7.data.formats.FormatError), all at once.
+Every problem is reported as file:line: field: reason (sense7.readers.formats.FormatError), all at once.
 The consent and pool files must lie in the study file's folder (or below it): no absolute path, no `..`,
 no link pointing out of it. The YAML is read with its aliases, size and nesting bounded (sense7.files).
 """
@@ -42,8 +42,8 @@ from pathlib import Path
 
 import yaml
 
-from sense7.data.formats import FormatError, Problem
 from sense7.files import YAMLInputError, forbidden_character, load_yaml
+from sense7.readers.formats import FormatError, Problem
 
 STUDY_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")

@@ -32,14 +32,14 @@ from limits.strategies import MovingWindowRateLimiter
 
 from sense7.crowd.lifecycle import withdraw as settle_crowd_withdrawal
 from sense7.crowd.participants import rater_page_admits
-from sense7.data.participation import (PARTICIPANT, ConversationChoices, WithdrawalError, Withdrawals,
-                                       awaiting_choice, own_conversations)
-from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
-from sense7.data.store import Store
 from sense7.labelstudio.protocol import profile_result, rating_result
+from sense7.privacy.participation import (PARTICIPANT, ConversationChoices, WithdrawalError, Withdrawals,
+                                          awaiting_choice, own_conversations)
 from sense7.rater_page.forms import form_number
 from sense7.rater_page.live import LivePrefills
 from sense7.settings import Settings, local_secret
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
 from sense7.taxonomy import Taxonomy, study_taxonomy
 
 log = logging.getLogger(__name__)
@@ -231,7 +231,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     def next_item():
         rater = current_rater()
         # Donated conversations (an assistant's data export) are shown to their participant before any rating:
-        # each can be left out of the study or of a release (sense7.data.participation).
+        # each can be left out of the study or of a release (sense7.privacy.participation).
         if awaiting_choice(store, rater):
             return redirect(url_for("your_conversations"), code=303)
         items = queue.items(rater)
@@ -308,7 +308,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         ratings = [i for i in items if i.kind == "rating"]
         position = ratings.index(item)
         prefill = None
-        # The study's pre-fill (sense7.data.study_design): only shown-arm turns have a prediction in the queue.
+        # The study's pre-fill (sense7.store.study_design): only shown-arm turns have a prediction in the queue.
         if answer is None and item.prediction and item.prediction.get("values"):
             prefill = item.prediction
         if answer is None:

@@ -13,13 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data import store as tables
-from sense7.data import synth
-from sense7.data.croissant import CROISSANT_FILE
-from sense7.data.release import ReleaseError
-from sense7.data.release_check import check_release, originals_from_store
-from sense7.data.store import Store
-from sense7.data.study_design import StudyRecords
+from sense7.privacy.croissant import CROISSANT_FILE
+from sense7.privacy.release import ReleaseError
+from sense7.privacy.release_check import check_release, originals_from_store
+from sense7.store import tables
+from sense7.store.database import Store
+from sense7.store.study_design import StudyRecords
+from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()

@@ -18,11 +18,12 @@ from sqlalchemy import select
 
 from sense7.crowd.lifecycle import assignments_of, conversations_for, expire_leases, install_study
 from sense7.crowd.participants import Participants, Studies, pseudonymous_id, study_secret
-from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.store import Store, crowd_completions, crowd_participants, crowd_released, crowd_slots, metadata
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import LinkBook, RaterQueue
+from sense7.store.tables import crowd_completions, crowd_participants, crowd_released, crowd_slots, metadata
 from sense7.taxonomy import load_taxonomy
 from tests.crowd.helpers import write_study
 

@@ -15,10 +15,10 @@ from sqlalchemy import select
 
 from sense7.crowd.lifecycle import assignments_of, expire_leases, start_rating, status
 from sense7.crowd.participants import AlreadyEntered, Participants
-from sense7.data.participation import ConversationChoices, Withdrawals, erase_rater_rows
-from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.store import (crowd_completions, crowd_participants, crowd_released, crowd_slots, rater_links,
-                               raters, submissions)
+from sense7.privacy.participation import ConversationChoices, Withdrawals, erase_rater_rows
+from sense7.store.rater_page_tables import LinkBook, RaterQueue
+from sense7.store.tables import (crowd_completions, crowd_participants, crowd_released, crowd_slots, rater_links,
+                                 raters, submissions)
 from tests.crowd.test_flow import (PID_A, PID_B, TAX, Flow, csrf, dump_without_completions, enter_and_consent,
                                    entry_url, pass_check, rate_everything)
 
@@ -419,7 +419,7 @@ def test_check_minutes_and_the_full_code_are_validated_like_the_other_settings(t
     import pytest
 
     from sense7.crowd.study import load_study
-    from sense7.data.formats import FormatError
+    from sense7.readers.formats import FormatError
     from tests.crowd.helpers import write_study
 
     assert load_study(write_study(tmp_path / "default")).check_minutes == 10

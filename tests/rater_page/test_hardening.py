@@ -17,11 +17,12 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from sense7.data.raterpage import InstructedAnswers, LinkBook, RaterQueue
-from sense7.data.store import Store, submissions
 from sense7.processes import ManagedProcess, free_port
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, RaterQueue
+from sense7.store.tables import submissions
 from sense7.taxonomy import InstructedItem, load_taxonomy
 from tests.jobs.conftest import VENV_BIN, redis_server  # noqa: F401  (fixture)
 from tests.rater_page.conftest import csrf_of, hidden

@@ -21,13 +21,13 @@ from typer.testing import CliRunner
 from sense7.cli import app
 from sense7.crowd.lifecycle import assignments_of, conversations_for
 from sense7.crowd.participants import Participants, Studies, valid_platform_id
-from sense7.data import synth
 from sense7.data.conversations import Conversation, Message
-from sense7.data.store import Store
 from sense7.files import FORMULA_START
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.processes import free_port
 from sense7.research.jury import write_csv
+from sense7.store.database import Store
+from sense7.synthetic import synth
 from sense7.taxonomy import DEFAULT_TAXONOMY_PATH, load_taxonomy
 from tests.crowd.helpers import pool_lines, write_study
 
