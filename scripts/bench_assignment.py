@@ -34,7 +34,7 @@ LABELS = {"per_rater_mae": "per-rater MAE", "item_mae": "item MAE", "alpha_ci_wi
 # The policies replayed: (label, policy name, floor, its own parameters)
 POLICIES = [("least_covered", "least_covered", 1, {}), ("random", "random", 1, {}),
             ("learn_rater", "learn_rater", 1, {}), ("learn_rater_floor0", "learn_rater", 0, {}),
-            ("settle_items", "settle_items", 1, {})]
+            ("settle_items", "settle_items", 1, {})]  # learn_rater: anchors=1, its default
 log = logger("bench_assignment")
 
 
@@ -82,7 +82,9 @@ def interval(values) -> dict:
 
 def bench_one(data: ReplayData, settings: dict, seeds: int, points: int, boot: int) -> dict:
     budget = min(settings["budget"], int(0.7 * len(data.ratings)))
-    marks = sorted({int(round(budget * (i + 1) / points)) for i in range(points)})
+    # evenly spaced, plus two early ones (a policy that learns fast is told apart there)
+    marks = sorted({int(round(budget * (i + 1) / points)) for i in range(points)}
+                   | {int(round(budget / 16)), int(round(budget / 8))})
     runs: dict[str, list] = {}
     seconds: dict[str, float] = {}
     for label, name, floor, params in POLICIES:
@@ -125,15 +127,19 @@ def bench_one(data: ReplayData, settings: dict, seeds: int, points: int, boot: i
             "savings": savings, "exhausted_at": exhausted}
 
 
+def _nearest(marks: list[int], share: float) -> int:
+    return min(marks, key=lambda m: abs(m - share * marks[-1]))
+
+
 def _saving_marks(marks: list[int]) -> list[int]:
     """The reference budgets savings are measured at: about a quarter, a half and three quarters of the
     budget (at the full budget a policy can only tie: the curves stop there)."""
-    return sorted({marks[max(0, round(len(marks) * f) - 1)] for f in (0.25, 0.5, 0.75)})
+    return sorted({_nearest(marks, f) for f in (0.25, 0.5, 0.75)})
 
 
 def markdown(name: str, result: dict) -> str:
     marks = result["settings"]["checkpoints"]
-    show = [marks[max(0, round(len(marks) * 0.25) - 1)], marks[max(0, round(len(marks) * 0.5) - 1)], marks[-1]]
+    show = [marks[0], _nearest(marks, 0.25), marks[-1]]
     at = _saving_marks(marks)
     lines = [f"\n{name}: {result['data']['units']} units, {result['data']['raters']} raters, "
              f"{result['data']['ratings']} ratings; budget {result['settings']['budget']}, "

@@ -19,7 +19,8 @@ Policies (`POLICIES`):
   less covered conversation (coverage stays balanced within 1).
 - `random`: a seeded shuffle per (seed, rater), no other input.
 - `learn_rater`: the conversations that most reduce this participant's posterior uncertainty, given their
-  answers so far (`ratings`). The rater model is the live posterior's (sense7.model.live) in the form it
+  answers so far (`ratings`); its first `anchors` picks for a participant (default 1) are exempt from the
+  floor (chosen for what they teach), the others obey it (so coverage still grows). The rater model is the live posterior's (sense7.model.live) in the form it
   takes without a text model: a rating is the conversation's level m_c plus the rater's intercept and slope,
   y = m_c + a + s (m_c - m) + noise, with (a, s) a Gaussian posterior (precision T^-1 + sum d d' / v,
   d = [1, m_c - m]); m_c is estimated from the other raters' answers (leniency removed, `item_levels`) and
@@ -184,6 +185,10 @@ class Policy:
         """Conversations this policy offers to nobody any more (below K max, at or above the floor)."""
         return set()
 
+    def exempt(self, ordered: list[str]) -> list[str]:
+        """The first picks this policy makes whatever the floor (learn_rater's `anchors`); none by default."""
+        return []
+
     def choose(self, taken: Mapping[str, set], rater_id: str, exclude=frozenset(), turns: Mapping[str, int] | None = None,
                ratings: Ratings | None = None, allowed=None) -> list[tuple[str, int]]:
         """(conversation, free slot number) for up to N conversations (or a turn budget's worth: `turns` gives
@@ -197,9 +202,11 @@ class Policy:
                  and (allowed is None or c in allowed)
                  and not (c in closed and len(taken[c]) >= self.floor)]
         ordered = self.order(open_, taken, rater_id, ratings)
-        below = [c for c in ordered if len(taken[c]) < self.floor]
-        if below:  # the floor: conversations below it first, in the policy's order
-            ordered = below + [c for c in ordered if len(taken[c]) >= self.floor]
+        first = self.exempt(ordered)
+        rest = [c for c in ordered if c not in first]
+        below = [c for c in rest if len(taken[c]) < self.floor]
+        # the floor: conversations below it first, in the policy's order (after the exempt picks)
+        ordered = first + below + [c for c in rest if len(taken[c]) >= self.floor]
         chosen: list[str] = []
         left, ceiling = self.turn_budget, None
         for conversation in ordered:
@@ -240,8 +247,12 @@ class RandomOrder(Policy):
 class LearnRater(Policy):
     leniency_sd: float = 0.5  # prior sd of a rater's intercept (scale points)
     slope_sd: float = 0.3  # prior sd of a rater's slope on the conversation's level
+    anchors: int = 1  # picks per participant made for what they teach, whatever the floor (the rest: under it)
     name = "learn_rater"
     uses_ratings = True
+
+    def exempt(self, ordered):
+        return ordered[:self.anchors]
 
     def gains(self, candidates, rater_id: str, ratings: Ratings | None) -> dict[str, float]:
         """Each candidate's reduction of the rater's posterior uncertainty (log-determinant of the
@@ -287,7 +298,7 @@ class SettleItems(Policy):
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (LeastCovered, RandomOrder, LearnRater, SettleItems)}
 DEFAULT_POLICY = "least_covered"
-PARAMETERS = {"least_covered": set(), "random": {"seed"}, "learn_rater": {"leniency_sd", "slope_sd"},
+PARAMETERS = {"least_covered": set(), "random": {"seed"}, "learn_rater": {"leniency_sd", "slope_sd", "anchors"},
               "settle_items": {"settled_sd", "leniency_sd"}}
 
 

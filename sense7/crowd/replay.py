@@ -120,6 +120,8 @@ def replay(data: ReplayData, policy: Policy, seed: int, budget: int, checkpoints
     marks = sorted(c for c in checkpoints if c <= budget)
     test = data.ratings[data.ratings["unit"].isin(heldout)]
     truth = pool_rows.groupby("unit")["rating"].mean()
+    while marks and marks[0] <= 0:  # before any rating: what the priors alone give
+        run.checkpoints.append({"ratings": marks.pop(0), **checkpoint_metrics(collected, test, truth, data.levels)})
     while active and len(run.order) < budget:
         rater = active[int(rng.integers(len(active)))]
         chosen = policy.choose(taken, rater, exclude=had[rater], ratings=collected if policy.uses_ratings else None,

@@ -30,8 +30,9 @@ assignment: least_covered            # optional (default least_covered): who rat
                                      # least_covered, random, learn_rater or settle_items; or a mapping
                                      # {policy: settle_items, floor: 2, settled_sd: 0.3}: `floor` (default 1,
                                      # 0 to K) raters every conversation gets before any gets more, and the
-                                     # policy's own parameters (random: seed; learn_rater: leniency_sd,
-                                     # slope_sd; settle_items: settled_sd, leniency_sd)
+                                     # policy's own parameters (random: seed; learn_rater: anchors (its
+                                     # first picks per participant exempt from the floor, default 1),
+                                     # leniency_sd, slope_sd; settle_items: settled_sd, leniency_sd)
 ```
 
 Every problem is reported as file:line: field: reason (sense7.data.formats.FormatError), all at once.
@@ -313,6 +314,11 @@ def _assignment(given, k: int, problem) -> dict:
         elif key not in PARAMETERS[name]:
             known = ", ".join(sorted(PARAMETERS[name] | {"floor"}))
             problem(place, field_name, f"unknown setting of {name} (it takes {known})")
+        elif key == "anchors":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1000:
+                problem(place, field_name, "must be a whole number from 0 to 1000")
+            else:
+                out[key] = value
         elif key == "seed":
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 32:
                 problem(place, field_name, "must be a whole number from 0 to 4294967295")

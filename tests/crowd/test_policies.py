@@ -50,11 +50,13 @@ def test_every_policy_obeys_the_cap_the_floor_and_the_participants_history(name,
         assert c not in exclude and (allowed is None or c in allowed)
         assert len(taken[c]) < k and 0 <= slot < k and slot not in taken[c]  # never beyond K max
     could = [c for c in taken if c not in exclude and len(taken[c]) < k and (allowed is None or c in allowed)]
-    below = [c for c in could if len(taken[c]) < floor]
+    anchors = policy.anchors if name == "learn_rater" else 0  # learn_rater's first picks are exempt from the floor
+    free = [c for c in could if c not in names[:anchors]]
+    below = [c for c in free if len(taken[c]) < floor]
     if below:  # the floor: nothing at or above it while the participant could take one below it
-        assert names and all(len(taken[c]) < floor for c in names[:len(below)])
-        assert set(names) >= set(below[:n]) or len(names) == min(n, len(could)) and \
-            sum(len(taken[c]) < floor for c in names) == min(n, len(below))
+        after = names[anchors:]
+        assert all(len(taken[c]) < floor for c in after[:len(below)])
+        assert sum(len(taken[c]) < floor for c in after) == min(len(after), len(below))
     if name != "settle_items":  # only settle_items closes conversations: the others give while any is open
         assert len(names) == min(n, len(could))
 
@@ -171,6 +173,7 @@ def test_the_study_file_picks_a_policy_with_its_floor_and_parameters(tmp_path):
     ("assignment:\n  policy: random\n  settled_sd: 0.3\n", "assignment.settled_sd", "unknown setting of random"),
     ("assignment:\n  policy: settle_items\n  settled_sd: -1\n", "assignment.settled_sd", "positive number"),
     ("assignment: [1, 2]\n", "assignment", "must be a policy name"),
+    ("assignment:\n  policy: learn_rater\n  anchors: -1\n", "assignment.anchors", "whole number from 0"),
 ])
 def test_the_study_file_refuses_a_bad_assignment_with_file_and_line(tmp_path, text, field, reason):
     path = _study(tmp_path, text)
