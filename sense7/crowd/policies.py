@@ -63,6 +63,10 @@ class ItemLevels:
     mean: float
     noise: float
     prior_var: float
+    item_noise: dict = None  # conversation -> its own noise (disagreement), shrunk to the pool's `noise`
+
+    def noise_of(self, conversation: str) -> float:
+        return (self.item_noise or {}).get(conversation, self.noise)
 
 
 def item_levels(ratings: Ratings, leniency_sd: float = 0.5, noise_prior: float = 4.0,
@@ -106,7 +110,8 @@ def item_levels(ratings: Ratings, leniency_sd: float = 0.5, noise_prior: float =
     item_noise = (noise_prior * noise + within) / (noise_prior + np.maximum(n_c - 1, 0))
     var = 1.0 / (1.0 / prior_var + n_c / item_noise)
     return ItemLevels(dict(zip(conv_names, m.tolist())), dict(zip(conv_names, var.tolist())),
-                      dict(zip(rater_names, a.tolist())), mean, noise, prior_var)
+                      dict(zip(rater_names, a.tolist())), mean, noise, prior_var,
+                      dict(zip(conv_names, item_noise.tolist())))
 
 
 def _codes(values: list) -> tuple[np.ndarray, list]:
@@ -134,7 +139,8 @@ class RaterPosterior:
 def rater_posterior(rater_id: str, ratings: Ratings, levels: ItemLevels, leniency_sd: float = 0.5,
                     slope_sd: float = 0.3) -> RaterPosterior:
     """The live posterior (sense7.model.live) with the conversation's level in place of the text score:
-    precision = T^-1 + sum_i d_i d_i' / v_i, d_i = [1, m_i - m], v_i = noise + var(m_i); the level m_i is
+    precision = T^-1 + sum_i d_i d_i' / v_i, d_i = [1, m_i - m], v_i = noise_i + var(m_i) (noise_i: the
+    conversation's own, larger where raters disagree on it); the level m_i is
     estimated from the *other* raters' answers (this rater's own answer removed), so a conversation only
     this rater rated says nothing about them."""
     centre = levels.mean if np.isfinite(levels.mean) else 0.0
@@ -145,20 +151,22 @@ def rater_posterior(rater_id: str, ratings: Ratings, levels: ItemLevels, lenienc
         if y is None or not np.isfinite(y):
             continue
         others = [v - levels.leniency.get(r, 0.0) for r, v in by.items() if r != rater_id and np.isfinite(v)]
-        level, var = others_level(others, levels, centre)
+        noise = levels.noise_of(c)  # raters who disagree on it: its answer says less about this rater
+        level, var = others_level(others, levels, centre, noise)
         d = np.array([1.0, level - centre])
-        v = levels.noise + var
+        v = noise + var
         precision += np.outer(d, d) / v
         rhs += d * (y - level) / v
     return RaterPosterior(np.linalg.solve(precision, rhs), precision, centre)
 
 
-def others_level(others: list[float], levels: ItemLevels, centre: float | None = None) -> tuple[float, float]:
+def others_level(others: list[float], levels: ItemLevels, centre: float | None = None,
+                 noise: float | None = None) -> tuple[float, float]:
     """(level, variance) of a conversation from other raters' leniency-free answers (normal prior centred on
-    `centre`, by default the mean of every rating)."""
+    `centre`, by default the mean of every rating; `noise`: the conversation's own, default the pool's)."""
     if centre is None:
         centre = levels.mean if np.isfinite(levels.mean) else 0.0
-    prior_var, noise = levels.prior_var, levels.noise
+    prior_var, noise = levels.prior_var, levels.noise if noise is None else noise
     precision = 1.0 / prior_var + len(others) / noise
     return (centre / prior_var + sum(others) / noise) / precision, 1.0 / precision
 
@@ -266,9 +274,10 @@ class LearnRater(Policy):
         for c in candidates:
             others = [v - levels.leniency.get(r, 0.0) for r, v in (ratings.get(c) or {}).items()
                       if r != rater_id and np.isfinite(v)]
-            level, var = others_level(others, levels, centre)
+            noise = levels.noise_of(c)
+            level, var = others_level(others, levels, centre, noise)
             d = posterior.design(level)
-            out[c] = float(np.log1p(d @ cov @ d / (levels.noise + var)))
+            out[c] = float(np.log1p(d @ cov @ d / (noise + var)))
         return out
 
     def order(self, open_, taken, rater_id, ratings):
