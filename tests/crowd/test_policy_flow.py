@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 from sqlalchemy import select
 
+from sense7.cli.crowd import status_lines
 from sense7.crowd.lifecycle import assignments_of, status
 from sense7.crowd.participants import Participants
 from sense7.data.raterpage import LinkBook
@@ -87,6 +88,8 @@ def test_settle_items_status_says_which_conversations_are_settled_and_why(tmp_pa
     assert (per["pool002"]["k"], per["pool002"]["reason"]) == (0, "below_floor")
     assert row["coverage"]["reasons"] == {"below_floor": 1, "settled": 1, "uncertain": 1}
     assert per["pool001"]["level_sd"] > per["pool000"]["level_sd"]
+    (line,) = status_lines([row])  # what `sense7 crowd status` prints
+    assert "assignment settle_items (floor 2): 1 below floor, 1 settled, 1 uncertain;" in line
     # the next two participants: pool002 (below the floor) first, then the uncertain one; never the settled one
     got = []
     for i, pid in enumerate(PIDS[:3]):
