@@ -62,6 +62,22 @@ def test_every_policy_obeys_the_cap_the_floor_and_the_participants_history(name,
 
 
 @pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(state=pool_states(), lengths=st.lists(st.integers(1, 6), min_size=12, max_size=12), budget=st.integers(6, 14))
+def test_every_policy_keeps_whole_conversations_within_a_turn_budget(name, state, lengths, budget):
+    k, floor, _, taken, ratings, me, exclude, allowed = state
+    turns = {c: lengths[i] for i, c in enumerate(taken)}
+    policy = make_policy(name, k, None, budget, floor)
+    chosen = policy.choose(taken, me, exclude=exclude, turns=turns, ratings=ratings, allowed=allowed)
+    names = [c for c, _ in chosen]
+    assert sum(turns[c] for c in names) <= budget and len(set(names)) == len(names)
+    assert all(c not in exclude and len(taken[c]) < k and (allowed is None or c in allowed) for c in names)
+    could = [c for c in taken if c not in exclude and len(taken[c]) < k and (allowed is None or c in allowed)]
+    if could and name != "settle_items":  # a budget of at least the longest conversation: someone gets one
+        assert names
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_a_filled_pool_gives_nothing_and_every_conversation_reaches_the_floor(name):
     """Participants arrive until nobody gets anything: every conversation has at least the floor, none more
     than K max, whichever policy (settle_items may stop below K max, never below the floor)."""
