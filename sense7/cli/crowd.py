@@ -103,7 +103,10 @@ def status_lines(rows: list[dict]) -> list[str]:
             f"crowd study {row['study']} ({'open' if row['open'] else 'closed'}): {c['rated']} of {c['slots']} "
             f"slots rated, {c['in_lease']} in open leases, {c['fully_covered']} of {c['conversations']} "
             f"conversations fully covered (K={c['raters_per_conversation']}), spread {c['spread']}, "
-            f"{c['released']} slots given back; participants: {p['completed']} completed, {p['rating']} rating, "
+            f"{c['released']} slots given back; assignment {c.get('policy', 'least_covered')} (floor "
+            f"{c.get('floor', 1)}): " + ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in
+                                                   (c.get('reasons') or {}).items()) + "; participants:"
+            f" {p['completed']} completed, {p['rating']} rating, "
             f"{p['checking']} at the check, {p['abandoned']} abandoned, {p['declined']} declined, "
             f"{p['screened_out']} screened out, {p['full']} turned away (full), {p['withdrawn']} withdrawn; "
             f"cap {row['cap']} ({row.get('seated', 0)} seated)")

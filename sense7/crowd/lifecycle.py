@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import select
 
-from sense7.crowd.assignment import AssignmentPolicy, Assignments, expired_participants, lease_end
+from sense7.crowd.assignment import Assignments, expired_participants, lease_end
 from sense7.crowd.participants import STATES, Participants, Studies, free_left_seats, withdrawn_unsettled
 from sense7.crowd.study import CrowdStudy
 from sense7.data.conversations import Conversation, Message
@@ -24,9 +24,7 @@ from sense7.store.tables import (annotations, conversations as conversation_text
 
 
 def assignments_of(store: Store, study: CrowdStudy) -> Assignments:
-    return Assignments(store, study.study_id,
-                       AssignmentPolicy(study.raters_per_conversation, study.conversations_per_participant,
-                                        study.turns_per_participant))
+    return Assignments(store, study.study_id, study.policy())
 
 
 def _aware(moment: datetime | None) -> datetime | None:

@@ -391,7 +391,10 @@ def test_the_crowd_status_carries_each_pool_conversations_coverage(tmp_path):
     held = assignments_of(flow.store, flow.study).of(rater)
     (row,) = status(flow.store)
     per = row["coverage"]["per_conversation"]
-    assert per == {c: {"rated": 0, "in_lease": int(c in held)} for c in ("pool000", "pool001", "pool002")}
+    # each conversation's K so far and why (the default policy, least_covered, with a floor of 1)
+    assert per == {c: {"rated": 0, "in_lease": int(c in held), "k": int(c in held),
+                       "reason": "uncertain" if c in held else "below_floor", "level_sd": None}
+                   for c in ("pool000", "pool001", "pool002")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENSE7_")}
     env.update({"SENSE7_HOME": str(flow.settings.home), "SENSE7_STORE_URL": flow.store_url})
     done = subprocess.run([str(Path(sys.executable).parent / "sense7"), "crowd", "status", "--json"], env=env,
