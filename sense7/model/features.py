@@ -20,6 +20,30 @@ TEXT_FEATURE_KINDS = ("tfidf", "tfidf+char", "none")
 # With a text encoder and relational_weight > 0: the cosine similarity of the encoded turn with the encoded
 # message it answers (sense7.data.items.answered_texts) and with the encoded history tail.
 ENCODER_RELATIONAL_COLUMNS = ("rel_encoded_answer_similarity", "rel_encoded_history_similarity")
+# The text encoders a model or a command names (`text_encoder="static"`, `--text-encoder static`);
+# "ngrams": none beyond the n-grams.
+TEXT_ENCODER_NAMES = ("static", "ngrams", "minilm")
+
+
+def text_encoder_named(name: str):
+    """A fresh encoder for one of TEXT_ENCODER_NAMES: "static" (StaticEmbeddingEncoder, distilled from the
+    packaged MiniLM), "minilm" (SentenceEmbeddingEncoder, the optional [embeddings] extra), "ngrams" (None)."""
+    if name == "static":
+        from sense7.model.static_embeddings import StaticEmbeddingEncoder
+        return StaticEmbeddingEncoder()
+    if name == "minilm":
+        from sense7.model.embeddings import SentenceEmbeddingEncoder
+        return SentenceEmbeddingEncoder()
+    if name in ("ngrams", "none"):
+        return None
+    raise ValueError(f"unknown text encoder {name!r}; choose one of {', '.join(TEXT_ENCODER_NAMES)}")
+
+
+def _fresh_encoder(value):
+    """A model's text_encoder parameter (None, a name, or an encoder) as a fresh, unfitted encoder or None."""
+    if value is None:
+        return None
+    return text_encoder_named(value) if isinstance(value, str) else clone(value)
 
 
 class ItemFeatures(TransformerMixin, BaseEstimator):
@@ -32,10 +56,11 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     context_weight: scale of the context/position columns relative to the text (smaller = more shrinkage).
     context_interactions: add turn words x numeric context answers (off: it overfits on small data).
     text_encoder: an optional extra encoder of the rated turn (the `sense7.model.text.TextEncoder`
-    interface), whose columns join the n-grams: e.g. sentence embeddings
-    (sense7.model.embeddings.SentenceEmbeddingEncoder), or an LLM's scores of the turn. None (default):
-    n-grams only, which the compiled serving path scores directly; with an encoder, serving goes through
-    the estimator (correct, slower).
+    interface, or one of TEXT_ENCODER_NAMES), whose columns join the n-grams: static token embeddings
+    (sense7.model.static_embeddings, "static"), sentence embeddings
+    (sense7.model.embeddings.SentenceEmbeddingEncoder, "minilm"), or an LLM's scores of the turn. None:
+    n-grams only. The compiled serving path scores the n-grams and any encoder whose transform gives a
+    dense array directly.
     relational_weight: scale of the relational columns (sense7.data.items.relational_columns: the turn
     against the message it answers, derived from the item columns); 0 leaves them out (and uncomputed).
     They join the dense block, so serving (sense7.model.serving) computes them with the same
@@ -59,13 +84,14 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     def _vectorizers(self):
         if self.text_features not in TEXT_FEATURE_KINDS:
             raise ValueError(f"text_features must be one of {TEXT_FEATURE_KINDS}, got {self.text_features!r}")
+        encoder = _fresh_encoder(getattr(self, "text_encoder", None))
         if self.text_features == "none":
-            return {"encoder": clone(self.text_encoder)} if getattr(self, "text_encoder", None) is not None else {}
+            return {"encoder": encoder} if encoder is not None else {}
         word = dict(min_df=self.min_df, max_features=self.max_features, weighting=self.text_weighting)
         # History in unigrams: it is longer than the turn and tokenizing it dominates prediction time.
         out = {"text": BulkNgramVectorizer(ngram_max=2, **word), "history": BulkNgramVectorizer(ngram_max=1, **word)}
-        if getattr(self, "text_encoder", None) is not None:
-            out["encoder"] = clone(self.text_encoder)
+        if encoder is not None:
+            out["encoder"] = encoder
         if self.text_features == "tfidf+char":
             out["text_char"] = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), min_df=self.min_df,
                                                max_features=self.max_features, dtype=np.float32,
@@ -176,6 +202,10 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
                 return slice(start, start + width)
             start += width
         raise KeyError(f"no {name!r} block in these features")
+
+    def encoder_relations_on(self) -> bool:
+        """Whether the fitted features hold the encoder's relational similarities (ENCODER_RELATIONAL_COLUMNS)."""
+        return self._encoder_relations()
 
     def _encoder_relations(self) -> bool:
         """Whether the encoder's relational similarities are columns (an encoder and relational_weight > 0)."""

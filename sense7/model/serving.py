@@ -13,7 +13,9 @@ computes the same probabilities from the plain task columns of `sense7.data.item
 
 Tokenizing, the context features and the link are the training code's own functions; only the sums are
 arranged differently. tests/model/test_serving.py checks the probabilities equal the reference's.
-Text features other than the default presence n-grams (e.g. "tfidf+char") are scored through the
+                    + a dense text encoder's vector of the turn (static embeddings) @ its coefficients, and its
+                    relational similarities @ theirs
+Text features other than presence n-grams and dense encoders (e.g. "tfidf+char") are scored through the
 reference estimator, so every bundle can be served, the default ones fast.
 """
 
@@ -52,18 +54,28 @@ class _TextScores:
         # inputs (at most DENSE_ROWS_KEPT), unless relational columns (which read the texts) are in it.
         self.dense_inputs = ["n_turns", "turn_position", *features.ctx_numeric_, *features.ctx_categories_]
         self.dense_rows: dict | None = None if float(getattr(features, "relational_weight", 0.0) or 0.0) else {}
-        self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale)
-        self.block_columns = []  # (first design-matrix column, block scale) of each block
+        self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale): the n-grams
+        self.block_columns = []  # (first design-matrix column, block scale) of each n-gram block
+        # A dense text encoder (ItemFeatures' "encoder" block, e.g. static embeddings): (encoder, its
+        # coefficient rows times the block scale), and the rows of its relational similarities (or None).
+        self.encoder, self.encoder_coef, self.relation_coef = None, None, None
         self.fast = not features.context_interactions
         offset = n_dense
         for name, vec in features.vectorizers_.items():
             if vec is None:
                 continue
             width = features.block_widths_[name] if hasattr(features, "block_widths_") else len(vec.vocabulary_)
-            if not (isinstance(vec, BulkNgramVectorizer) and vec.weighting == "presence"):
-                self.fast = False
-            self.blocks.append((name, vec, coef[offset:offset + width] * float(features.block_scales_[name])))
-            self.block_columns.append((offset, float(features.block_scales_[name])))
+            block = coef[offset:offset + width] * float(features.block_scales_[name])
+            if name == "encoder" and not isinstance(vec, BulkNgramVectorizer):
+                self.encoder, self.encoder_coef = vec, block
+                if features.encoder_relations_on():
+                    self.relation_coef = coef[features.block_columns("encoder_relations")] \
+                        * float(features.relational_weight)
+            else:
+                if not (isinstance(vec, BulkNgramVectorizer) and vec.weighting == "presence"):
+                    self.fast = False
+                self.blocks.append((name, vec, block))
+                self.block_columns.append((offset, float(features.block_scales_[name])))
             offset += width
 
     def cells(self, columns: dict) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -87,6 +99,12 @@ class _TextScores:
                 out += sums
             else:
                 out[rows[starts]] += sums
+        if self.encoder is not None:
+            encoded = self.encoder.transform(self.features.block_texts(columns, "encoder"))
+            encoded = encoded.toarray() if hasattr(encoded, "toarray") else np.asarray(encoded, dtype=np.float64)
+            out += encoded @ self.encoder_coef
+            if self.relation_coef is not None:
+                out += self.features.encoder_relations(columns, encoded) @ self.relation_coef
         return out
 
 
