@@ -62,7 +62,9 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     n-grams only. The compiled serving path scores the n-grams and any encoder whose transform gives a
     dense array directly.
     relational_weight: scale of the relational columns (sense7.data.items.relational_columns: the turn
-    against the message it answers, derived from the item columns); 0 leaves them out (and uncomputed).
+    against the message it answers, derived from the item columns); 0 leaves them out (and uncomputed);
+    "cv": the rater model chooses it on its training rows (RELATIONAL_WEIGHTS, see
+    sense7.model.estimators), the features built at scale 1 until it sets `relational_scale_`.
     They join the dense block, so serving (sense7.model.serving) computes them with the same
     `dense_features`. With a text encoder, also ENCODER_RELATIONAL_COLUMNS (the similarity of the encoded
     turn with the encoded message it answers and history), a block after the encoder's, at the same scale.
@@ -134,7 +136,7 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             values = _objects(X[name]) if name in X else np.full(n, None, dtype=object)
             for category in categories:
                 columns.append((values == category).astype(float))
-        weight = float(getattr(self, "relational_weight", 0.0) or 0.0)  # models saved before it: none
+        weight = self.relational_scale()
         if weight:
             # The whole dense block is multiplied by context_weight later: divide it out here.
             factor = weight / self.context_weight if self.context_weight else 0.0
@@ -203,13 +205,33 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             start += width
         raise KeyError(f"no {name!r} block in these features")
 
+    def relational_scale(self) -> float:
+        """The relational columns' scale: the one chosen in fit (relational_weight="cv"), else
+        relational_weight (models saved before it: 0)."""
+        chosen = getattr(self, "relational_scale_", None)
+        if chosen is not None:
+            return float(chosen)
+        weight = getattr(self, "relational_weight", 0.0) or 0.0
+        return 1.0 if weight == "cv" else float(weight)
+
+    def relational_column_indices(self) -> np.ndarray:
+        """The fitted design matrix's relational columns (RELATIONAL_COLUMNS at the end of the dense block,
+        then ENCODER_RELATIONAL_COLUMNS): what a relational scale multiplies."""
+        if not (getattr(self, "relational_weight", 0.0) or 0.0):
+            return np.zeros(0, dtype=np.int64)
+        lexical = np.arange(self.dense_width_ - len(RELATIONAL_COLUMNS), self.dense_width_)
+        if not self._encoder_relations():
+            return lexical
+        encoded = self.block_columns("encoder_relations")
+        return np.concatenate([lexical, np.arange(encoded.start, encoded.stop)])
+
     def encoder_relations_on(self) -> bool:
         """Whether the fitted features hold the encoder's relational similarities (ENCODER_RELATIONAL_COLUMNS)."""
         return self._encoder_relations()
 
     def _encoder_relations(self) -> bool:
         """Whether the encoder's relational similarities are columns (an encoder and relational_weight > 0)."""
-        return bool(float(getattr(self, "relational_weight", 0.0) or 0.0)) \
+        return bool(getattr(self, "relational_weight", 0.0) or 0.0) \
             and (getattr(self, "vectorizers_", {}) or {}).get("encoder") is not None
 
     def encoder_relations(self, X, encoded=None) -> np.ndarray:
@@ -223,7 +245,7 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
                                 for texts in (answered_texts(X), self.block_texts(X, "history"))])
 
     def _encoder_relation_block(self, X, encoded):
-        return sp.csr_matrix(self.encoder_relations(X, encoded) * float(self.relational_weight), dtype=np.float32)
+        return sp.csr_matrix(self.encoder_relations(X, encoded) * self.relational_scale(), dtype=np.float32)
 
     def fit_transform(self, X: pd.DataFrame, y=None):
         self.fit_context(X)

@@ -53,7 +53,7 @@ class _TextScores:
         # The dense part of a row depends on a few inputs only (position, context answers): kept per distinct
         # inputs (at most DENSE_ROWS_KEPT), unless relational columns (which read the texts) are in it.
         self.dense_inputs = ["n_turns", "turn_position", *features.ctx_numeric_, *features.ctx_categories_]
-        self.dense_rows: dict | None = None if float(getattr(features, "relational_weight", 0.0) or 0.0) else {}
+        self.dense_rows: dict | None = None if getattr(features, "relational_weight", 0.0) else {}
         self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale): the n-grams
         self.block_columns = []  # (first design-matrix column, block scale) of each n-gram block
         # A dense text encoder (ItemFeatures' "encoder" block, e.g. static embeddings): (encoder, its
@@ -70,7 +70,7 @@ class _TextScores:
                 self.encoder, self.encoder_coef = vec, block
                 if features.encoder_relations_on():
                     self.relation_coef = coef[features.block_columns("encoder_relations")] \
-                        * float(features.relational_weight)
+                        * features.relational_scale()
             else:
                 if not (isinstance(vec, BulkNgramVectorizer) and vec.weighting == "presence"):
                     self.fast = False

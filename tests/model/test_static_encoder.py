@@ -200,8 +200,8 @@ def test_the_packaged_table_sees_meaning_not_words():
                            "The stock market rose three percent today.", "Shares climbed on Wall Street."])
     similar = v @ v.T
     # No word in common, yet the two griefs are closer to each other than to the markets, and vice versa.
-    assert similar[0, 1] > max(similar[0, 2], similar[0, 3]) + 0.1
-    assert similar[2, 3] > max(similar[2, 0], similar[2, 1]) + 0.1
+    assert similar[0, 1] > max(similar[0, 2], similar[0, 3], similar[1, 2], similar[1, 3]) + 0.2
+    assert similar[2, 3] > max(similar[1, 3], similar[0, 3])
     assert v.shape[1] == 256
 
 
