@@ -29,7 +29,10 @@ from sense7.model.features import ItemFeatures
 # from RELATIONAL_WEIGHTS (with the text penalty, when that is "cv" too), RELATIONAL_SCALE where the model
 # does not choose (a backfitting round before the last, or too few conversations for folds).
 # docs/BENCHMARKS.md ("Model quality") has the measurements these defaults follow.
-RELATIONAL_WEIGHT = 0.0
+# The text encoder beside the n-grams by default (sense7.model.features.TEXT_ENCODER_NAMES): static token
+# embeddings distilled from the packaged MiniLM (sense7.model.static_embeddings).
+TEXT_ENCODER = "static"
+RELATIONAL_WEIGHT = "cv"
 RELATIONAL_WEIGHTS = (0.0, 0.3, 1.0)
 RELATIONAL_SCALE = 0.3
 # The text ridge's penalty (alpha) by default, and the candidates alpha="cv" chooses from.
@@ -274,7 +277,7 @@ class GenericRater(_RaterModel):
                  history_chars: int = 300, text_weighting: str = "presence",
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, assistant_effects: bool = True,
-                 levels=None, relational_weight: float = RELATIONAL_WEIGHT, text_encoder=None):
+                 levels=None, relational_weight: float | str = RELATIONAL_WEIGHT, text_encoder=TEXT_ENCODER):
         self.relational_weight = relational_weight
         self.text_encoder = text_encoder
         self.text_features = text_features
@@ -364,7 +367,7 @@ class PersonalizedRater(_RaterModel):
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, slopes: bool = True, pool_controls: bool = False,
                  backfit: int = 1, noise_prior: float | None = None, assistant_effects: bool = True,
-                 levels=None, relational_weight: float = RELATIONAL_WEIGHT, text_encoder=None,
+                 levels=None, relational_weight: float | str = RELATIONAL_WEIGHT, text_encoder=TEXT_ENCODER,
                  rater_directions: int = 0, rater_directions_from: str = "text", rater_ridge=None,
                  rater_ridge_from: str = "encoder"):
         self.rater_ridge = rater_ridge
