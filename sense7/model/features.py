@@ -137,7 +137,7 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             for category in categories:
                 columns.append((values == category).astype(float))
         weight = self.relational_scale()
-        if weight:
+        if getattr(self, "relational_weight", 0.0):  # (a scale chosen as 0 keeps the columns, at 0)
             # The whole dense block is multiplied by context_weight later: divide it out here.
             factor = weight / self.context_weight if self.context_weight else 0.0
             relational = relational_columns(X)

@@ -77,3 +77,27 @@ def test_served_predictions_equal_the_reference_model(study, served_app):
             {c: p.level for c, p in want.controls.items()}
         want_score = sum(p.confidence for p in want.controls.values()) / len(want.controls)
         assert math.isclose(got["score"], round(want_score, 4), abs_tol=2e-4)
+
+
+
+def test_the_default_served_model_reads_meaning_through_the_static_encoder(study, served_app):
+    """The default version's text model has the static encoder, the compiled path scores it itself (no
+    fallback to the estimator), and /predict tells apart two turns made of words the n-grams never saw
+    (with n-grams alone both would be an empty text and get the same prediction)."""
+    from sense7.model.static_embeddings import StaticEmbeddingEncoder
+
+    app, registry, store = served_app
+    bundle = registry.load("v1")
+    assert isinstance(bundle.personalized.features_.vectorizers_["encoder"], StaticEmbeddingEncoder)
+    compiled = bundle.compile()
+    assert compiled._text.fast and compiled._text.encoder is not None
+    vocabulary = set(bundle.personalized.features_.vectorizers_["text"].vocabulary_)
+    unseen = ["Bereavement, grief, mourning.", "Spreadsheet, invoice, ledger."]
+    assert not {w.strip(",.").lower() for t in unseen for w in t.split()} & vocabulary
+    data = [t["data"] for t in plan_tasks(study.conversations)][0]
+    tasks = [{"id": i, "data": dict(data, rater_id="stranger", turn=[{"role": "assistant", "content": text}])}
+             for i, text in enumerate(unseen)]
+    response = app.test_client().post("/predict", json={"tasks": tasks, "label_config": render_rating_config(TAXONOMY)},
+                                      headers=auth_headers())
+    results = response.get_json()["results"]
+    assert results[0]["score"] != results[1]["score"]

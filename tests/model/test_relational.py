@@ -130,3 +130,17 @@ def test_the_relational_weight_chosen_by_inner_cv_is_a_fixed_weight_refitted():
     personalized = PersonalizedRater(relational_weight="cv", text_encoder=None).fit(X, Y)
     assert personalized.relational_weight_ in RELATIONAL_WEIGHTS
     assert personalized.features_.relational_scale() == personalized.relational_weight_
+
+
+def test_a_relational_weight_chosen_as_zero_still_predicts(monkeypatch):
+    """The columns stay in the design matrix at scale 0 (the fitted coefficients' layout is kept)."""
+    from sense7.data.synth import generate
+    from sense7.model import GenericRater, estimators
+
+    monkeypatch.setattr(estimators, "RELATIONAL_WEIGHTS", (0.0,))
+    synth = generate(30, 6, seed=2, taxonomy=TAXONOMY)
+    X, Y = build_items(synth.rating_data(), TAXONOMY)
+    model = GenericRater(relational_weight="cv", text_encoder=None).fit(X, Y)
+    assert model.relational_weight_ == 0.0
+    plain = GenericRater(relational_weight=0.0, text_encoder=None).fit(X, Y)
+    np.testing.assert_allclose(model.predict_expected(X), plain.predict_expected(X), atol=1e-4)
