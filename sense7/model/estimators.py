@@ -214,7 +214,9 @@ class _RaterModel(BaseEstimator):
     def text_scores(self, X: pd.DataFrame) -> np.ndarray:
         """(n, controls) the text model's scores (text, history, position, context), before any rater."""
         F = self.features_.transform(X)
-        return np.asarray(F @ self.text_coef_, dtype=np.float64) + self.text_intercept_
+        # In float64 (F's float32 values times float64 coefficients): a dense encoder block sums hundreds of
+        # terms per row, and float32 sums drift from the compiled path's (sense7.model.serving) by ~1e-6.
+        return np.asarray(F @ self.text_coef_.astype(np.float64)) + self.text_intercept_
 
     def _fit_link(self, scores, y) -> OrdinalLink:
         return OrdinalLink(self.levels_).fit(scores, y)
