@@ -3,7 +3,7 @@
     .venv/bin/python scripts/bench_model.py                   # speed (~100k ratings) + oracle comparison
     .venv/bin/python scripts/bench_model.py --skip-oracle     # speed only (--skip-speed: the rest only)
     .venv/bin/python scripts/bench_model.py --wassa ../shared/data/wassa2024   # + WASSA known/cold Spearman
-    .venv/bin/python scripts/bench_model.py --skip-oracle --encoder ngrams    # the same without the static encoder
+    .venv/bin/python scripts/bench_model.py --skip-oracle --encoder static    # static embeddings, relational weight by CV
     .venv/bin/python scripts/bench_model.py --skip-oracle --encoder minilm    # the same with sentence embeddings
     .venv/bin/python scripts/bench_model.py --skip-oracle --alpha cv          # the text penalty by inner CV
     .venv/bin/python scripts/bench_model.py --skip-oracle --rater-ridge 3     # each rater's own content weights
@@ -46,7 +46,7 @@ def _encoder_params(encoder: str) -> tuple[dict, callable]:
         from sense7.model.static_embeddings import StaticEmbeddingEncoder
 
         StaticEmbeddingEncoder().fit([])  # the table read once (or built): timed apart
-        return {}, lambda: None
+        return {"text_encoder": "static", "relational_weight": "cv"}, lambda: None
     from sense7.model.embeddings import SentenceEmbeddingEncoder, clear_cache
 
     SentenceEmbeddingEncoder().fit([])  # the model loaded once (imports, weights): timed apart
@@ -169,9 +169,9 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-oracle", action="store_true")
     parser.add_argument("--wassa", default=None, help="directory with the WASSA 2024 CSV files")
-    parser.add_argument("--encoder", choices=("static", "ngrams", "minilm"), default="static",
-                        help="the text encoder beside the n-grams: static (the default), ngrams (none) or minilm "
-                             "(sentence embeddings, the [embeddings] extra)")
+    parser.add_argument("--encoder", choices=("static", "ngrams", "minilm"), default="ngrams",
+                        help="the text encoder beside the n-grams: ngrams (none: the default model), static (with "
+                             "relational_weight=cv) or minilm (sentence embeddings, the [embeddings] extra)")
     parser.add_argument("--alpha", default=None, help="the rater models' text penalty: a number or cv (default: theirs)")
     parser.add_argument("--rater-ridge", default=None,
                         help="each known rater's own content weights: a penalty or cv, cv_rater, cv_rater_1se")

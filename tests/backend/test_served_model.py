@@ -29,11 +29,20 @@ def study():
     return generate(40, 8, seed=11, taxonomy=TAXONOMY)
 
 
-@pytest.fixture(params=[None, {"rater_ridge": 3.0, "rater_ridge_from": "text"}], ids=["default", "rater-ridge"])
+STATIC = {"text_encoder": "static", "relational_weight": "cv"}  # the static encoder, relational weight by CV
+
+
+@pytest.fixture(params=[None, {"rater_ridge": 3.0, "rater_ridge_from": "text"}, STATIC],
+                ids=["default", "rater-ridge", "static-encoder"])
 def served_app(study, tmp_path, settings, request):
-    """The default version, or one with each known rater's own content weights (SENSE7_MODEL_RATER_RIDGE)."""
+    """The default version, one with each known rater's own content weights (SENSE7_MODEL_RATER_RIDGE), or
+    one reading the static encoder."""
+    return _served_app(study, tmp_path, settings, request.param)
+
+
+def _served_app(study, tmp_path, settings, params):
     registry = ModelRegistry(tmp_path / "real-models")
-    registry.add(train_bundle(study.rating_data(), "v1", TAXONOMY, personalized_params=request.param), "v1")
+    registry.add(train_bundle(study.rating_data(), "v1", TAXONOMY, personalized_params=params), "v1")
     registry.promote("v1")
     store = Store(f"sqlite:///{tmp_path / 'real-store.sqlite'}")
     raters = study.raters.drop(columns=["email"]).set_index("rater_id")
@@ -80,13 +89,13 @@ def test_served_predictions_equal_the_reference_model(study, served_app):
 
 
 
-def test_the_default_served_model_reads_meaning_through_the_static_encoder(study, served_app):
-    """The default version's text model has the static encoder, the compiled path scores it itself (no
-    fallback to the estimator), and /predict tells apart two turns made of words the n-grams never saw
+def test_a_served_model_reads_meaning_through_the_static_encoder(study, tmp_path, settings):
+    """A version fitted with the static encoder has it in its text model, the compiled path scores it itself
+    (no fallback to the estimator), and /predict tells apart two turns made of words the n-grams never saw
     (with n-grams alone both would be an empty text and get the same prediction)."""
     from sense7.model.static_embeddings import StaticEmbeddingEncoder
 
-    app, registry, store = served_app
+    app, registry, store = _served_app(study, tmp_path, settings, STATIC)
     bundle = registry.load("v1")
     assert isinstance(bundle.personalized.features_.vectorizers_["encoder"], StaticEmbeddingEncoder)
     compiled = bundle.compile()

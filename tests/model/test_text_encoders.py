@@ -128,7 +128,6 @@ def test_relational_similarity_of_the_encoded_turn_and_the_message_it_answers():
     })
     # What each turn answers: the last user message; a whole-conversation item (position 0): all of them.
     assert answered_texts(X) == ["sorry dog", "exam badly", "dog\nexam"]
-    assert GenericRater().text_encoder == PersonalizedRater().text_encoder == "static"  # the default
     off = ItemFeatures(text_encoder=Bag(), relational_weight=0.0, min_df=1).fit(X)
     on = ItemFeatures(text_encoder=Bag(), relational_weight=0.5, min_df=1).fit(X)
     a, b = off.transform(X).toarray(), on.transform(X).toarray()
