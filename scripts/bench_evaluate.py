@@ -8,7 +8,8 @@ harness's own speed on synthetic data.
                                                                      # one estimator parameter, compared
     .venv/bin/python scripts/bench_evaluate.py --variants relational_weight=0,0.3 --with text_encoder=minilm
                                                                      # ... with fixed parameters for all
-A parameter value `minilm` is the sentence-embedding encoder (the [embeddings] extra), `none` is None.
+A parameter value `minilm` is the sentence-embedding encoder (the [embeddings] extra), `none` is None;
+`text_encoder=static` (the default) and `text_encoder=ngrams` name the models' own choices.
 
 Prints Markdown tables ready for docs/BENCHMARKS.md. The WASSA files are research-only and never part of
 the repository or the tests; without them the WASSA part is skipped.
@@ -127,7 +128,8 @@ def bench_planted(n_conversations: int, n_raters: int, folds: int, boot: int, se
 
 
 def parse_value(v: str):
-    """A command-line parameter value: booleans, numbers, `none`, `minilm` (sentence embeddings), text."""
+    """A command-line parameter value: booleans, numbers, `none`, `minilm` (sentence embeddings), text (so
+    `text_encoder=static` is the encoder's name, which the models resolve themselves)."""
     if v.lower() in ("true", "false"):
         return v.lower() == "true"
     if v.lower() == "none":

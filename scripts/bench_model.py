@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench_model.py                   # speed (~100k ratings) + oracle comparison
     .venv/bin/python scripts/bench_model.py --skip-oracle     # speed only (--skip-speed: the rest only)
     .venv/bin/python scripts/bench_model.py --wassa ../shared/data/wassa2024   # + WASSA known/cold Spearman
+    .venv/bin/python scripts/bench_model.py --skip-oracle --encoder static    # static embeddings, relational weight by CV
     .venv/bin/python scripts/bench_model.py --skip-oracle --encoder minilm    # the same with sentence embeddings
     .venv/bin/python scripts/bench_model.py --skip-oracle --alpha cv          # the text penalty by inner CV
     .venv/bin/python scripts/bench_model.py --skip-oracle --rater-ridge 3     # each rater's own content weights
@@ -39,19 +40,34 @@ from benchkit import argument_parser
 def _encoder_params(encoder: str) -> tuple[dict, callable]:
     """(model parameters, what empties the encoder's cache) for --encoder."""
     if encoder == "ngrams":
-        return {}, lambda: None
+        return {"text_encoder": None}, lambda: None
+    if encoder == "static":  # the default: a read-only table, no per-text cache to empty
+        from sense7.model.static_embeddings import StaticEmbeddingEncoder
+
+        StaticEmbeddingEncoder().fit([])  # the table read once (or built): timed apart
+        return {"text_encoder": "static", "relational_weight": "cv"}, lambda: None
     from sense7.model.embeddings import SentenceEmbeddingEncoder, clear_cache
 
     SentenceEmbeddingEncoder().fit([])  # the model loaded once (imports, weights): timed apart
     return {"text_encoder": SentenceEmbeddingEncoder(), "relational_weight": 0.3}, clear_cache
 
 
-def bench_encoder_alone(texts: list[str], repeats: int) -> dict:
-    """The sentence-embedding encoder on distinct texts, its cache empty: texts/s."""
+def _encoder(name: str):
+    if name == "static":
+        from sense7.model.static_embeddings import StaticEmbeddingEncoder
+
+        return StaticEmbeddingEncoder(), lambda: None
     from sense7.model.embeddings import SentenceEmbeddingEncoder, clear_cache
 
+    return SentenceEmbeddingEncoder(), clear_cache
+
+
+def bench_encoder_alone(texts: list[str], repeats: int, name: str = "minilm") -> dict:
+    """The encoder on distinct texts (the sentence encoder's cache emptied before each pass): texts/s, and
+    the first load (import, weights or table) in this process."""
     started = time.perf_counter()
-    encoder = SentenceEmbeddingEncoder().fit([])
+    encoder, clear_cache = _encoder(name)
+    encoder.fit([])
     load = time.perf_counter() - started
     rates = []
     for _ in range(repeats):
@@ -76,15 +92,15 @@ def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int, e
         params = {**params, "alpha": options.text_alpha(alpha)}
         out["alpha"] = alpha
     if encoder != "ngrams":
-        distinct = list(dict.fromkeys(X["text"].astype(str)))[:2000]
-        out.update(bench_encoder_alone(distinct, repeats))
+        distinct = list(dict.fromkeys(X["text"].astype(str)))[:2000 if encoder == "minilm" else 20000]
+        out.update(bench_encoder_alone(distinct, repeats, encoder))
     # What train_bundle fits: the personalized model; the served generic model is its text part.
     clear()
     started = time.perf_counter()
     own_weights = {}
     if rater_ridge is not None:  # --rater-ridge: each known rater's own content weights (personalized only)
         own_weights = {"rater_ridge": options.rater_ridge(rater_ridge),
-                       "rater_ridge_from": "text" if encoder == "ngrams" else "encoder"}
+                       "rater_ridge_from": "text" if encoder != "minilm" else "encoder"}
         out["rater_ridge"] = rater_ridge
     personalized = PersonalizedRater(**params, **own_weights).fit(X, Y)
     generic = personalized.to_generic()
@@ -152,8 +168,9 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-oracle", action="store_true")
     parser.add_argument("--wassa", default=None, help="directory with the WASSA 2024 CSV files")
-    parser.add_argument("--encoder", choices=("ngrams", "minilm"), default="ngrams",
-                        help="the text encoder: n-grams (default) or sentence embeddings (the [embeddings] extra)")
+    parser.add_argument("--encoder", choices=("static", "ngrams", "minilm"), default="ngrams",
+                        help="the text encoder beside the n-grams: ngrams (none: the default model), static (with "
+                             "relational_weight=cv) or minilm (sentence embeddings, the [embeddings] extra)")
     parser.add_argument("--alpha", default=None, help="the rater models' text penalty: a number or cv (default: theirs)")
     parser.add_argument("--rater-ridge", default=None,
                         help="each known rater's own content weights: a penalty or cv, cv_rater, cv_rater_1se")

@@ -1,4 +1,5 @@
-"""`sense7 models list`: the trained model versions, their held-out metrics and their live accuracy."""
+"""`sense7 models list`: the trained model versions, their held-out metrics and their live accuracy.
+`sense7 models encoder`: make (or find) the default text encoder's table (what `./run setup` runs)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,22 @@ def _live_cell(block: dict | None, fmt) -> str:
     spearman = [fmt(((block["models"].get(m) or {}).get("overall") or {}).get("spearman"))
                 for m in ("personalized", "generic", "rater_mean")]
     return f"{' / '.join(spearman)} ({block['n_ratings']})"
+
+
+@models_app.command("encoder")
+def build_encoder() -> None:
+    """Make the static text encoder's table from the packaged MiniLM once (or find it): a minute or two on
+    2 cores the first time, then read from its cache file (sense7.model.static_embeddings)."""
+    from sense7.cli._common import fail
+    from sense7.model.static_embeddings import build
+
+    try:
+        made = build()
+    except (ImportError, FileNotFoundError, ValueError) as exc:
+        raise fail(f"static text encoder: {exc}", 1)
+    verb = f"built in {made['seconds']:.1f} s" if made["built"] else "already built"
+    console.print(f"static text encoder: {made['shape'][0]} tokens x {made['shape'][1]} dimensions, {verb}: "
+                  f"{made['path']}", highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

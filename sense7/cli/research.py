@@ -77,13 +77,24 @@ def _trait_audit(data, tax, folds: int, seed: int, boot: int) -> dict:
     return audit
 
 
-def _set_text_model(estimators: dict, text_encoder: str, relational_weight: float | None,
+def _set_text_model(estimators: dict, text_encoder: str | None, relational_weight: str | None,
                     text_alpha: str | None = None) -> None:
     """--text-encoder / --relational-weight / --text-alpha on every estimator that has those parameters (the
-    rater models: generic and personalized alike, so that their comparison stays like for like)."""
-    if text_encoder not in ("ngrams", "minilm"):
-        raise fail(f"--text-encoder: unknown encoder {text_encoder!r}; choose ngrams or minilm", 2)
-    params = {} if relational_weight is None else {"relational_weight": relational_weight}
+    rater models: generic and personalized alike, so that their comparison stays like for like); None: the
+    models' own default."""
+    from sense7.model.features import TEXT_ENCODER_NAMES
+
+    if text_encoder is not None and text_encoder not in TEXT_ENCODER_NAMES:
+        raise fail(f"--text-encoder: unknown encoder {text_encoder!r}; choose {', '.join(TEXT_ENCODER_NAMES)}", 2)
+    params = {}
+    if relational_weight is not None:
+        try:
+            weight = relational_weight if relational_weight.strip() == "cv" else float(relational_weight)
+        except ValueError:
+            raise fail(f"--relational-weight: expected a number >= 0 or cv, got {relational_weight!r}", 2)
+        if weight != "cv" and not (weight >= 0 and weight != float("inf")):
+            raise fail(f"--relational-weight: expected a number >= 0 or cv, got {relational_weight!r}", 2)
+        params["relational_weight"] = weight
     if text_alpha is not None:
         from sense7.model import options
 
@@ -92,11 +103,12 @@ def _set_text_model(estimators: dict, text_encoder: str, relational_weight: floa
         except ValueError as exc:
             raise fail(f"--text-alpha: {exc}", 2)
     if text_encoder == "minilm":
-        from sense7.model.embeddings import SentenceEmbeddingEncoder, embeddings_available
+        from sense7.model.embeddings import embeddings_available
 
         if not embeddings_available():
             raise fail("--text-encoder minilm needs the optional extra: pip install 'sense7[embeddings]'", 2)
-        params["text_encoder"] = SentenceEmbeddingEncoder()
+    if text_encoder is not None:
+        params["text_encoder"] = None if text_encoder == "ngrams" else text_encoder
     for estimator in estimators.values():
         own = estimator.get_params() if hasattr(estimator, "get_params") else {}
         estimator.set_params(**{k: v for k, v in params.items() if k in own})
@@ -145,12 +157,14 @@ def evaluate_command(
     trait_audit: bool = typer.Option(False, "--trait-audit",
                                      help="also audit the raters' traits: how much each trait and questionnaire "
                                           "item lowers the personalized model's cold-start error"),
-    text_encoder: str = typer.Option("ngrams", "--text-encoder",
-                                     help="the rater models' text encoder: ngrams (default), or minilm: sentence "
-                                          "embeddings joining the n-grams (needs the [embeddings] extra)"),
-    relational_weight: float = typer.Option(None, "--relational-weight", min=0.0, show_default=False,
-                                            help="scale of the relational features in the rater models "
-                                                 "(default: the models' own, 0 = off)"),
+    text_encoder: str = typer.Option(None, "--text-encoder", show_default=False,
+                                     help="the rater models' text encoder beside the n-grams: ngrams (none: the "
+                                          "default), static (token embeddings distilled from the packaged "
+                                          "MiniLM) or minilm (sentence embeddings; needs the [embeddings] extra)"),
+    relational_weight: str = typer.Option(None, "--relational-weight", show_default=False,
+                                          help="scale of the relational features in the rater models: a number "
+                                               ">= 0 (0 = off), or cv (chosen on each training fold); default "
+                                               "the models' own (0)"),
     rater_ridge: str = typer.Option(None, "--rater-ridge", show_default=False,
                                     help="each known rater's own content weights in the personalized model: cv "
                                          "(penalty by inner cross-validation on each training fold, off if it "

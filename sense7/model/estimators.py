@@ -24,9 +24,19 @@ from sklearn.model_selection import GroupKFold
 
 from sense7.model.features import ItemFeatures
 
-# Scale of the relational features (sense7.data.items.RELATIONAL_COLUMNS) in both rater models; 0 = off.
-# docs/BENCHMARKS.md ("Relational features") has the measurements this default follows.
+# Scale of the relational features (sense7.data.items.RELATIONAL_COLUMNS, and a text encoder's similarities
+# of the turn with the message it answers) in both rater models; 0 = off; "cv": chosen on the training rows
+# from RELATIONAL_WEIGHTS (with the text penalty, when that is "cv" too), RELATIONAL_SCALE where the model
+# does not choose (a backfitting round before the last, or too few conversations for folds).
+# docs/BENCHMARKS.md ("Model quality") has the measurements these defaults follow.
+# The text encoder beside the n-grams by default (sense7.model.features.TEXT_ENCODER_NAMES; None: n-grams
+# only). "static" (token embeddings distilled from the packaged MiniLM, sense7.model.static_embeddings) with
+# relational_weight="cv" was measured as a default on WASSA (known raters 0.510 against 0.520, cold start
+# 0.226 against 0.221; docs/BENCHMARKS.md) and costs fit time: it stays an option until the evidence says so.
+TEXT_ENCODER = None
 RELATIONAL_WEIGHT = 0.0
+RELATIONAL_WEIGHTS = (0.0, 0.3, 1.0)
+RELATIONAL_SCALE = 0.3
 # The text ridge's penalty (alpha) by default, and the candidates alpha="cv" chooses from.
 DEFAULT_ALPHA = 10.0
 TEXT_ALPHAS = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
@@ -122,7 +132,10 @@ class _RaterModel(BaseEstimator):
             in_train = np.zeros(n, dtype=bool)
             in_train[train] = True
             weights.append((rated & in_train[:, None]).astype(float))
-        self.alpha_ = self._choose_alpha(F, Yv, weights, folds if choose_alpha else [])
+        if getattr(self, "relational_weight", 0.0) == "cv":
+            F = self._choose_relational_scale(F, Yv, weights, folds if choose_alpha else [])
+        else:
+            self.alpha_ = self._choose_alpha(F, Yv, weights, folds if choose_alpha else [])
         targets = np.tile(Yv, (1, len(weights)))
         coef, intercept = multi_ridge(F, targets, np.hstack(weights), np.tile(self.alpha_, len(weights)))
         self.text_coef_, self.text_intercept_ = coef[:, :C].astype(np.float32), intercept[:C]
@@ -139,6 +152,52 @@ class _RaterModel(BaseEstimator):
                 oof[test] = np.asarray(F[test] @ coef[:, block]) + intercept[block]
         return np.where(rated, oof, np.nan)
 
+    def _choose_relational_scale(self, F, Yv: np.ndarray, weights: list, folds: list):
+        """relational_weight="cv": the relational columns' scale (one for all controls, the features being
+        shared) and the text penalty per control, chosen together: the candidate of RELATIONAL_WEIGHTS whose
+        best penalties (TEXT_ALPHAS with alpha="cv", else alpha itself) leave the least squared error out of
+        fold, on the training rows only (the folds the scores are made on). Sets features_.relational_scale_,
+        relational_weight_ and alpha_; returns F with the chosen scale (F was built at scale 1)."""
+        columns = self.features_.relational_column_indices()
+
+        def scaled(weight):
+            factors = np.ones(F.shape[1], dtype=np.float32)
+            factors[columns] = weight
+            return (F @ sp.diags(factors)).tocsr()
+
+        if not folds:
+            weight = RELATIONAL_SCALE
+            self.alpha_ = self._choose_alpha(F, Yv, weights, [])
+        else:
+            if isinstance(self.alpha, str) and self.alpha != "cv":
+                raise ValueError(f"alpha must be a number or 'cv', got {self.alpha!r}")
+            alphas = TEXT_ALPHAS if self.alpha == "cv" else (float(self.alpha),)
+            best = None
+            for weight in RELATIONAL_WEIGHTS:
+                errors = self._cv_errors(scaled(weight), Yv, weights, folds, alphas)
+                total = float(errors.min(axis=0).sum())
+                if best is None or total < best[0]:
+                    best = (total, weight, np.asarray(alphas, dtype=float)[errors.argmin(axis=0)])
+            _, weight, self.alpha_ = best
+        self.features_.relational_scale_ = self.relational_weight_ = float(weight)
+        return scaled(weight)
+
+    def _cv_errors(self, F, Yv: np.ndarray, weights: list, folds: list, alphas) -> np.ndarray:
+        """(len(alphas), C) the summed squared error of the out-of-fold scores with each penalty: all
+        penalties, folds and controls in one solve."""
+        C = Yv.shape[1]
+        fold_weights = np.hstack(weights[1:])  # (n, folds * C)
+        K = fold_weights.shape[1]
+        coef, intercept = multi_ridge(F, np.tile(Yv, (1, len(folds) * len(alphas))),
+                                      np.tile(fold_weights, (1, len(alphas))), np.repeat(alphas, K))
+        errors = np.zeros((len(alphas), C))
+        for a in range(len(alphas)):
+            for f, (_, test) in enumerate(folds):
+                block = slice(a * K + f * C, a * K + (f + 1) * C)
+                err = np.asarray(F[test] @ coef[:, block]) + intercept[block] - Yv[test]
+                errors[a] += np.nansum(err ** 2, axis=0)
+        return errors
+
     def _choose_alpha(self, F, Yv: np.ndarray, weights: list, folds: list) -> np.ndarray:
         """The text ridge's penalty per control (C,): `alpha` itself, or (alpha="cv") the candidate of
         TEXT_ALPHAS with the least squared error of the out-of-fold scores on the same folds (grouped by
@@ -151,22 +210,15 @@ class _RaterModel(BaseEstimator):
             raise ValueError(f"alpha must be a number or 'cv', got {self.alpha!r}")
         if not folds:
             return np.full(C, float(DEFAULT_ALPHA))
-        fold_weights = np.hstack(weights[1:])  # (n, folds * C)
-        K = fold_weights.shape[1]
-        coef, intercept = multi_ridge(F, np.tile(Yv, (1, len(folds) * len(TEXT_ALPHAS))),
-                                      np.tile(fold_weights, (1, len(TEXT_ALPHAS))), np.repeat(TEXT_ALPHAS, K))
-        errors = np.zeros((len(TEXT_ALPHAS), C))
-        for a in range(len(TEXT_ALPHAS)):
-            for f, (_, test) in enumerate(folds):
-                block = slice(a * K + f * C, a * K + (f + 1) * C)
-                err = np.asarray(F[test] @ coef[:, block]) + intercept[block] - Yv[test]
-                errors[a] += np.nansum(err ** 2, axis=0)
+        errors = self._cv_errors(F, Yv, weights, folds, TEXT_ALPHAS)
         return np.asarray(TEXT_ALPHAS, dtype=float)[errors.argmin(axis=0)]
 
     def text_scores(self, X: pd.DataFrame) -> np.ndarray:
         """(n, controls) the text model's scores (text, history, position, context), before any rater."""
         F = self.features_.transform(X)
-        return np.asarray(F @ self.text_coef_, dtype=np.float64) + self.text_intercept_
+        # In float64 (F's float32 values times float64 coefficients): a dense encoder block sums hundreds of
+        # terms per row, and float32 sums drift from the compiled path's (sense7.model.serving) by ~1e-6.
+        return np.asarray(F @ self.text_coef_.astype(np.float64)) + self.text_intercept_
 
     def _fit_link(self, scores, y) -> OrdinalLink:
         return OrdinalLink(self.levels_).fit(scores, y)
@@ -229,7 +281,7 @@ class GenericRater(_RaterModel):
                  history_chars: int = 300, text_weighting: str = "presence",
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, assistant_effects: bool = True,
-                 levels=None, relational_weight: float = RELATIONAL_WEIGHT, text_encoder=None):
+                 levels=None, relational_weight: float | str = RELATIONAL_WEIGHT, text_encoder=TEXT_ENCODER):
         self.relational_weight = relational_weight
         self.text_encoder = text_encoder
         self.text_features = text_features
@@ -319,7 +371,7 @@ class PersonalizedRater(_RaterModel):
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, slopes: bool = True, pool_controls: bool = False,
                  backfit: int = 1, noise_prior: float | None = None, assistant_effects: bool = True,
-                 levels=None, relational_weight: float = RELATIONAL_WEIGHT, text_encoder=None,
+                 levels=None, relational_weight: float | str = RELATIONAL_WEIGHT, text_encoder=TEXT_ENCODER,
                  rater_directions: int = 0, rater_directions_from: str = "text", rater_ridge=None,
                  rater_ridge_from: str = "encoder"):
         self.rater_ridge = rater_ridge

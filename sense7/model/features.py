@@ -20,6 +20,30 @@ TEXT_FEATURE_KINDS = ("tfidf", "tfidf+char", "none")
 # With a text encoder and relational_weight > 0: the cosine similarity of the encoded turn with the encoded
 # message it answers (sense7.data.items.answered_texts) and with the encoded history tail.
 ENCODER_RELATIONAL_COLUMNS = ("rel_encoded_answer_similarity", "rel_encoded_history_similarity")
+# The text encoders a model or a command names (`text_encoder="static"`, `--text-encoder static`);
+# "ngrams": none beyond the n-grams.
+TEXT_ENCODER_NAMES = ("static", "ngrams", "minilm")
+
+
+def text_encoder_named(name: str):
+    """A fresh encoder for one of TEXT_ENCODER_NAMES: "static" (StaticEmbeddingEncoder, distilled from the
+    packaged MiniLM), "minilm" (SentenceEmbeddingEncoder, the optional [embeddings] extra), "ngrams" (None)."""
+    if name == "static":
+        from sense7.model.static_embeddings import StaticEmbeddingEncoder
+        return StaticEmbeddingEncoder()
+    if name == "minilm":
+        from sense7.model.embeddings import SentenceEmbeddingEncoder
+        return SentenceEmbeddingEncoder()
+    if name in ("ngrams", "none"):
+        return None
+    raise ValueError(f"unknown text encoder {name!r}; choose one of {', '.join(TEXT_ENCODER_NAMES)}")
+
+
+def _fresh_encoder(value):
+    """A model's text_encoder parameter (None, a name, or an encoder) as a fresh, unfitted encoder or None."""
+    if value is None:
+        return None
+    return text_encoder_named(value) if isinstance(value, str) else clone(value)
 
 
 class ItemFeatures(TransformerMixin, BaseEstimator):
@@ -32,12 +56,15 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     context_weight: scale of the context/position columns relative to the text (smaller = more shrinkage).
     context_interactions: add turn words x numeric context answers (off: it overfits on small data).
     text_encoder: an optional extra encoder of the rated turn (the `sense7.model.text.TextEncoder`
-    interface), whose columns join the n-grams: e.g. sentence embeddings
-    (sense7.model.embeddings.SentenceEmbeddingEncoder), or an LLM's scores of the turn. None (default):
-    n-grams only, which the compiled serving path scores directly; with an encoder, serving goes through
-    the estimator (correct, slower).
+    interface, or one of TEXT_ENCODER_NAMES), whose columns join the n-grams: static token embeddings
+    (sense7.model.static_embeddings, "static"), sentence embeddings
+    (sense7.model.embeddings.SentenceEmbeddingEncoder, "minilm"), or an LLM's scores of the turn. None:
+    n-grams only. The compiled serving path scores the n-grams and any encoder whose transform gives a
+    dense array directly.
     relational_weight: scale of the relational columns (sense7.data.items.relational_columns: the turn
-    against the message it answers, derived from the item columns); 0 leaves them out (and uncomputed).
+    against the message it answers, derived from the item columns); 0 leaves them out (and uncomputed);
+    "cv": the rater model chooses it on its training rows (RELATIONAL_WEIGHTS, see
+    sense7.model.estimators), the features built at scale 1 until it sets `relational_scale_`.
     They join the dense block, so serving (sense7.model.serving) computes them with the same
     `dense_features`. With a text encoder, also ENCODER_RELATIONAL_COLUMNS (the similarity of the encoded
     turn with the encoded message it answers and history), a block after the encoder's, at the same scale.
@@ -59,13 +86,14 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     def _vectorizers(self):
         if self.text_features not in TEXT_FEATURE_KINDS:
             raise ValueError(f"text_features must be one of {TEXT_FEATURE_KINDS}, got {self.text_features!r}")
+        encoder = _fresh_encoder(getattr(self, "text_encoder", None))
         if self.text_features == "none":
-            return {"encoder": clone(self.text_encoder)} if getattr(self, "text_encoder", None) is not None else {}
+            return {"encoder": encoder} if encoder is not None else {}
         word = dict(min_df=self.min_df, max_features=self.max_features, weighting=self.text_weighting)
         # History in unigrams: it is longer than the turn and tokenizing it dominates prediction time.
         out = {"text": BulkNgramVectorizer(ngram_max=2, **word), "history": BulkNgramVectorizer(ngram_max=1, **word)}
-        if getattr(self, "text_encoder", None) is not None:
-            out["encoder"] = clone(self.text_encoder)
+        if encoder is not None:
+            out["encoder"] = encoder
         if self.text_features == "tfidf+char":
             out["text_char"] = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), min_df=self.min_df,
                                                max_features=self.max_features, dtype=np.float32,
@@ -108,8 +136,8 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             values = _objects(X[name]) if name in X else np.full(n, None, dtype=object)
             for category in categories:
                 columns.append((values == category).astype(float))
-        weight = float(getattr(self, "relational_weight", 0.0) or 0.0)  # models saved before it: none
-        if weight:
+        weight = self.relational_scale()
+        if getattr(self, "relational_weight", 0.0):  # (a scale chosen as 0 keeps the columns, at 0)
             # The whole dense block is multiplied by context_weight later: divide it out here.
             factor = weight / self.context_weight if self.context_weight else 0.0
             relational = relational_columns(X)
@@ -177,9 +205,33 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             start += width
         raise KeyError(f"no {name!r} block in these features")
 
+    def relational_scale(self) -> float:
+        """The relational columns' scale: the one chosen in fit (relational_weight="cv"), else
+        relational_weight (models saved before it: 0)."""
+        chosen = getattr(self, "relational_scale_", None)
+        if chosen is not None:
+            return float(chosen)
+        weight = getattr(self, "relational_weight", 0.0) or 0.0
+        return 1.0 if weight == "cv" else float(weight)
+
+    def relational_column_indices(self) -> np.ndarray:
+        """The fitted design matrix's relational columns (RELATIONAL_COLUMNS at the end of the dense block,
+        then ENCODER_RELATIONAL_COLUMNS): what a relational scale multiplies."""
+        if not (getattr(self, "relational_weight", 0.0) or 0.0):
+            return np.zeros(0, dtype=np.int64)
+        lexical = np.arange(self.dense_width_ - len(RELATIONAL_COLUMNS), self.dense_width_)
+        if not self._encoder_relations():
+            return lexical
+        encoded = self.block_columns("encoder_relations")
+        return np.concatenate([lexical, np.arange(encoded.start, encoded.stop)])
+
+    def encoder_relations_on(self) -> bool:
+        """Whether the fitted features hold the encoder's relational similarities (ENCODER_RELATIONAL_COLUMNS)."""
+        return self._encoder_relations()
+
     def _encoder_relations(self) -> bool:
         """Whether the encoder's relational similarities are columns (an encoder and relational_weight > 0)."""
-        return bool(float(getattr(self, "relational_weight", 0.0) or 0.0)) \
+        return bool(getattr(self, "relational_weight", 0.0) or 0.0) \
             and (getattr(self, "vectorizers_", {}) or {}).get("encoder") is not None
 
     def encoder_relations(self, X, encoded=None) -> np.ndarray:
@@ -193,7 +245,7 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
                                 for texts in (answered_texts(X), self.block_texts(X, "history"))])
 
     def _encoder_relation_block(self, X, encoded):
-        return sp.csr_matrix(self.encoder_relations(X, encoded) * float(self.relational_weight), dtype=np.float32)
+        return sp.csr_matrix(self.encoder_relations(X, encoded) * self.relational_scale(), dtype=np.float32)
 
     def fit_transform(self, X: pd.DataFrame, y=None):
         self.fit_context(X)

@@ -36,8 +36,8 @@ def rater_ridge(raw: str) -> float | str:
 
 def served_params(settings) -> dict:
     """The PersonalizedRater parameters the retrain job fits beyond the defaults, from the settings'
-    SENSE7_MODEL_ALPHA and SENSE7_MODEL_RATER_RIDGE ({} when neither is set). The served model reads
-    n-grams, so a rater's own weights are on the text features. ValueError names the variable."""
+    SENSE7_MODEL_ALPHA and SENSE7_MODEL_RATER_RIDGE ({} when neither is set). A rater's own weights
+    are on every text feature (n-grams and the static encoder's columns). ValueError names the variable."""
     params: dict = {}
     for variable, raw, name, parse in (("SENSE7_MODEL_ALPHA", settings.model_alpha, "alpha", text_alpha),
                                        ("SENSE7_MODEL_RATER_RIDGE", settings.model_rater_ridge, "rater_ridge",

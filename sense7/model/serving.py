@@ -13,7 +13,9 @@ computes the same probabilities from the plain task columns of `sense7.data.item
 
 Tokenizing, the context features and the link are the training code's own functions; only the sums are
 arranged differently. tests/model/test_serving.py checks the probabilities equal the reference's.
-Text features other than the default presence n-grams (e.g. "tfidf+char") are scored through the
+                    + a dense text encoder's vector of the turn (static embeddings) @ its coefficients, and its
+                    relational similarities @ theirs
+Text features other than presence n-grams and dense encoders (e.g. "tfidf+char") are scored through the
 reference estimator, so every bundle can be served, the default ones fast.
 """
 
@@ -30,6 +32,7 @@ from sense7.model.text import BulkNgramVectorizer
 
 
 DENSE_ROWS_KEPT = 4096  # distinct (position, context) inputs whose dense scores a process keeps
+TEXT_ROWS_KEPT = 20_000  # distinct items whose text scores a process keeps (with an encoder or relational columns)
 
 
 def _rows_of(columns: dict, rows: np.ndarray) -> dict:
@@ -51,20 +54,33 @@ class _TextScores:
         # The dense part of a row depends on a few inputs only (position, context answers): kept per distinct
         # inputs (at most DENSE_ROWS_KEPT), unless relational columns (which read the texts) are in it.
         self.dense_inputs = ["n_turns", "turn_position", *features.ctx_numeric_, *features.ctx_categories_]
-        self.dense_rows: dict | None = None if float(getattr(features, "relational_weight", 0.0) or 0.0) else {}
-        self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale)
-        self.block_columns = []  # (first design-matrix column, block scale) of each block
+        self.dense_rows: dict | None = None if getattr(features, "relational_weight", 0.0) else {}
+        self.blocks = []  # (text name, vectorizer, its coefficient rows times the block scale): the n-grams
+        self.block_columns = []  # (first design-matrix column, block scale) of each n-gram block
+        # A dense text encoder (ItemFeatures' "encoder" block, e.g. static embeddings): (encoder, its
+        # coefficient rows times the block scale), and the rows of its relational similarities (or None).
+        self.encoder, self.encoder_coef, self.relation_coef = None, None, None
         self.fast = not features.context_interactions
+        self.row_inputs = ["text", "history_text", *self.dense_inputs]
         offset = n_dense
         for name, vec in features.vectorizers_.items():
             if vec is None:
                 continue
             width = features.block_widths_[name] if hasattr(features, "block_widths_") else len(vec.vocabulary_)
-            if not (isinstance(vec, BulkNgramVectorizer) and vec.weighting == "presence"):
-                self.fast = False
-            self.blocks.append((name, vec, coef[offset:offset + width] * float(features.block_scales_[name])))
-            self.block_columns.append((offset, float(features.block_scales_[name])))
+            block = coef[offset:offset + width] * float(features.block_scales_[name])
+            if name == "encoder" and not isinstance(vec, BulkNgramVectorizer):
+                self.encoder, self.encoder_coef = vec, block
+                if features.encoder_relations_on():
+                    self.relation_coef = coef[features.block_columns("encoder_relations")] \
+                        * features.relational_scale()
+            else:
+                if not (isinstance(vec, BulkNgramVectorizer) and vec.weighting == "presence"):
+                    self.fast = False
+                self.blocks.append((name, vec, block))
+                self.block_columns.append((offset, float(features.block_scales_[name])))
             offset += width
+        # Whole text scores kept per distinct item when they read the texts beyond n-gram look-ups (`scores`).
+        self.text_rows: dict | None = {} if self.encoder is not None or self.dense_rows is None else None
 
     def cells(self, columns: dict) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text block, the (document, column) cells of the terms present in the items (fast path only):
@@ -72,9 +88,32 @@ class _TextScores:
         return [vec.present_cells(self.features.block_texts(columns, name)) for name, vec, _ in self.blocks]
 
     def scores(self, columns: dict, cells: list | None = None) -> np.ndarray:
-        """(n, controls) text scores of the items in `columns`; `cells`: cells(columns), when known."""
+        """(n, controls) text scores of the items in `columns`; `cells`: cells(columns), when known.
+
+        With a text encoder or relational columns, each distinct item (its texts, position and context
+        answers: all the text score reads) is scored once per process (at most TEXT_ROWS_KEPT): Label
+        Studio asks for the same tasks again, and a live pre-fill re-predicts a rater's page after each
+        answer; encoding the texts and the relational features are most of a request's cost otherwise."""
         if not self.fast:
             return self.model.text_scores(pd.DataFrame(columns))
+        rows = self.text_rows  # entries are only ever added to this dict (a full one is replaced): thread-safe
+        if rows is None or cells is not None:
+            return self._scores(columns, cells)
+        n = len(columns["n_turns"])
+        try:
+            keys = list(zip(*(columns[name] if name in columns else [None] * n for name in self.row_inputs)))
+            missing = [i for i, key in enumerate(keys) if key not in rows]
+        except TypeError:  # an unhashable value
+            return self._scores(columns)
+        if missing:
+            computed = self._scores(columns if len(missing) == n else _rows_of(columns, np.asarray(missing)))
+            if len(rows) + len(missing) > TEXT_ROWS_KEPT:
+                rows = {key: rows[key] for key in keys if key in rows}
+            rows.update(zip((keys[i] for i in missing), computed))
+            self.text_rows = rows
+        return np.array([rows[key] for key in keys]).reshape(n, len(self.intercept))
+
+    def _scores(self, columns: dict, cells: list | None = None) -> np.ndarray:
         out = self.dense_scores(columns)
         for i, (name, vec, coef) in enumerate(self.blocks):
             # Presence features: a term counts once per document, however often it occurs.
@@ -87,6 +126,12 @@ class _TextScores:
                 out += sums
             else:
                 out[rows[starts]] += sums
+        if self.encoder is not None:
+            encoded = self.encoder.transform(self.features.block_texts(columns, "encoder"))
+            encoded = encoded.toarray() if hasattr(encoded, "toarray") else np.asarray(encoded, dtype=np.float64)
+            out += encoded @ self.encoder_coef
+            if self.relation_coef is not None:
+                out += self.features.encoder_relations(columns, encoded) @ self.relation_coef
         return out
 
 

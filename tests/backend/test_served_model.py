@@ -29,11 +29,20 @@ def study():
     return generate(40, 8, seed=11, taxonomy=TAXONOMY)
 
 
-@pytest.fixture(params=[None, {"rater_ridge": 3.0, "rater_ridge_from": "text"}], ids=["default", "rater-ridge"])
+STATIC = {"text_encoder": "static", "relational_weight": "cv"}  # the static encoder, relational weight by CV
+
+
+@pytest.fixture(params=[None, {"rater_ridge": 3.0, "rater_ridge_from": "text"}, STATIC],
+                ids=["default", "rater-ridge", "static-encoder"])
 def served_app(study, tmp_path, settings, request):
-    """The default version, or one with each known rater's own content weights (SENSE7_MODEL_RATER_RIDGE)."""
+    """The default version, one with each known rater's own content weights (SENSE7_MODEL_RATER_RIDGE), or
+    one reading the static encoder."""
+    return _served_app(study, tmp_path, settings, request.param)
+
+
+def _served_app(study, tmp_path, settings, params):
     registry = ModelRegistry(tmp_path / "real-models")
-    registry.add(train_bundle(study.rating_data(), "v1", TAXONOMY, personalized_params=request.param), "v1")
+    registry.add(train_bundle(study.rating_data(), "v1", TAXONOMY, personalized_params=params), "v1")
     registry.promote("v1")
     store = Store(f"sqlite:///{tmp_path / 'real-store.sqlite'}")
     raters = study.raters.drop(columns=["email"]).set_index("rater_id")
@@ -77,3 +86,27 @@ def test_served_predictions_equal_the_reference_model(study, served_app):
             {c: p.level for c, p in want.controls.items()}
         want_score = sum(p.confidence for p in want.controls.values()) / len(want.controls)
         assert math.isclose(got["score"], round(want_score, 4), abs_tol=2e-4)
+
+
+
+def test_a_served_model_reads_meaning_through_the_static_encoder(study, tmp_path, settings):
+    """A version fitted with the static encoder has it in its text model, the compiled path scores it itself
+    (no fallback to the estimator), and /predict tells apart two turns made of words the n-grams never saw
+    (with n-grams alone both would be an empty text and get the same prediction)."""
+    from sense7.model.static_embeddings import StaticEmbeddingEncoder
+
+    app, registry, store = _served_app(study, tmp_path, settings, STATIC)
+    bundle = registry.load("v1")
+    assert isinstance(bundle.personalized.features_.vectorizers_["encoder"], StaticEmbeddingEncoder)
+    compiled = bundle.compile()
+    assert compiled._text.fast and compiled._text.encoder is not None
+    vocabulary = set(bundle.personalized.features_.vectorizers_["text"].vocabulary_)
+    unseen = ["Bereavement, grief, mourning.", "Spreadsheet, invoice, ledger."]
+    assert not {w.strip(",.").lower() for t in unseen for w in t.split()} & vocabulary
+    data = [t["data"] for t in plan_tasks(study.conversations)][0]
+    tasks = [{"id": i, "data": dict(data, rater_id="stranger", turn=[{"role": "assistant", "content": text}])}
+             for i, text in enumerate(unseen)]
+    response = app.test_client().post("/predict", json={"tasks": tasks, "label_config": render_rating_config(TAXONOMY)},
+                                      headers=auth_headers())
+    results = response.get_json()["results"]
+    assert results[0]["score"] != results[1]["score"]

@@ -123,4 +123,5 @@ def test_rater_directions_from_the_encoders_columns_only():
     encoder = directed.features_.block_columns("encoder")
     assert used.min() >= encoder.start and used.max() < encoder.stop
     with pytest.raises(ValueError, match="needs a text_encoder"):
-        PersonalizedRater(rater_directions=1, rater_directions_from="encoder").fit(X.iloc[train], Y.iloc[train])
+        PersonalizedRater(rater_directions=1, rater_directions_from="encoder",
+                          text_encoder=None).fit(X.iloc[train], Y.iloc[train])

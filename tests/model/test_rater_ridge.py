@@ -135,7 +135,7 @@ def test_rater_ridge_learns_what_moves_each_rater_where_leniency_and_one_directi
     leniency_only = PersonalizedRater(text_encoder=Cues()).fit(X.iloc[train], Y.iloc[train])
     assert np.allclose(model.predict_expected(cold), leniency_only.predict_expected(cold), atol=0.05)
     with pytest.raises(ValueError, match="needs a text_encoder"):
-        PersonalizedRater(rater_ridge="cv").fit(X.iloc[train], Y.iloc[train])
+        PersonalizedRater(rater_ridge="cv", text_encoder=None).fit(X.iloc[train], Y.iloc[train])
 
 
 def test_rater_ridge_falls_back_to_leniency_only_where_it_does_not_predict_held_out_ratings():

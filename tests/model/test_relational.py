@@ -101,3 +101,46 @@ def test_a_text_encoder_adds_its_columns_after_the_ngrams():
     a, b = plain.transform(X).toarray(), encoded.transform(X).toarray()
     assert b.shape[1] == a.shape[1] + 1 and np.array_equal(b[:, :-1], a)
     assert (b[:, -1] > 0).tolist() == [True, False, True, True]
+
+
+def test_the_relational_weight_chosen_by_inner_cv_is_a_fixed_weight_refitted():
+    """relational_weight="cv" picks one of RELATIONAL_WEIGHTS on the training rows; the fitted model is then
+    exactly the model fitted with that weight (the features are linear in it), and it is the candidate whose
+    out-of-fold error is least (checked against each candidate's own inner-CV error)."""
+    from sense7.synthetic.synth import generate
+    from sense7.model import GenericRater, PersonalizedRater
+    from sense7.model.estimators import RELATIONAL_WEIGHTS
+
+    synth = generate(40, 8, seed=5, taxonomy=TAXONOMY)
+    X, Y = build_items(synth.rating_data(), TAXONOMY)
+    chosen = GenericRater(relational_weight="cv", text_encoder=None).fit(X, Y)
+    assert chosen.relational_weight_ in RELATIONAL_WEIGHTS
+    fixed = GenericRater(relational_weight=chosen.relational_weight_ or 1e-12, text_encoder=None).fit(X, Y)
+    np.testing.assert_allclose(chosen.predict_expected(X), fixed.predict_expected(X), atol=1e-4)
+
+    def inner_error(weight):
+        model = GenericRater(relational_weight=weight or 1e-12, text_encoder=None)
+        Yv = model._check_fit_input(X, Y)
+        Tv = model._fit_target_scale(Yv)
+        oof = model._fit_text(X, Tv)
+        return float(np.nansum((oof - Tv) ** 2))
+
+    errors = {w: inner_error(w) for w in RELATIONAL_WEIGHTS}
+    assert errors[chosen.relational_weight_] == pytest.approx(min(errors.values()), rel=1e-3)
+    personalized = PersonalizedRater(relational_weight="cv", text_encoder=None).fit(X, Y)
+    assert personalized.relational_weight_ in RELATIONAL_WEIGHTS
+    assert personalized.features_.relational_scale() == personalized.relational_weight_
+
+
+def test_a_relational_weight_chosen_as_zero_still_predicts(monkeypatch):
+    """The columns stay in the design matrix at scale 0 (the fitted coefficients' layout is kept)."""
+    from sense7.synthetic.synth import generate
+    from sense7.model import GenericRater, estimators
+
+    monkeypatch.setattr(estimators, "RELATIONAL_WEIGHTS", (0.0,))
+    synth = generate(30, 6, seed=2, taxonomy=TAXONOMY)
+    X, Y = build_items(synth.rating_data(), TAXONOMY)
+    model = GenericRater(relational_weight="cv", text_encoder=None).fit(X, Y)
+    assert model.relational_weight_ == 0.0
+    plain = GenericRater(relational_weight=0.0, text_encoder=None).fit(X, Y)
+    np.testing.assert_allclose(model.predict_expected(X), plain.predict_expected(X), atol=1e-4)

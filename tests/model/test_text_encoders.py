@@ -1,5 +1,6 @@
-"""The text-encoder interface (sense7.model.text.TextEncoder) and its two implementations: the n-grams (the
-default, unchanged) and sentence embeddings (the optional `[embeddings]` extra, skipped without it)."""
+"""The text-encoder interface (sense7.model.text.TextEncoder) and its implementations: the n-grams (always
+there), the static embeddings (the default encoder beside them: tests/model/test_static_encoder.py) and
+sentence embeddings (the optional `[embeddings]` extra, skipped without it)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ def _dense(matrix) -> np.ndarray:
 def _implementations():
     out = [BulkNgramVectorizer(min_df=1), BulkNgramVectorizer(ngram_max=1, min_df=1, weighting="tfidf"),
            WordCount(scale=2.0)]
+    from sense7.model.static_embeddings import StaticEmbeddingEncoder
+
+    out.append(StaticEmbeddingEncoder())
     if embeddings_available():
         out.append(SentenceEmbeddingEncoder())
     return out
@@ -72,7 +76,8 @@ def test_every_encoder_keeps_the_interface_contract(encoder):
 def test_a_teams_own_encoder_plugs_into_both_rater_models():
     synth = generate(30, 6, seed=2, taxonomy=TAXONOMY)
     X, Y = build_items(synth.rating_data(), TAXONOMY)
-    for model in (GenericRater(text_encoder=WordCount()), PersonalizedRater(text_encoder=WordCount())):
+    for model in (GenericRater(text_encoder=WordCount(), relational_weight=0.0),
+                  PersonalizedRater(text_encoder=WordCount(), relational_weight=0.0)):
         model.fit(X, Y)
         encoder = model.features_.vectorizers_["encoder"]
         assert encoder is not model.text_encoder and encoder.mean_words_ > 0  # a fitted clone, as sklearn does
@@ -92,11 +97,12 @@ DEFAULT_SUMS = {
 }
 
 
-def test_the_default_ngram_encoder_predicts_as_before():
+def test_the_ngram_only_model_predicts_as_before():
+    """`text_encoder=None, relational_weight=0`: the model before the static encoder became the default."""
     synth = generate(40, 8, seed=5, taxonomy=TAXONOMY)
     X, Y = build_items(synth.rating_data(), TAXONOMY)
-    for model in (GenericRater(), PersonalizedRater()):
-        assert model.text_encoder is None  # the default: n-grams only, the compiled serving path
+    for model in (GenericRater(text_encoder=None, relational_weight=0.0),
+                  PersonalizedRater(text_encoder=None, relational_weight=0.0)):
         model.fit(X, Y)
         assert set(model.features_.vectorizers_) == {"text", "history"}
         assert all(isinstance(v, BulkNgramVectorizer) for v in model.features_.vectorizers_.values())

@@ -1,0 +1,233 @@
+"""The default text encoder: static token embeddings distilled from a BERT model (sense7.model.static_embeddings).
+
+Most tests distil a tiny BERT made here (random weights, a 40-token WordPiece vocabulary: built in
+milliseconds); the packaged MiniLM's table (made by ./run setup) is checked for meaning and for running
+without any network."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+from sklearn.base import clone
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+from sense7.model import static_embeddings
+from sense7.model.static_embeddings import StaticEmbeddingEncoder, bert_forward, distill_table
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "i", "you", "sad", "sorry", "dog", "died",
+         "happy", "glad", "market", "stock", "rose", "today", "feel", "so", "my", "is", "that", "hard", "how",
+         "are", "good", "bad", "day", "##s", "##ing", "##ed", "news", "hear", "to", "about", "your", "and", "."]
+
+
+def _tiny_model(folder: Path, seed: int = 0) -> Path:
+    """A 1-layer BERT (hidden 8, 2 heads) with a WordPiece tokenizer, in the packaged model's file layout."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    hidden, inner, n = 8, 16, len(VOCAB)
+
+    def r(*shape):
+        return rng.normal(0, 0.5, shape).astype(np.float32)
+
+    weights = {"embeddings.word_embeddings.weight": r(n, hidden), "embeddings.position_embeddings.weight": r(16, hidden),
+               "embeddings.token_type_embeddings.weight": r(2, hidden),
+               "embeddings.LayerNorm.weight": np.ones(hidden, np.float32),
+               "embeddings.LayerNorm.bias": np.zeros(hidden, np.float32)}
+    p = "encoder.layer.0."
+    for name, shape in (("attention.self.query", (hidden, hidden)), ("attention.self.key", (hidden, hidden)),
+                        ("attention.self.value", (hidden, hidden)), ("attention.output.dense", (hidden, hidden)),
+                        ("intermediate.dense", (inner, hidden)), ("output.dense", (hidden, inner))):
+        weights[p + name + ".weight"], weights[p + name + ".bias"] = r(*shape), r(shape[0])
+    for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+        weights[p + norm + ".weight"], weights[p + norm + ".bias"] = np.ones(hidden, np.float32), np.zeros(hidden, np.float32)
+    save_file(weights, str(folder / "model.safetensors"))
+    tokenizer = Tokenizer(models.WordPiece({t: i for i, t in enumerate(VOCAB)}, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "config.json").write_text(json.dumps({"hidden_size": hidden, "num_attention_heads": 2,
+                                                    "num_hidden_layers": 1, "layer_norm_eps": 1e-12}))
+    return folder
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    # The process keeps tables by their content key, and every test's tiny model has the same content: each
+    # test starts from its own empty cache folder and an empty process cache.
+    static_embeddings._tables.clear()
+    return _tiny_model(tmp_path / "model"), tmp_path / "cache"
+
+
+def _encoder(tiny, **params) -> StaticEmbeddingEncoder:
+    model, cache = tiny
+    return StaticEmbeddingEncoder(model_path=str(model), cache_dir=str(cache), dimensions=4, **params)
+
+
+def test_the_forward_pass_attends_over_every_position():
+    """bert_forward against a direct computation for a one-token input (attention over one position is
+    the identity on its value), so the layer wiring is checked, not only shapes."""
+    rng = np.random.default_rng(1)
+    folder_weights = {}
+    hidden = 4
+    for name, shape in (("embeddings.word_embeddings.weight", (5, hidden)), ("embeddings.position_embeddings.weight", (3, hidden)),
+                        ("embeddings.token_type_embeddings.weight", (2, hidden))):
+        folder_weights[name] = rng.normal(size=shape).astype(np.float32)
+    folder_weights["embeddings.LayerNorm.weight"] = np.ones(hidden, np.float32)
+    folder_weights["embeddings.LayerNorm.bias"] = np.zeros(hidden, np.float32)
+    p = "encoder.layer.0."
+    for name, shape in (("attention.self.query", (hidden, hidden)), ("attention.self.key", (hidden, hidden)),
+                        ("attention.self.value", (hidden, hidden)), ("attention.output.dense", (hidden, hidden)),
+                        ("intermediate.dense", (6, hidden)), ("output.dense", (hidden, 6))):
+        folder_weights[p + name + ".weight"] = rng.normal(size=shape).astype(np.float32)
+        folder_weights[p + name + ".bias"] = rng.normal(size=shape[0]).astype(np.float32)
+    for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+        folder_weights[p + norm + ".weight"] = np.ones(hidden, np.float32)
+        folder_weights[p + norm + ".bias"] = np.zeros(hidden, np.float32)
+    config = {"num_attention_heads": 2, "num_hidden_layers": 1}
+    got = bert_forward(folder_weights, config, np.array([[3]]))[0, 0]
+
+    def norm(v):
+        return (v - v.mean()) / np.sqrt(v.var() + 1e-12)
+
+    def gelu(v):
+        from scipy.special import erf
+        return 0.5 * v * (1 + erf(v / np.sqrt(2)))
+
+    w = folder_weights
+    x = norm(w["embeddings.word_embeddings.weight"][3] + w["embeddings.position_embeddings.weight"][0]
+             + w["embeddings.token_type_embeddings.weight"][0])
+    value = w[p + "attention.self.value.weight"] @ x + w[p + "attention.self.value.bias"]
+    x = norm(w[p + "attention.output.dense.weight"] @ value + w[p + "attention.output.dense.bias"] + x)
+    inner = gelu(w[p + "intermediate.dense.weight"] @ x + w[p + "intermediate.dense.bias"])
+    want = norm(w[p + "output.dense.weight"] @ inner + w[p + "output.dense.bias"] + x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_encoding_is_deterministic_and_handles_empty_and_unknown_text(tiny):
+    texts = ["I feel so sad, my dog died.", "", None, "zzz qqq", "the market rose today", "SAD sad"]
+    first = _encoder(tiny).fit(texts).transform(texts)
+    static_embeddings._tables.clear()  # read back from the cache file: the same numbers
+    second = _encoder(tiny).fit([]).transform(texts)
+    np.testing.assert_array_equal(first, second)
+    assert first.shape == (6, 4) and first.dtype == np.float32
+    np.testing.assert_array_equal(first[1], 0)  # empty
+    np.testing.assert_array_equal(first[2], 0)  # missing
+    assert np.abs(first[3]).sum() > 0  # unknown words are [UNK], a token of the vocabulary like any other
+    np.testing.assert_allclose(np.linalg.norm(first[[0, 3, 4, 5]], axis=1), 1, rtol=1e-5)
+    # A text's vector is the normalised weighted mean of its tokens' rows: "SAD sad" is the row of "sad".
+    table = _encoder(tiny).table().astype(np.float32)
+    row = table[VOCAB.index("sad")]
+    np.testing.assert_allclose(first[5], row / np.linalg.norm(row), rtol=1e-5)
+
+
+def test_the_table_is_the_distilled_rows_projected_and_weighted(tiny):
+    model, _ = tiny
+    table = distill_table(model, dimensions=0, sif_coefficient=0).astype(np.float32)
+    assert table.shape == (len(VOCAB), 8)
+    # Without projection or weights, a row is the centred mean output of [CLS] token [SEP].
+    from safetensors.numpy import load_file
+    weights = load_file(str(model / "model.safetensors"))
+    config = json.loads((model / "config.json").read_text())
+    out = bert_forward(weights, config, np.array([[2, t, 3] for t in range(len(VOCAB))])).mean(axis=1)
+    centred = out - out.mean(axis=0)
+    # (the SVD rotates the basis: compare distances, which a rotation keeps)
+    np.testing.assert_allclose(table @ table.T, centred @ centred.T, rtol=0, atol=2e-2)
+    weighted = distill_table(model, dimensions=4, sif_coefficient=1e-2).astype(np.float32)
+    assert weighted.shape == (len(VOCAB), 4)
+    # SIF: a frequent (early) token's row is shrunk more than a rare (late) one's.
+    ratio = np.linalg.norm(weighted, axis=1) / np.maximum(np.linalg.norm(table[:, :4], axis=1), 1e-6)
+    assert ratio[5] < ratio[-2]
+
+
+def test_the_table_is_rebuilt_when_its_source_changes(tiny):
+    model, cache = tiny
+    encoder = _encoder(tiny).fit([])
+    before = encoder.transform(["sad dog"])
+    files = sorted(cache.glob("static-*.npz"))
+    assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o644"
+    fitted = pickle.loads(pickle.dumps(encoder))  # a saved model keeps the key, not the table
+    assert len(pickle.dumps(encoder)) < 2000  # (the table itself is 40 x 4 float16 here, 40,000 x 256 for real)
+    _tiny_model(model, seed=1)  # new weights in the same folder
+    after = _encoder(tiny).fit([]).transform(["sad dog"])
+    assert len(sorted(cache.glob("static-*.npz"))) == 2  # a new key, a new table
+    assert not np.allclose(before, after)
+    with pytest.raises(ValueError, match="retrain"):
+        fitted.transform(["sad dog"])  # fitted with the old table: refuses to serve different numbers
+    # Another parameter is another table, too.
+    _encoder(tiny, sif_coefficient=0.5).fit([])
+    assert len(sorted(cache.glob("static-*.npz"))) == 3
+
+
+def test_a_cache_file_with_another_key_or_garbage_is_rebuilt(tiny):
+    encoder = _encoder(tiny)
+    path = encoder.table_path()
+    path.parent.mkdir(parents=True)
+    np.savez(path, key=np.array("someone-else"), table=np.ones((len(VOCAB), 4), np.float16))
+    got = encoder.fit([]).table()
+    assert not np.allclose(got, 1)
+    static_embeddings._tables.clear()
+    path.write_bytes(b"not a table")
+    np.testing.assert_array_equal(_encoder(tiny).fit([]).table(), got)
+    with np.load(path) as stored:  # rewritten
+        assert str(stored["key"]) == encoder.table_key()
+
+
+def test_a_missing_model_file_is_named(tmp_path):
+    (tmp_path / "model").mkdir()
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        StaticEmbeddingEncoder(model_path=str(tmp_path / "model"), cache_dir=str(tmp_path)).fit([])
+
+
+def test_the_encoder_is_an_sklearn_estimator(tiny):
+    encoder = _encoder(tiny)
+    copy = clone(encoder)
+    assert copy.get_params() == encoder.get_params()
+    assert not hasattr(copy, "table_key_")
+
+
+# -- the packaged model (./run setup installs the weights and makes the table) -----------------------------
+
+def test_the_packaged_table_sees_meaning_not_words():
+    encoder = StaticEmbeddingEncoder().fit([])
+    v = encoder.transform(["I am so sad, my dog died last week.", "I feel unhappy since my pet passed away.",
+                           "The stock market rose three percent today.", "Shares climbed on Wall Street."])
+    similar = v @ v.T
+    # No word in common, yet the two griefs are closer to each other than to the markets, and vice versa.
+    assert similar[0, 1] > max(similar[0, 2], similar[0, 3], similar[1, 2], similar[1, 3]) + 0.2
+    assert similar[2, 3] > max(similar[1, 3], similar[0, 3])
+    assert v.shape[1] == 256
+
+
+def test_the_packaged_encoder_runs_without_any_network(tmp_path):
+    """In a fresh process with the Hugging Face libraries told they are offline and no route out (proxies
+    pointing nowhere), the table is read and texts encoded; no hub client is even imported."""
+    code = ("import sys; from sense7.model.static_embeddings import StaticEmbeddingEncoder;"
+            "v = StaticEmbeddingEncoder().fit([]).transform(['so sorry to hear that', '']);"
+            "assert v.shape == (2, 256) and abs(v[1]).sum() == 0;"
+            "print('huggingface_hub' in sys.modules)")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HTTP_PROXY": "http://127.0.0.1:9",
+           "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_chunked_tokens_equal_the_tokenizers_own(tiny):
+    """transform tokenizes each whitespace-separated chunk once per process: the tokens must be those of
+    the tokenizer run on the whole text, whitespace of any kind and punctuation included."""
+    encoder = _encoder(tiny).fit([])
+    texts = ["I feel so SAD, my dog died.", "  you\\tare\\n\\nglad!! ", "", "the stock-market rose today...",
+             "sad", "zzz dogs feeling", "i.e. a dog's day"]
+    rows, ids = encoder._token_rows(texts)
+    whole = encoder.token_ids(texts)
+    for i, expected in enumerate(whole):
+        assert ids[rows == i].tolist() == expected
+    rows, ids = encoder._token_rows(texts)  # the second time from the chunk cache: the same
+    assert [ids[rows == i].tolist() for i in range(len(texts))] == whole
