@@ -1,5 +1,5 @@
 """`sense7 models list`: the trained model versions, their held-out metrics and their live accuracy.
-`sense7 models encoder`: make (or find) the default text encoder's table (what `./run setup` runs)."""
+`sense7 models encoder`: make (or find) the static text encoder's table ahead of its first use."""
 
 from __future__ import annotations
 

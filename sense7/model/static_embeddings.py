@@ -1,5 +1,6 @@
-"""Static token embeddings distilled from the packaged MiniLM: the default text encoder (`--text-encoder
-static`), thousands of texts a second on a CPU, no torch.
+"""Static token embeddings distilled from the packaged MiniLM: a text encoder that reads meaning
+(`--text-encoder static`; not the default yet: docs/BENCHMARKS.md says why), thousands of texts a second on
+a CPU, no torch.
 
 How the table is made (once per installed model and distillation setting, then read from a cache file):
 every token of the model's WordPiece vocabulary is run alone through the model, as `[CLS] token [SEP]`, by
@@ -342,7 +343,7 @@ def _write_table(path: Path, key: str, table: np.ndarray) -> None:
 
 
 def build(encoder: StaticEmbeddingEncoder | None = None) -> dict:
-    """Make (or find) the table of `encoder` (default: the default encoder): what `./run setup` runs.
+    """Make (or find) the table of `encoder` (default: the static encoder with its default settings): what `sense7 models encoder` runs.
     Returns {path, key, shape, seconds, built}."""
     encoder = encoder or StaticEmbeddingEncoder()
     key = encoder.table_key()

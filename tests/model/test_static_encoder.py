@@ -1,4 +1,4 @@
-"""The default text encoder: static token embeddings distilled from a BERT model (sense7.model.static_embeddings).
+"""The static text encoder: static token embeddings distilled from a BERT model (sense7.model.static_embeddings).
 
 Most tests distil a tiny BERT made here (random weights, a 40-token WordPiece vocabulary: built in
 milliseconds); the packaged MiniLM's table (made by ./run setup) is checked for meaning and for running

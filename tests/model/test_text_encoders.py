@@ -1,5 +1,5 @@
 """The text-encoder interface (sense7.model.text.TextEncoder) and its implementations: the n-grams (always
-there), the static embeddings (the default encoder beside them: tests/model/test_static_encoder.py) and
+there), the static embeddings (beside them: tests/model/test_static_encoder.py) and
 sentence embeddings (the optional `[embeddings]` extra, skipped without it)."""
 
 from __future__ import annotations
