@@ -226,7 +226,7 @@ def flagged_weights(store: Store, policy: QualityPolicy) -> dict[str, float]:
 def study_status(store: Store, assigned: dict[str, int], policy: QualityPolicy | None = None) -> dict:
     """What a project manager asks: per rater, tasks assigned (Label Studio's count, given), done (live
     annotations credited to them, repeats included), last activity, median seconds per task and quality
-    flags; totals and per-arm counts. Documented in README ("sense7 status --json")."""
+    flags; totals and per-arm counts. Documented in docs/guides/researchers.md ("sense7 status --json")."""
     policy = policy or QualityPolicy()
     tasks = rated_tasks(store)
     quality = _quality(store, tasks, policy)
