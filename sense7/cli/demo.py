@@ -539,7 +539,7 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
     from sense7.crowd.simulate import Pace, mix, run_participants, write_study
     from sense7.data.raterpage import Outbox
     from sense7.research.study_analysis import analyze_study
-    from sense7.tasks.crowd import clear_released_tasks
+    from sense7.tasks.crowd_jobs import clear_released_tasks
     from sense7.tasks.runtime import Runtime
 
     rng = random.Random(seed)

@@ -332,7 +332,7 @@ class Participants:
 
     def by_platform_ids(self, platform_ids, states=("checking", "rating")) -> list[str]:
         """Rater ids of this study's participants in `states` entered with these platform ids (the platform
-        said their submission was returned or timed out: sense7.tasks.crowd)."""
+        said their submission was returned or timed out: sense7.tasks.crowd_jobs)."""
         ids = [p for p in platform_ids if isinstance(p, str)]
         if not ids:
             return []

@@ -86,7 +86,7 @@ class _RaterModel(BaseEstimator):
             raise ValueError(f"target_scale must be rating or normal, got {self.target_scale!r}")
         out = np.full(Yv.shape, np.nan)
         # The target of each level per control (controls, levels): how a later rating maps onto the scale the
-        # rater effects were fitted on (sense7.model.live updates a rater's posterior with it).
+        # rater effects were fitted on (sense7.model.live_posterior updates a rater's posterior with it).
         self.target_values_ = np.zeros((Yv.shape[1], len(self.levels_)))
         for c in range(Yv.shape[1]):
             rated = np.isfinite(Yv[:, c])
@@ -466,7 +466,7 @@ class PersonalizedRater(_RaterModel):
         Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
         # The task keys (conversation::turn::rater) trained on, as sorted 64-bit hashes (8 bytes an item in
-        # a saved bundle): a live update must not count them twice (sense7.model.live).
+        # a saved bundle): a live update must not count them twice (sense7.model.live_posterior).
         rated_any = np.isfinite(Yv).any(axis=1) & X["turn_index"].notna().to_numpy()
         self.trained_keys_ = np.unique(item_key_hashes(X["conversation_id"][rated_any], X["turn_index"][rated_any],
                                                        X["rater_id"][rated_any]))

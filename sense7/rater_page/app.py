@@ -29,7 +29,7 @@ from flask import Flask, abort, render_template, request
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
 from sense7.data.store import Store
-from sense7.rater_page.crowd import crowd
+from sense7.rater_page.crowd_pages import crowd
 from sense7.rater_page.participation import participation
 from sense7.rater_page.rating import rating
 from sense7.rater_page.services import EXTENSION, PageServices
@@ -47,7 +47,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     Label Studio cannot be reached: the copy already there is used). request_delivery(): asks the worker to
     deliver the outbox (a submission is durable before it is called; failures are only logged).
     limiter_storage: where failed link openings are counted (Redis, so that every worker counts them).
-    request_prepare(study, rater): asks the worker for a crowd participant's tasks (sense7.rater_page.crowd)."""
+    request_prepare(study, rater): asks the worker for a crowd participant's tasks (sense7.rater_page.crowd_pages)."""
     app = Flask(__name__)
     app.config.update(
         SECRET_KEY=local_secret(settings.home, "rater_page_secret"),

@@ -20,7 +20,7 @@ from sense7.crowd.prolific import ProlificClient
 from sense7.data.participation import ConversationChoices
 from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, RaterQueue
 from sense7.data.store import Store
-from sense7.rater_page.live import LivePrefills
+from sense7.rater_page.live_prefills import LivePrefills
 from sense7.settings import Settings
 from sense7.taxonomy import Taxonomy
 

@@ -22,7 +22,7 @@ from sense7.data.store import Store, annotations, ratings
 from sense7.data.study_design import LIVE_KIND, REPEAT_SUFFIX, SHOWN, StudyRecords
 from sense7.research.agreement import krippendorff_alpha
 from sense7.research.anchoring import anchoring
-from sense7.research.live import live_evaluation
+from sense7.research.live_evaluation import live_evaluation
 from sense7.research.live_gain import gain_curve
 from sense7.research.quality import QualityPolicy, rater_quality, training_weights
 
@@ -135,7 +135,7 @@ def _live(tasks, joined, long, controls, levels, n_boot: int, seed: int) -> dict
 
 
 def live_by_version(store: Store, taxonomy, n_boot: int = 200, seed: int = 0) -> dict:
-    """version -> its live evaluation block (sense7.research.live) on the study's hidden-arm ratings."""
+    """version -> its live evaluation block (sense7.research.live_evaluation) on the study's hidden-arm ratings."""
     controls, levels = list(taxonomy.controls), list(range(1, taxonomy.levels + 1))
     tasks = rated_tasks(store)
     joined = with_predictions(tasks, static_predictions(StudyRecords(store).predictions_frame()))

@@ -33,7 +33,7 @@ LAYERS = {
 # module (the same code that answers /predict) through its pre-annotator, never with its Flask app.
 # The rater page asks for deliveries (tasks.delivery) and counts failed link openings in the jobs' Redis.
 ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"), ("sense7.tasks", "sense7.ml_backend.preannotate"),
-                    ("sense7.rater_page", "sense7.tasks.delivery"), ("sense7.rater_page", "sense7.tasks.crowd"), ("sense7.rater_page", "sense7.tasks.redis_local")}
+                    ("sense7.rater_page", "sense7.tasks.delivery"), ("sense7.rater_page", "sense7.tasks.crowd_jobs"), ("sense7.rater_page", "sense7.tasks.redis_local")}
 
 
 def _package_dirs() -> dict[str, Path]:
@@ -126,7 +126,7 @@ def test_imports_flow_one_way():
 def test_the_jobs_never_load_the_backends_web_app():
     for module, deps in GRAPH.items():
         if module.startswith("sense7.tasks"):
-            assert not deps & {"sense7.ml_backend.app", "sense7.ml_backend.wsgi", "sense7.ml_backend.server"}, module
+            assert not deps & {"sense7.ml_backend.app", "sense7.ml_backend.wsgi", "sense7.ml_backend.backend_process"}, module
         if module.startswith("sense7.ml_backend"):
             assert not any(d.startswith("sense7.tasks") for d in deps), module
 

@@ -1,5 +1,5 @@
 """Live pre-fills: each turn's prediction from the served version with this rater's posterior updated by
-every answer they gave on this page so far (sense7.model.live), recorded before the page is sent.
+every answer they gave on this page so far (sense7.model.live_posterior), recorded before the page is sent.
 
 Why: a rater's answers otherwise reach their pre-fills only through delivery, sync, a retrain and the next
 queue copy; a participant of a 20-minute session would see the traits prior to the end. Here the page's
@@ -29,7 +29,7 @@ from sense7.data.rater_answers import is_repeat, queue_task_datas, rated_items
 from sense7.data.raterpage import QueueItem
 from sense7.data.store import Store
 from sense7.data.study_design import HIDDEN, LIVE_KIND, StudyRecords, live_version
-from sense7.model.live import LivePredictor, LiveUnsupported
+from sense7.model.live_posterior import LivePredictor, LiveUnsupported
 from sense7.model.registry import ModelRegistry
 
 log = logging.getLogger(__name__)
