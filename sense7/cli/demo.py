@@ -248,7 +248,7 @@ def _first_model(cfg: Settings, store, registry, tax) -> str:
     """The served version: the pilot's model (with the served model's options, as the retrain job fits it),
     trained unless one is already served."""
     from sense7.model.options import served_params
-    from sense7.research.retraining import Retrainer
+    from sense7.retraining import Retrainer
 
     if registry.current() is None:
         Retrainer(store, registry, tax, personalized_params=served_params(cfg)).run("demo: pilot ratings")
@@ -369,8 +369,8 @@ def _print_where_to_look(cfg: Settings, registry, rating_id: int, result, links:
 
 def serving_lines(versions: list) -> list[str]:
     """Which version serves and, for each newer version the promotion gate kept out, the two held-out
-    scores that decided it (sense7.research.retraining: macro Spearman of the candidate vs the served)."""
-    from sense7.research.retraining import gate_scores
+    scores that decided it (sense7.retraining: macro Spearman of the candidate vs the served)."""
+    from sense7.retraining import gate_scores
 
     serving = next((v for v in versions if v.current), None)
     if serving is None:

@@ -25,6 +25,7 @@ LAYERS = {
     "sense7.crowd": 1.5,  # crowd studies: participants, assignment (store only, never Label Studio)
     "sense7.model": 2, "sense7.labelstudio": 2,
     "sense7.research": 3,
+    "sense7.retraining": 3.5,  # production retraining and its promotion gate: scores with research's metrics, run by the jobs
     "sense7.tasks": 4, "sense7.ml_backend": 4, "sense7.rater_page": 4,
     "sense7.stack": 4.5,
     "sense7.cli": 5,

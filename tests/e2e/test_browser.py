@@ -54,7 +54,7 @@ def preannotated_project(label_studio, tmp_path):
     (the retrain job's own code) and pre-annotations pushed by the preannotate job's own code."""
     from sense7.ml_backend.model import build_model
     from sense7.ml_backend.preannotate import Preannotator
-    from sense7.research.retraining import Retrainer
+    from sense7.retraining import Retrainer
 
     from sense7.model.registry import ModelRegistry
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sense7.research.retraining import Retrainer, holdout_conversations
+from sense7.retraining import Retrainer, holdout_conversations
 
 from sense7.data import synth
 from sense7.data.formats import read_conversations, read_raters, read_ratings
