@@ -45,7 +45,7 @@ CHECK_ATTEMPTS = 2
 STATES = ("declined", "checking", "rating", "completed", "screened_out", "abandoned", "full", "withdrawn")
 LEFT = ("screened_out", "abandoned", "full", "withdrawn")  # ended without completing: their seat is freed
 ENDINGS = ("completed", *LEFT)
-INSIDE = ("rating", "completed")  # the only states the rater page answers (sense7.rater_page.app.current_rater)
+INSIDE = ("rating", "completed")  # the only states the rater page answers (sense7.rater_page.services.current_rater)
 
 
 def _now() -> datetime:
