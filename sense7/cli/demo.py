@@ -174,7 +174,7 @@ def _start_study(cfg, stack, data_phase: str, conversations, raters, n_conversat
     """What both demos begin with: Label Studio and its projects, the study's data in the store, and the
     first model from the pilot ratings (before any task exists: tasks arrive pre-annotated).
     -> (phases, taxonomy, client, rating project id, profile project id, store, study, registry, version)."""
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.model.registry import ModelRegistry
 
     phases, tax = Phases(), resolve_taxonomy(cfg=cfg)
@@ -230,8 +230,8 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack
 def _study_data(cfg: Settings, store, tax, conversations, raters, n_conversations, n_raters, seed) -> StudyData:
     """The synthetic study (or the user's files) read, its raters and conversations in the store, and the
     pilot half's ratings imported as an earlier study's."""
-    from sense7.data.formats import read_conversations, read_raters, read_ratings
-    from sense7.data.intake import admit
+    from sense7.readers.formats import read_conversations, read_raters, read_ratings
+    from sense7.readers.intake import admit
 
     data_dir = cfg.home / "demo-data"
     if conversations is None:
@@ -330,7 +330,7 @@ def _simulate_raters(study: StudyData, links: dict[str, str], tax, copy_probabil
 def _sync_and_retrain(stack: Stack, store, registry, first_version: str, labelled: int) -> str:
     """Wait until every answer is in Label Studio and in the store, and for a version newer than the
     first (retraining now if no retrain was triggered); the served version."""
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
 
     _run_job(names.RECONCILE, "the reconciliation with Label Studio", 300)
     outbox = Outbox(store)
@@ -463,7 +463,7 @@ def _print_study(result: dict, path: Path) -> None:
 def _demo_links(cfg: Settings, store, rater_ids: list[str]) -> dict[str, str]:
     """A fresh private link per simulated rater (only hashes are stored, so the demo makes new ones each
     run), written to SENSE7_HOME/links.csv (0600)."""
-    from sense7.data.raterpage import LinkBook
+    from sense7.store.rater_page_tables import LinkBook
 
     book, base = LinkBook(store), cfg.rater_page.public_url
     links = {r: f"{base}/r/{book.issue(r, rotate=True)}" for r in rater_ids}
@@ -538,7 +538,7 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
     from sense7.crowd.lifecycle import expire_leases, install_study, status
     from sense7.crowd.participants import Participants, Studies
     from sense7.crowd.simulate import Pace, mix, run_participants, write_study
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
     from sense7.research.study_analysis import analyze_study
     from sense7.tasks.crowd_jobs import clear_released_tasks
     from sense7.tasks.runtime import Runtime
@@ -581,7 +581,7 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
 def _stored(store) -> set[int]:
     from sqlalchemy import select
 
-    from sense7.data.store import annotations
+    from sense7.store.database import annotations
 
     with store.engine.connect() as conn:
         return {r.task_id for r in conn.execute(select(annotations.c.task_id))}

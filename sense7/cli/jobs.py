@@ -233,7 +233,7 @@ def preannotate(
     """Predict every unlabeled task lacking a prediction of the served version and push them to Label Studio."""
     if (here := _job_here(names.PREANNOTATE, enqueue)) is None:
         return
-    from sense7.data.study_design import StudyRecords
+    from sense7.store.study_design import StudyRecords
     from sense7.ml_backend.model import ModelUnavailable
     from sense7.ml_backend.preannotate import Preannotator
 

@@ -9,7 +9,8 @@ whether something exists. Every form carries a CSRF token (Flask-WTF); failed li
 per client address (`limits`, counted in Redis; the address comes from X-Forwarded-For only through the
 proxies SENSE7_TRUSTED_PROXIES names), and a valid link is never refused because of others' failures. Every
 form value is read by one strict parser (`form_number`: ASCII digits in range, else the form is refused
-with 422); bodies over 64 kB get 413, chunked ones too. URLs carry task ids, never conversation text, and
+with 422); bodies over 64 kB get 413, chunked ones too, and a body that stops arriving gets 408 (every read is
+bounded by the worker: sense7.rater_page.bounded_worker). URLs carry task ids, never conversation text, and
 nothing is logged per request (gunicorn's access log is off: link secrets are in paths).
 
 Submissions are stored in the outbox first ("saved" means durable in sense7's store) and delivered to
@@ -28,7 +29,7 @@ import io
 from flask import Flask, abort, render_template, request
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
-from sense7.data.store import Store
+from sense7.store.database import Store
 from sense7.rater_page.crowd_pages import crowd
 from sense7.rater_page.participation import participation
 from sense7.rater_page.rating import rating
@@ -68,6 +69,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     app.register_error_handler(404, not_found)
     app.register_error_handler(405, not_found)
     app.register_error_handler(CSRFError, csrf_failed)
+    app.register_error_handler(408, body_stopped)
     app.register_error_handler(413, too_large)
     app.register_error_handler(429, too_many)
     app.add_url_rule("/healthz", view_func=healthz, methods=["GET"])
@@ -77,14 +79,24 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
 
 
 def whole_body():
-    """A chunked body (no Content-Length) is read here up to the limit: werkzeug would cut it at 64 kB
-    without a word and the form would be stored truncated. Before the CSRF check, which reads the form."""
+    """The body is read here, whole, before anything parses it (the CSRF check reads the form): 413 over
+    the limit, chunked ones too (werkzeug would cut a chunked body at 64 kB without a word and the form
+    would be stored truncated), and 408 when it stops arriving before its Content-Length (the worker
+    bounds each read: sense7.rater_page.bounded_worker) or the client goes away."""
     environ = request.environ
-    if environ.get("CONTENT_LENGTH") or "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+    declared = request.content_length
+    if not declared and "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
         return None
-    raw = environ["wsgi.input"].read(MAX_BODY + 1)
+    if declared and declared > MAX_BODY:
+        abort(413)
+    try:
+        raw = environ["wsgi.input"].read(declared or MAX_BODY + 1)
+    except TimeoutError:
+        abort(408)
     if len(raw) > MAX_BODY:
         abort(413)
+    if declared and len(raw) < declared:
+        abort(408)
     environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(raw), str(len(raw))
     return None
 
@@ -105,6 +117,11 @@ def not_found(_error):
 
 def csrf_failed(_error):
     return render_template("message.html", title="This page has expired", text="Please open your link again."), 400
+
+
+def body_stopped(_error):
+    return render_template("message.html", title="Not received",
+                           text="Your answer did not arrive whole. Please send it again."), 408
 
 
 def too_large(_error):

@@ -18,11 +18,12 @@ from sqlalchemy import select
 
 from sense7.crowd.lifecycle import assignments_of, conversations_for, expire_leases, install_study
 from sense7.crowd.participants import Participants, Studies, pseudonymous_id, study_secret
-from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.store import Store, crowd_completions, crowd_participants, crowd_released, crowd_slots, metadata
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import LinkBook, RaterQueue
+from sense7.store.tables import crowd_completions, crowd_participants, crowd_released, crowd_slots, metadata
 from sense7.taxonomy import load_taxonomy
 from tests.crowd.helpers import write_study
 
@@ -31,11 +32,11 @@ PID_A, PID_B = "5f3a9c0d1e2b4a6c8d0e1f2a", "60b1c2d3e4f5a6b7c8d9e0f1"
 
 
 class Flow:
-    def __init__(self, tmp_path, cap=50, pool=6, k=2, n=2, env: dict | None = None, codes: str = ""):
+    def __init__(self, tmp_path, cap=50, pool=6, k=2, n=2, env: dict | None = None, codes: str = "", extra: str = ""):
         self.store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
         self.store = Store(self.store_url)
         self.study, _ = install_study(self.store, write_study(tmp_path / "s", cap=cap, pool=pool, k=k, n=n,
-                                                              codes=codes), TAX)
+                                                              codes=codes, extra=extra), TAX)
         Studies(self.store).set_open("pilot", True)
         self.settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_STORE_URL": self.store_url,
                                            **(env or {})})

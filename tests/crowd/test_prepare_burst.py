@@ -13,7 +13,7 @@ import requests
 
 from sense7.crowd.lifecycle import install_study, waiting_for_tasks
 from sense7.crowd.participants import Studies
-from sense7.data.raterpage import RaterQueue
+from sense7.store.rater_page_tables import RaterQueue
 from tests.crowd.helpers import write_study
 from tests.crowd.test_real_stack import _csrf, _participant_ids, _until, participants_conversations
 from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)

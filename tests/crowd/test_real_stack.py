@@ -17,8 +17,8 @@ from sqlalchemy import select
 
 from sense7.crowd.lifecycle import install_study
 from sense7.crowd.participants import Participants, Studies
-from sense7.data.store import annotations
-from sense7.data.study_design import SHOWN, arm_of
+from sense7.store.study_design import SHOWN, arm_of
+from sense7.store.tables import annotations
 from tests.crowd.helpers import write_study
 from tests.crowd.test_flow import dump_without_completions
 from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)
@@ -44,7 +44,7 @@ def _until(condition, timeout: float = 120.0, what: str = "condition"):
 
 
 def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real_stack(job_stack, tmp_path):
-    from sense7.data import synth
+    from sense7.synthetic import synth
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
 
@@ -202,14 +202,14 @@ def _enter_and_pass(url: str, pid: str) -> tuple[requests.Session, requests.Resp
 
 
 def _participant_ids(store) -> list[str]:
-    from sense7.data.store import crowd_participants
+    from sense7.store.tables import crowd_participants
 
     with store.engine.connect() as conn:
         return [r.rater_id for r in conn.execute(select(crowd_participants.c.rater_id))]
 
 
 def participants_conversations(store, rater) -> list[str]:
-    from sense7.data.store import crowd_slots
+    from sense7.store.tables import crowd_slots
 
     with store.engine.connect() as conn:
         return [r.conversation_id for r in conn.execute(select(crowd_slots.c.conversation_id)

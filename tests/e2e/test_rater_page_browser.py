@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from sense7.data.store import annotations as annotations_table
-from sense7.data.store import ratings as ratings_table
+from sense7.store.tables import annotations as annotations_table, ratings as ratings_table
 from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
 from tests.jobs.helpers import wait_for
 from tests.rater_page.conftest import build

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from sense7.data import toy_study
-from sense7.data.toy_study import COLD, WARM, make_conversations  # noqa: F401  (the tests' names)
 from sense7.labelstudio import protocol
+from sense7.synthetic import toy_study
+from sense7.synthetic.toy_study import COLD, WARM, make_conversations  # noqa: F401  (the tests' names)
 from sense7.taxonomy import load_taxonomy
 
 
@@ -49,7 +49,7 @@ def annotate(client, task, user_id: int, bias: int = 0, store=None, result: list
     result = result if result is not None else rating_result(task.data["turn"][0]["content"], bias)
     if store is None:
         return client.annotations.create(task.id, result=result, completed_by=user_id)
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
     from sense7.labelstudio.rater_accounts import write_annotation
 
     outbox, rater = Outbox(store), task.data["rater_id"]

@@ -12,10 +12,10 @@ import pytest
 from sense7.labelstudio.label_sync import LabelSync
 from sqlalchemy import select
 
-from sense7.data.store import annotations as annotations_table
 from sense7.labelstudio.importer import import_conversations
 from sense7.labelstudio.protocol import webhook_headers
 from sense7.model.registry import ModelRegistry
+from sense7.store.tables import annotations as annotations_table
 from tests.jobs.helpers import annotate, ensure_users, make_conversations, make_raters, project_tasks, wait_for
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]

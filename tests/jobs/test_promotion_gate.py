@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from sense7.retraining import Retrainer, holdout_conversations
 
-from sense7.data import synth
-from sense7.data.formats import read_conversations, read_raters, read_ratings
-from sense7.data.store import Store
 from sense7.model.bundle import train_bundle
 from sense7.model.registry import ModelRegistry
+from sense7.readers.formats import read_conversations, read_raters, read_ratings
+from sense7.store.database import Store
+from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
 
 

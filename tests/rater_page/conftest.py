@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from sense7.data.raterpage import LinkBook
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 from sense7.labelstudio.label_sync import LabelSync
 from sense7.labelstudio.protocol import webhook_headers
 from sense7.processes import ManagedProcess, free_port
+from sense7.store.rater_page_tables import LinkBook
 from tests.jobs.conftest import VENV_BIN, job_stack, redis_server  # noqa: F401  (fixtures)
 from tests.jobs.helpers import make_conversations, make_raters
 from sense7.taxonomy import load_taxonomy
@@ -107,7 +107,7 @@ def import_randomized_study(stack, n_raters: int, prefix: str, per_rater: int, t
     Returns (raters, conversations)."""
     from sense7.ml_backend.model import build_model
 
-    from sense7.data import synth
+    from sense7.synthetic import synth
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
     from sense7.settings import StudyDesign

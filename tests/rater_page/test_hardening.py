@@ -10,17 +10,19 @@ from __future__ import annotations
 import dataclasses
 import socket
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import requests
 from sqlalchemy import select
 
-from sense7.data.raterpage import InstructedAnswers, LinkBook, RaterQueue
-from sense7.data.store import Store, submissions
 from sense7.processes import ManagedProcess, free_port
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, RaterQueue
+from sense7.store.tables import submissions
 from sense7.taxonomy import InstructedItem, load_taxonomy
 from tests.jobs.conftest import VENV_BIN, redis_server  # noqa: F401  (fixture)
 from tests.rater_page.conftest import csrf_of, hidden
@@ -198,17 +200,18 @@ def test_a_malformed_trusted_proxies_setting_is_one_clear_error(tmp_path):
 
 # -- the page under gunicorn -------------------------------------------------------------------------
 
-@pytest.fixture
-def served_page(tmp_path, redis_server):
-    """(url, store, tokens): the rater page under gunicorn (2 workers x 4 threads) on a fresh store."""
+@contextmanager
+def gunicorn_page(tmp_path, redis_url: str, **env: str):
+    """(url, store, tokens, process): the rater page under gunicorn on a fresh store with two raters (2
+    workers x 4 threads unless `env` says otherwise), stopped on leaving."""
     store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
     store = Store(store_url)
     tokens = fill_queues(store)
     port = free_port()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SENSE7_HOME": str(tmp_path / "home"),
-           "SENSE7_STORE_URL": store_url, "SENSE7_REDIS_URL": redis_server.url,
+           "SENSE7_STORE_URL": store_url, "SENSE7_REDIS_URL": redis_url,
            "SENSE7_RATER_PAGE_PORT": str(port), "SENSE7_RATER_PAGE_WORKERS": "2",
-           "SENSE7_RATER_PAGE_THREADS": "4", "SENSE7_LS_URL": f"http://127.0.0.1:{free_port()}"}
+           "SENSE7_RATER_PAGE_THREADS": "4", "SENSE7_LS_URL": f"http://127.0.0.1:{free_port()}", **env}
     url = f"http://127.0.0.1:{port}"
 
     def up():
@@ -221,9 +224,16 @@ def served_page(tmp_path, redis_server):
     proc.start([str(VENV_BIN / "gunicorn"), "--config", str(REPO / "sense7" / "rater_page" / "gunicorn_conf.py"),
                 "sense7.rater_page.wsgi:app_from_env()"], env, cwd=REPO)
     try:
-        yield url, store, tokens
+        yield url, store, tokens, proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def served_page(tmp_path, redis_server):
+    """(url, store, tokens): the rater page under gunicorn (2 workers x 4 threads) on a fresh store."""
+    with gunicorn_page(tmp_path, redis_server.url) as (url, store, tokens, _process):
+        yield url, store, tokens
 
 
 @pytest.mark.slow

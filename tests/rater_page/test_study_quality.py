@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
-from sense7.data.store import annotations
-from sense7.data.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.labelstudio.importer import plan_tasks
 from sense7.settings import QualityPolicy
+from sense7.store.study_design import HIDDEN, SHOWN, StudyRecords
+from sense7.store.tables import annotations
 from tests.jobs.conftest import VENV_BIN
 from tests.jobs.helpers import wait_for
 from tests.rater_page.conftest import import_randomized_study, serve_study

@@ -9,11 +9,10 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from sense7.data.raterpage import Outbox
-from sense7.data.store import annotations as annotations_table
-from sense7.data.store import ratings as ratings_table
 from sense7.labelstudio.rater_accounts import account_email
 from sense7.processes import free_port
+from sense7.store.rater_page_tables import Outbox
+from sense7.store.tables import annotations as annotations_table, ratings as ratings_table
 from tests.jobs.helpers import TcpProxy, wait_for
 from tests.rater_page.conftest import build, csrf_of, hidden
 
@@ -61,7 +60,7 @@ def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_k
     # first visit makes for a single rater (a filtered query), and the page then needs no Label Studio.
     from sense7.tasks.delivery import refresh_queues
 
-    from sense7.data.raterpage import RaterQueue
+    from sense7.store.rater_page_tables import RaterQueue
     from sense7.labelstudio.rater_accounts import ensure_account, fetch_queue
 
     assert refresh_queues(rt, ["pg1", "pg2"]) == 2
