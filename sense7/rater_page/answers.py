@@ -10,7 +10,7 @@ import time
 
 from flask import request
 
-from sense7.data.raterpage import QueueItem
+from sense7.store.rater_page_tables import QueueItem
 from sense7.rater_page.forms import form_number
 from sense7.rater_page.services import page_services
 from sense7.taxonomy import Taxonomy

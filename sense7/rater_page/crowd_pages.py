@@ -35,7 +35,7 @@ from sense7.crowd.lifecycle import assignments_of, finish, give_back, start_rati
 from sense7.crowd.participants import (AlreadyEntered, Participant, Participants, pseudonymous_id,
                                        study_secret, valid_platform_id)
 from sense7.crowd.study import CrowdStudy
-from sense7.data.raterpage import token_hash
+from sense7.store.rater_page_tables import token_hash
 from sense7.rater_page.forms import form_number
 from sense7.rater_page.services import client_address, page_services
 

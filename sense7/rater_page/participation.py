@@ -1,5 +1,5 @@
 """The rater page's participation (blueprint `participation`): the rater's profile questionnaire, their
-donated conversations (each kept in or left out of the study and of a release: sense7.data.participation)
+donated conversations (each kept in or left out of the study and of a release: sense7.privacy.participation)
 and their withdrawal. Every route learns its rater from the session (`current_rater`); anything not theirs
 is the bare 404."""
 
@@ -10,8 +10,8 @@ import time
 from flask import Blueprint, abort, redirect, render_template, request, session, url_for
 
 from sense7.crowd.lifecycle import withdraw as settle_crowd_withdrawal
-from sense7.data.participation import PARTICIPANT, WithdrawalError, Withdrawals, own_conversations
-from sense7.data.raterpage import QueueItem
+from sense7.privacy.participation import PARTICIPANT, WithdrawalError, Withdrawals, own_conversations
+from sense7.store.rater_page_tables import QueueItem
 from sense7.labelstudio.protocol import profile_result
 from sense7.rater_page.answers import echoed_form, profile_answer, store_submission
 from sense7.rater_page.services import current_rater, page_services

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from flask import Blueprint, abort, redirect, render_template, request, session, url_for
 
-from sense7.data.participation import awaiting_choice
-from sense7.data.raterpage import QueueItem, token_hash
+from sense7.privacy.participation import awaiting_choice
+from sense7.store.rater_page_tables import QueueItem, token_hash
 from sense7.labelstudio.protocol import rating_result
 from sense7.rater_page.answers import echoed_form, form_answer, store_submission
 from sense7.rater_page.forms import form_number
@@ -76,7 +76,7 @@ def next_item():
     rater = current_rater()
     services = page_services()
     # Donated conversations (an assistant's data export) are shown to their participant before any rating:
-    # each can be left out of the study or of a release (sense7.data.participation).
+    # each can be left out of the study or of a release (sense7.privacy.participation).
     if awaiting_choice(services.store, rater):
         return redirect(url_for("participation.your_conversations"), code=303)
     for item in services.queue.items(rater):
@@ -128,7 +128,7 @@ def render_task(rater: str, items: list[QueueItem], item: QueueItem, answer, pro
     ratings = [i for i in items if i.kind == "rating"]
     position = ratings.index(item)
     prefill = None
-    # The study's pre-fill (sense7.data.study_design): only shown-arm turns have a prediction in the queue.
+    # The study's pre-fill (sense7.store.study_design): only shown-arm turns have a prediction in the queue.
     if answer is None and item.prediction and item.prediction.get("values"):
         prefill = item.prediction
     if answer is None:
