@@ -26,12 +26,12 @@ from pathlib import Path
 import typer
 
 from sense7.cli._common import console, err_console, fail, resolve_taxonomy, settings
-from sense7.data import synth
 from sense7.files import csv_text, write_private
 from sense7.labelstudio import client as ls_client
 from sense7.processes import ProcessError
 from sense7.settings import Settings
 from sense7.stack import LEFTOVERS, Stack, worker_process
+from sense7.synthetic import synth
 from sense7.tasks import names
 
 LIVE_FRACTION = 0.5      # of the synthetic conversations become Label Studio tasks; the rest is the pilot
@@ -472,7 +472,7 @@ def _demo_links(cfg: Settings, store, rater_ids: list[str]) -> dict[str, str]:
 
 
 def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: Path) -> None:
-    from sense7.data.dataset import load_native
+    from sense7.readers.formats import load_native
     from sense7.research.evaluation import evaluate
     from sense7.research.report import write_report
 
@@ -581,7 +581,7 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
 def _stored(store) -> set[int]:
     from sqlalchemy import select
 
-    from sense7.store.database import annotations
+    from sense7.store.tables import annotations
 
     with store.engine.connect() as conn:
         return {r.task_id for r in conn.execute(select(annotations.c.task_id))}

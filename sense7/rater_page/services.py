@@ -18,8 +18,8 @@ from limits.strategies import MovingWindowRateLimiter
 from sense7.crowd.participants import Studies, rater_page_admits
 from sense7.crowd.prolific import ProlificClient
 from sense7.privacy.participation import ConversationChoices
-from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, Outbox, RaterQueue
 from sense7.store.database import Store
+from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, Outbox, RaterQueue
 from sense7.rater_page.live_prefills import LivePrefills
 from sense7.settings import Settings
 from sense7.taxonomy import Taxonomy
