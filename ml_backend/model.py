@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 from sense7.ml_backend.batcher import MicroBatcher
 from sense7.ml_backend.hot_model import HotModel, LoadedModel
 from sense7.ml_backend.labels import RatingControl, rating_controls
-from sense7.ml_backend.live import LiveItem, LiveServing
+from sense7.ml_backend.editor_prefills import LiveItem, LiveServing
 from sense7.ml_backend.rater_info import RaterInfoCache
 
 from sense7.data.items import task_columns
@@ -65,7 +65,7 @@ class Sense7Model:
         self.taxonomy = taxonomy
         # Concurrent requests of this process share model calls (see ml_backend/batcher.py).
         self.batcher = MicroBatcher(self._predict_data)
-        # Tasks of raters with answers on the rater page newer than the served version (ml_backend/live.py).
+        # Tasks of raters with answers on the rater page newer than the served version (ml_backend/editor_prefills.py).
         self.live = live
 
     # ------------------------------------------------------------------ /setup, /versions

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_live.py --seeds 0 1 2 3 --json live.json
     .venv/bin/python scripts/bench_live.py --latency           # for the lead, on a quiet machine only
 
---latency times what a live pre-fill adds to a rater page (sense7.rater_page.live.LivePrefills.prefill on a
+--latency times what a live pre-fill adds to a rater page (sense7.rater_page.live_prefills.LivePrefills.prefill on a
 SQLite store: read the record, the rater's queue answers, contexts and traits, update the posterior from
 10 / 50 / 200 answers, predict, record) and prints p50 / p99 per answer count.
 
@@ -46,7 +46,7 @@ def latency(repeats: int = 200) -> None:
     from sense7.labelstudio.protocol import rating_tasks
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
-    from sense7.rater_page.live import LivePrefills
+    from sense7.rater_page.live_prefills import LivePrefills
 
     tax = load_taxonomy()
     synth = generate(400, 40, seed=0, taxonomy=tax)

@@ -16,7 +16,7 @@ pacing through Label Studio's own API (create the annotation, fetch the next tas
 
 --live: the rater page is run twice with the same raters and pacing, first with no model version (no
 pre-fill at all), then with a version trained on a synthetic study (sense7.synthetic.synth; the bench's raters are
-new to it) promoted, so every page after a rater's answers carries a live pre-fill (sense7.rater_page.live,
+new to it) promoted, so every page after a rater's answers carries a live pre-fill (sense7.rater_page.live_prefills,
 recorded before the page is sent). Each pass answers one of the rater's two conversations; the Label Studio
 API comparison is skipped (it would annotate the second one). Reported: both passes' figures and
 `live_added_page_ms` (page p50 / p99 of the live pass minus the first's) and the live predictions recorded.
@@ -281,7 +281,7 @@ def main() -> None:
         if args.live:
             version = promote_synthetic_version(cfg, tax)
             log(f"promoted {version} (trained on a synthetic study) for live pre-fills")
-            time.sleep(6)  # the rater page re-checks the registry every 5 s (sense7.rater_page.live)
+            time.sleep(6)  # the rater page re-checks the registry every 5 s (sense7.rater_page.live_prefills)
             # Each rater-page worker loads the version on the first page that needs it: open a few links
             # first (their pages are `open_link`, not `page`), so the loads do not land in the page p99.
             for rater in ids[:4 * cfg.rater_page.workers]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import os
 import re
@@ -241,3 +242,12 @@ def staged_folder(out: Path):
             except OSError:
                 pass
         raise
+
+
+def sha256_of(path: Path) -> str:
+    """A file's SHA-256 (hex), read in 1 MiB blocks: the registry's manifests and Croissant's checksums."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 # Label Studio may call (ML backend, webhooks) this one loopback address and no other local one: the
-# backend listens here, and Label Studio's SSRF protection stays on for everything else (sense7.labelstudio.server).
+# backend listens here, and Label Studio's SSRF protection stays on for everything else (sense7.labelstudio.label_studio_process).
 BACKEND_HOST = "127.0.0.2"
 RATING_PROJECT_TITLE = "SENSE-7 empathy ratings"
 PROFILE_PROJECT_TITLE = "SENSE-7 rater profile"

@@ -20,10 +20,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sense7.labelstudio.server import LabelStudioServer
-from sense7.ml_backend.server import BackendServer
+from sense7.labelstudio.label_studio_process import LabelStudioServer
+from sense7.ml_backend.backend_process import BackendServer
 from sense7.processes import ManagedProcess, ServiceStatus, stop_home_processes
-from sense7.rater_page.server import RaterPageServer
+from sense7.rater_page.rater_page_process import RaterPageServer
 from sense7.settings import Settings
 
 WORKER_NAME = "celery-worker"

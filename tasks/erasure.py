@@ -5,7 +5,7 @@ them, their attribution account: sense7.labelstudio.erasure), then every row of 
 transaction that also turns the withdrawal into a receipt without personal data
 (sense7.privacy.participation.erase_rater_rows). The model versions trained on their ratings are named on the
 receipt; a retrain is queued (the ordinary retrain job), which promotes its new version whatever the gate
-says while the served one is such a version, and then removes them (sense7.research.retraining).
+says while the served one is such a version, and then removes them (sense7.retraining).
 
 Interrupted anywhere, running it again finishes: the withdrawal keeps naming the rater until the store's
 transaction, and each Label Studio step deletes only what is still there.

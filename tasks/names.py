@@ -16,5 +16,5 @@ CROWD_PREPARE = "sense7.crowd_prepare"  # a crowd participant's assigned tasks c
 CROWD_EXPIRE = "sense7.crowd_expire_leases"  # crowd leases ended: unfinished conversations back to the pool
 
 JOB_MODULES = ("sense7.tasks.sync", "sense7.tasks.training", "sense7.tasks.preannotate", "sense7.tasks.delivery",
-               "sense7.tasks.crowd",
+               "sense7.tasks.crowd_jobs",
                "sense7.tasks.recovery")  # recovery: no job, the worker's start-up hook

@@ -16,7 +16,7 @@ import logging
 
 from celery.signals import worker_ready
 
-from sense7.tasks import crowd, delivery, names, sync
+from sense7.tasks import crowd_jobs, delivery, names, sync
 from sense7.tasks.broker import queue_once, redis_client
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 # job -> its "queued or running" flag and that flag's TTL
 RESUMABLE = {names.DELIVER: (delivery.SCHEDULED_KEY, delivery.SCHEDULED_TTL),
              names.SYNC_PENDING: (sync.SCHEDULED_KEY, sync.SCHEDULED_TTL),
-             names.CROWD_PREPARE: (crowd.SCHEDULED_KEY, crowd.SCHEDULED_TTL)}
+             names.CROWD_PREPARE: (crowd_jobs.SCHEDULED_KEY, crowd_jobs.SCHEDULED_TTL)}
 
 
 def resume_interrupted_work(app) -> list[str]:

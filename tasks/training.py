@@ -1,4 +1,4 @@
-"""The retrain job: `sense7.research.retraining.Retrainer` under a Redis lock, as a Celery task.
+"""The retrain job: `sense7.retraining.Retrainer` under a Redis lock, as a Celery task.
 
 A Redis lock keeps two retrains from running at once; its short TTL is renewed while training, so a killed
 worker's lock expires within a minute or two.
@@ -17,7 +17,7 @@ from sense7.tasks.runtime import current_runtime
 
 from sense7.model.options import served_params
 from sense7.model.registry import ModelRegistry
-from sense7.research.retraining import Retrainer, RetrainBusy, RetrainResult
+from sense7.retraining import Retrainer, RetrainBusy, RetrainResult
 
 log = logging.getLogger(__name__)
 

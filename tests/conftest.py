@@ -43,7 +43,7 @@ class LabelStudioHandle:
 def label_studio(tmp_path_factory) -> LabelStudioHandle:
     from label_studio_sdk import LabelStudio
 
-    from sense7.labelstudio.server import LabelStudioServer
+    from sense7.labelstudio.label_studio_process import LabelStudioServer
     from sense7.processes import free_port
 
     home = tmp_path_factory.mktemp("sense7-home")

@@ -13,7 +13,7 @@ backend_app = typer.Typer(help="Serve personalized pre-annotations to Label Stud
 
 
 def _server(port: int | None):
-    from sense7.ml_backend.server import BackendServer
+    from sense7.ml_backend.backend_process import BackendServer
 
     return BackendServer(settings(), port=port)
 
@@ -25,7 +25,7 @@ def start(
     threads: int = typer.Option(None, help="Threads per worker (default SENSE7_BACKEND_THREADS or 1: sync workers; more: gthread)."),
 ) -> None:
     """Start the ML backend in the background; it serves the registry's current model version."""
-    from sense7.ml_backend.server import BackendError
+    from sense7.ml_backend.backend_process import BackendError
 
     server = _server(port)
     try:

@@ -32,7 +32,7 @@ def _study(store, study_id: str):
 
 
 @crowd_app.command("init")
-def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; README: Running on Prolific)"),
+def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; docs/guides/crowd.md)"),
                taxonomy: Path = taxonomy_option()) -> None:
     """Validate a study file, its consent text and its pool, and store them (the study starts closed;
     re-running it updates the study and keeps its participants and slots)."""

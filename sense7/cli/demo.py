@@ -170,19 +170,29 @@ def _label_studio_and_projects(cfg: Settings, tax, stack: Stack, phases: Phases)
     return client, rating_id, profile_id
 
 
-def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack, copy_probability=0.3) -> None:
+def _start_study(cfg, stack, data_phase: str, conversations, raters, n_conversations, n_raters, seed) -> tuple:
+    """What both demos begin with: Label Studio and its projects, the study's data in the store, and the
+    first model from the pilot ratings (before any task exists: tasks arrive pre-annotated).
+    -> (phases, taxonomy, client, rating project id, profile project id, store, study, registry, version)."""
     from sense7.store.database import Store
-    from sense7.ml_backend.model import build_model
     from sense7.model.registry import ModelRegistry
 
     phases, tax = Phases(), resolve_taxonomy(cfg=cfg)
     client, rating_id, profile_id = _label_studio_and_projects(cfg, tax, stack, phases)
     store = Store(cfg.store_url)
-    with phases.phase("study data"):
+    with phases.phase(data_phase):
         study = _study_data(cfg, store, tax, conversations, raters, n_conversations, n_raters, seed)
     registry = ModelRegistry(cfg.model_dir)
-    with phases.phase("first model (pilot ratings)"):  # before any task exists: tasks arrive pre-annotated
+    with phases.phase("first model (pilot ratings)"):
         first_version = _first_model(cfg, store, registry, tax)
+    return phases, tax, client, rating_id, profile_id, store, study, registry, first_version
+
+
+def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack, copy_probability=0.3) -> None:
+    from sense7.ml_backend.model import build_model
+
+    phases, tax, client, rating_id, profile_id, store, study, registry, first_version = _start_study(
+        cfg, stack, "study data", conversations, raters, n_conversations, n_raters, seed)
     # New tasks carry the served version's pre-annotations in the same bulk request that creates them.
     predict = build_model(cfg).import_predictor(client.projects.get(rating_id).label_config)
     with phases.phase(f"import {len(study.live)} conversations as tasks with {first_version} pre-annotations"):
@@ -248,7 +258,7 @@ def _first_model(cfg: Settings, store, registry, tax) -> str:
     """The served version: the pilot's model (with the served model's options, as the retrain job fits it),
     trained unless one is already served."""
     from sense7.model.options import served_params
-    from sense7.research.retraining import Retrainer
+    from sense7.retraining import Retrainer
 
     if registry.current() is None:
         Retrainer(store, registry, tax, personalized_params=served_params(cfg)).run("demo: pilot ratings")
@@ -369,8 +379,8 @@ def _print_where_to_look(cfg: Settings, registry, rating_id: int, result, links:
 
 def serving_lines(versions: list) -> list[str]:
     """Which version serves and, for each newer version the promotion gate kept out, the two held-out
-    scores that decided it (sense7.research.retraining: macro Spearman of the candidate vs the served)."""
-    from sense7.research.retraining import gate_scores
+    scores that decided it (sense7.retraining: macro Spearman of the candidate vs the served)."""
+    from sense7.retraining import gate_scores
 
     serving = next((v for v in versions if v.current), None)
     if serving is None:
@@ -496,17 +506,8 @@ def _run_crowd_demo(cfg: Settings, n: int, n_conversations: int, n_raters: int, 
     """The stack, a served model trained on a synthetic pilot, and a crowd study whose pool is the
     synthetic live half; N simulated participants go through it on the rater page; then the study's status
     and the live pre-fills' gain curve."""
-    from sense7.store.database import Store
-    from sense7.model.registry import ModelRegistry
-
-    phases, tax = Phases(), resolve_taxonomy(cfg=cfg)
-    client, rating_id, profile_id = _label_studio_and_projects(cfg, tax, stack, phases)
-    store = Store(cfg.store_url)
-    with phases.phase("study data (synthetic pilot and pool)"):
-        study = _study_data(cfg, store, tax, None, None, n_conversations, n_raters, seed)
-    registry = ModelRegistry(cfg.model_dir)
-    with phases.phase("first model (pilot ratings)"):
-        _first_model(cfg, store, registry, tax)
+    phases, tax, client, rating_id, profile_id, store, study, _, _ = _start_study(
+        cfg, stack, "study data (synthetic pilot and pool)", None, None, n_conversations, n_raters, seed)
     with phases.phase(f"ML backend on {stack.backend.url}"):
         _serve_backend(stack, client, store, tax, rating_id, profile_id)
     with phases.phase("Celery worker and beat"):
@@ -539,7 +540,7 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
     from sense7.crowd.simulate import Pace, mix, run_participants, write_study
     from sense7.store.rater_page_tables import Outbox
     from sense7.research.study_analysis import analyze_study
-    from sense7.tasks.crowd import clear_released_tasks
+    from sense7.tasks.crowd_jobs import clear_released_tasks
     from sense7.tasks.runtime import Runtime
 
     rng = random.Random(seed)

@@ -7,13 +7,16 @@ Without SENSE7_REDIS_URL a private redis-server under SENSE7_HOME is started (ta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from typing import NamedTuple
 
 import typer
 
 from sense7.cli._common import console, fail, label_studio_errors, progress, settings
+from sense7.settings import Settings
 from sense7.tasks import names
 
 
@@ -111,6 +114,38 @@ def _enqueue(name: str, **kwargs) -> None:
     console.print(f"enqueued {name} (job id {result.id})")
 
 
+def _beat_schedule(cfg) -> str:
+    """Beat's schedule file (in the home's run folder, made here)."""
+    run_dir = cfg.home / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return str(run_dir / "celerybeat-schedule")
+
+
+class JobHere(NamedTuple):
+    settings: Settings
+    redis_url: str
+
+
+def _job_here(name: str, enqueue: bool, **kwargs) -> JobHere | None:
+    """The start of a job command: settings checked, Redis up; what the job needs to run in this process,
+    or None once `--enqueue` handed it to the worker."""
+    _check_config()
+    cfg = settings()
+    url = _redis(cfg)
+    if enqueue:
+        _enqueue(name, **kwargs)
+        return None
+    return JobHere(cfg, url)
+
+
+@contextlib.contextmanager
+def _label_studio_job(cfg):
+    """The jobs' runtime, with Label Studio unreachable or refusing turned into one clean line."""
+    rt = _runtime()
+    with label_studio_errors(cfg), _SdkErrors():
+        yield rt
+
+
 def worker(
     concurrency: int = typer.Option(2, help="Job processes: 2 lets sync keep pace while a retrain (CPU-bound) runs."),
     beat: bool = typer.Option(True, help="Also run the scheduler (reconciliation, scheduled retrain): right for "
@@ -123,12 +158,10 @@ def worker(
     process = _worker(cfg)
     _claim(process, "worker")
     url = _redis(cfg)
-    run_dir = cfg.home / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "worker", "--pool", "prefork",
             "--concurrency", str(concurrency), "--loglevel", loglevel]
     if beat:
-        args += ["--beat", "--schedule", str(run_dir / "celerybeat-schedule")]
+        args += ["--beat", "--schedule", _beat_schedule(cfg)]
     console.print(f"worker on {url.split('@')[-1]} (beat {'on' if beat else 'off'})")
     _exec_celery(process, args, url)
 
@@ -140,10 +173,8 @@ def beat(loglevel: str = typer.Option("info", help="Celery log level.")) -> None
     process = _beat(cfg)
     _claim(process, "beat")
     url = _redis(cfg)
-    run_dir = cfg.home / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "celery", "-A", "sense7.tasks.celery_app:app", "beat", "--loglevel", loglevel,
-            "--schedule", str(run_dir / "celerybeat-schedule")]
+            "--schedule", _beat_schedule(cfg)]
     console.print(f"beat on {url.split('@')[-1]}")
     _exec_celery(process, args, url)
 
@@ -153,17 +184,13 @@ def sync(
     register_webhook: bool = typer.Option(True, help="Register the Label Studio webhook (idempotent)."),
 ) -> None:
     """Reconcile the store with Label Studio: every annotation and questionnaire answer, deletions too."""
-    _check_config()
-    cfg = settings()
-    _redis(cfg)
-    if enqueue:
-        _enqueue(names.RECONCILE)
+    if (here := _job_here(names.RECONCILE, enqueue)) is None:
         return
-    from sense7.labelstudio.protocol import webhook_headers
     from sense7.labelstudio.label_sync import LabelSync
+    from sense7.labelstudio.protocol import webhook_headers
 
-    rt = _runtime()
-    with label_studio_errors(cfg), _SdkErrors():
+    cfg = here.settings
+    with _label_studio_job(cfg) as rt:
         syncer = LabelSync.from_runtime(rt)
         if register_webhook:
             hooks = syncer.ensure_webhooks(f"{cfg.backend_url}/webhook", webhook_headers(cfg))
@@ -187,16 +214,12 @@ def retrain(
     reason: str = typer.Option("manual", help="Recorded with the version's metrics."),
 ) -> None:
     """Train generic + personalized models; promote the new version only if not worse on the held-out slice."""
-    _check_config()
-    cfg = settings()
-    url = _redis(cfg)
-    if enqueue:
-        _enqueue(names.RETRAIN, reason=reason)
+    if (here := _job_here(names.RETRAIN, enqueue, reason=reason)) is None:
         return
     from sense7.tasks.training import run_retrain
 
     with console.status("Training (generic and personalized models)"):
-        result = run_retrain(_runtime(), url, reason)
+        result = run_retrain(_runtime(), here.redis_url, reason)
     if result["status"] == "skipped":
         raise fail(f"retrain skipped: {result['reason']}")
     verb = "promoted" if result["status"] == "promoted" else "trained but not promoted"
@@ -208,18 +231,13 @@ def preannotate(
     chunk: int = typer.Option(None, min=1, help="Predictions per import request (default SENSE7_PREANNOTATE_CHUNK)."),
 ) -> None:
     """Predict every unlabeled task lacking a prediction of the served version and push them to Label Studio."""
-    _check_config()
-    cfg = settings()
-    _redis(cfg)
-    if enqueue:
-        _enqueue(names.PREANNOTATE)
+    if (here := _job_here(names.PREANNOTATE, enqueue)) is None:
         return
     from sense7.store.study_design import StudyRecords
     from sense7.ml_backend.model import ModelUnavailable
     from sense7.ml_backend.preannotate import Preannotator
 
-    rt = _runtime()
-    with label_studio_errors(cfg), _SdkErrors():
+    with _label_studio_job(here.settings) as rt:
         pre = Preannotator(rt.client, rt.serving_model, rt.rating_project, chunk or rt.jobs.preannotate_chunk,
                            StudyRecords(rt.store))
         with progress() as bar:

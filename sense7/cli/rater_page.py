@@ -10,7 +10,7 @@ page_app = typer.Typer(help="The rater page (gunicorn) that private links open."
 
 
 def _page_server():
-    from sense7.rater_page.server import RaterPageServer
+    from sense7.rater_page.rater_page_process import RaterPageServer
 
     return RaterPageServer(settings())
 
@@ -18,7 +18,7 @@ def _page_server():
 @page_app.command()
 def start() -> None:
     """Start the rater page in the background (SENSE7_RATER_PAGE_HOST:PORT, 127.0.0.1:8090 by default)."""
-    from sense7.rater_page.server import RaterPageError
+    from sense7.rater_page.rater_page_process import RaterPageError
     from sense7.tasks.redis_local import ensure_redis
 
     cfg = settings()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from sense7.cli._common import console, fail, settings
-from sense7.labelstudio.server import LabelStudioServer, ServerError
+from sense7.labelstudio.label_studio_process import LabelStudioServer, ServerError
 
 server_app = typer.Typer(help="Run Label Studio (its own virtualenv) on 127.0.0.1.", no_args_is_help=True)
 

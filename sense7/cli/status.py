@@ -21,7 +21,7 @@ def _assigned(cfg) -> dict[str, int]:
                         if (task.data or {}).get("rater_id") is not None))
 
 
-def status(json_out: bool = typer.Option(False, "--json", help="print the status as JSON (README documents it)")) -> None:
+def status(json_out: bool = typer.Option(False, "--json", help="print the status as JSON (docs/guides/researchers.md documents it)")) -> None:
     """Per rater: tasks assigned, done, last activity, median seconds per task and quality flags; totals and
     the pre-fill arms' counts. Reads Label Studio (assigned) and the store (everything else)."""
     from sense7.store.database import Store

@@ -190,7 +190,7 @@ def expire_leases(store: Store, now=None) -> Expired:
 
 
 def end_returned(store: Store, study: CrowdStudy, platform_ids) -> Expired:
-    """Participants whose submission the platform reports returned or timed out (sense7.tasks.crowd, with a
+    """Participants whose submission the platform reports returned or timed out (sense7.tasks.crowd_jobs, with a
     Prolific API token): abandoned at once, their slots and seat freed for the next participant."""
     result = Expired()
     for rater_id in Participants(store, study).by_platform_ids(platform_ids):

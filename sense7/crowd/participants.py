@@ -46,7 +46,7 @@ CHECK_ATTEMPTS = 2
 STATES = ("declined", "checking", "rating", "completed", "screened_out", "abandoned", "full", "withdrawn")
 LEFT = ("screened_out", "abandoned", "full", "withdrawn")  # ended without completing: their seat is freed
 ENDINGS = ("completed", *LEFT)
-INSIDE = ("rating", "completed")  # the only states the rater page answers (sense7.rater_page.app.current_rater)
+INSIDE = ("rating", "completed")  # the only states the rater page answers (sense7.rater_page.services.current_rater)
 
 
 def _now() -> datetime:
@@ -333,7 +333,7 @@ class Participants:
 
     def by_platform_ids(self, platform_ids, states=("checking", "rating")) -> list[str]:
         """Rater ids of this study's participants in `states` entered with these platform ids (the platform
-        said their submission was returned or timed out: sense7.tasks.crowd)."""
+        said their submission was returned or timed out: sense7.tasks.crowd_jobs)."""
         ids = [p for p in platform_ids if isinstance(p, str)]
         if not ids:
             return []

@@ -20,7 +20,7 @@ Policies (`POLICIES`):
 - `random`: a seeded shuffle per (seed, rater), no other input.
 - `learn_rater`: the conversations that most reduce this participant's posterior uncertainty, given their
   answers so far (`ratings`); its first `anchors` picks for a participant (default 1) are exempt from the
-  floor (chosen for what they teach), the others obey it (so coverage still grows). The rater model is the live posterior's (sense7.model.live) in the form it
+  floor (chosen for what they teach), the others obey it (so coverage still grows). The rater model is the live posterior's (sense7.model.live_posterior) in the form it
   takes without a text model: a rating is the conversation's level m_c plus the rater's intercept and slope,
   y = m_c + a + s (m_c - m) + noise, with (a, s) a Gaussian posterior (precision T^-1 + sum d d' / v,
   d = [1, m_c - m]); m_c is estimated from the other raters' answers (leniency removed, `item_levels`) and
@@ -138,7 +138,7 @@ class RaterPosterior:
 
 def rater_posterior(rater_id: str, ratings: Ratings, levels: ItemLevels, leniency_sd: float = 0.5,
                     slope_sd: float = 0.3) -> RaterPosterior:
-    """The live posterior (sense7.model.live) with the conversation's level in place of the text score:
+    """The live posterior (sense7.model.live_posterior) with the conversation's level in place of the text score:
     precision = T^-1 + sum_i d_i d_i' / v_i, d_i = [1, m_i - m], v_i = noise_i + var(m_i) (noise_i: the
     conversation's own, larger where raters disagree on it); the level m_i is
     estimated from the *other* raters' answers (this rater's own answer removed), so a conversation only

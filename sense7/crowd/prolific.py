@@ -9,7 +9,7 @@ Two documented calls (https://docs.prolific.com/api-reference/submissions), each
   before anything is stored (`entry_allowed`).
 - `GET /api/v1/submissions/?study=..&status=..&page=..&page_size=..`: a study's submissions in one status
   (`results`: `participant_id`, `status`). Beat asks it for RETURNED and TIMED-OUT every minute
-  (sense7.tasks.crowd): those participants' slots and seats are freed at once, not when the lease ends.
+  (sense7.tasks.crowd_jobs): those participants' slots and seats are freed at once, not when the lease ends.
 
 Fail-open: when Prolific cannot answer (a timeout, a refused connection, 5xx, 429, a rejected token), the
 entry goes on as without a token, and lookups pause for `PAUSE` s so that entries do not each wait out a

@@ -124,6 +124,20 @@ def _lines(node, path=()) -> dict[tuple, int]:
     return found
 
 
+def file_beside(study_file: Path, key: str, named, what: str, problem, must_exist: bool = True) -> Path | None:
+    """The file the study's `key` names, in the study file's folder; None after `problem(where, field,
+    reason)` says why not (not named, outside the folder, or with `must_exist` not there)."""
+    if not isinstance(named, str) or not named:
+        problem((key,), key, f"must name {what}")
+    elif (why := outside_folder(study_file, named)) is not None:
+        problem((key,), key, why)
+    elif must_exist and not (study_file.parent / named).is_file():
+        problem((key,), key, f"{named} does not exist")
+    else:
+        return study_file.parent / named
+    return None
+
+
 def outside_folder(study_file: Path, name: str) -> str | None:
     """Why the file `name` that a study file names is not in that file's folder (or below it), or None: an
     absolute path, a `..` step or a link pointing out of the folder would make any readable file the
@@ -183,13 +197,7 @@ def load_study(path: str | Path) -> CrowdStudy:
 
     consent_text, consent_version = "", ""
     consent = raw.get("consent")
-    consent_path = None
-    if not isinstance(consent, str) or not consent:
-        problem(("consent",), "consent", "must name the consent Markdown file")
-    elif (why := outside_folder(path, consent)) is not None:
-        problem(("consent",), "consent", why)
-    else:
-        consent_path = path.parent / consent
+    consent_path = file_beside(path, "consent", consent, "the consent Markdown file", problem, must_exist=False)
     if consent_path is not None:
         try:
             consent_text = consent_path.read_text(encoding="utf-8")
@@ -267,16 +275,8 @@ def load_study(path: str | Path) -> CrowdStudy:
                 and not any(p.field.startswith(f"codes.{outcome}") for p in problems):
             problem(("codes",), f"codes.{outcome}", "missing: give a code, a URL or both")
 
-    pool = raw.get("pool")
-    pool_path = None
-    if not isinstance(pool, str) or not pool:
-        problem(("pool",), "pool", "must name the pool's conversations file")
-    elif (why := outside_folder(path, pool)) is not None:
-        problem(("pool",), "pool", why)
-    elif not (path.parent / pool).is_file():
-        problem(("pool",), "pool", f"{pool} does not exist")
-    else:
-        pool_path = str(path.parent / pool)
+    pool_file = file_beside(path, "pool", raw.get("pool"), "the pool's conversations file", problem)
+    pool_path = None if pool_file is None else str(pool_file)
 
     assignment = _assignment(raw.get("assignment", DEFAULT_POLICY), k, problem)
 

@@ -25,6 +25,7 @@ are the pickled serving contract the ML backend and existing bundles on disk rel
 from __future__ import annotations
 
 import contextlib
+import importlib
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
@@ -141,50 +142,32 @@ class Catalog:
 
 
 # Factories import lazily: reading the catalog (e.g. for `sense7 --help`) must not load the estimators.
-def _majority():
-    from sense7.model.baselines import MajorityClass
-    return MajorityClass()
+@dataclass(frozen=True)
+class LazyFactory:
+    """A factory of `module.name()`, imported on the first call (picklable, and equal by what it builds)."""
+
+    module: str
+    name: str
+
+    def __call__(self):
+        return getattr(importlib.import_module(self.module), self.name)()
 
 
-def _global_mean():
-    from sense7.model.baselines import GlobalMean
-    return GlobalMean()
-
-
-def _rater_mean():
-    from sense7.model.baselines import RaterMean
-    return RaterMean()
-
-
-def _rater_median():
-    from sense7.model.baselines import RaterMedian
-    return RaterMedian()
-
-
-def _generic():
-    from sense7.model.estimators import GenericRater
-    return GenericRater()
-
-
-def _personalized():
-    from sense7.model.estimators import PersonalizedRater
-    return PersonalizedRater()
-
-
-CATALOG = Catalog([
-    ModelKind("majority", _majority, "Majority class", "#bbbbbb", "baseline",
-              "the most frequent training level of each control"),
-    ModelKind("global_mean", _global_mean, "Global mean", "#999999", "baseline",
-              "the training mean of each control"),
-    ModelKind("rater_mean", _rater_mean, "Rater mean", "#6f6f6f", "baseline",
-              "the rater's own training mean (shrunk to the global mean)"),
-    ModelKind("rater_median", _rater_median, "Rater median", "#8a8a8a", "baseline",
-              "the rater's own median training level (all mass on it)"),
-    ModelKind("generic", _generic, "Generic", "#4a7bd0", "rater",
-              "text only: the same prediction for every rater"),
-    ModelKind("personalized", _personalized, "Personalized", "#d0734a", "rater",
-              "text plus the rater's traits and past ratings"),
-])
+# The packaged kinds: (name, module, class, label, colour, role, description).
+PACKAGED = (
+    ("majority", "baselines", "MajorityClass", "Majority class", "#bbbbbb", "baseline",
+     "the most frequent training level of each control"),
+    ("global_mean", "baselines", "GlobalMean", "Global mean", "#999999", "baseline", "the training mean of each control"),
+    ("rater_mean", "baselines", "RaterMean", "Rater mean", "#6f6f6f", "baseline",
+     "the rater's own training mean (shrunk to the global mean)"),
+    ("rater_median", "baselines", "RaterMedian", "Rater median", "#8a8a8a", "baseline",
+     "the rater's own median training level (all mass on it)"),
+    ("generic", "estimators", "GenericRater", "Generic", "#4a7bd0", "rater", "text only: the same prediction for every rater"),
+    ("personalized", "estimators", "PersonalizedRater", "Personalized", "#d0734a", "rater",
+     "text plus the rater's traits and past ratings"),
+)
+CATALOG = Catalog([ModelKind(name, LazyFactory(f"sense7.model.{module}", cls), label, color, role, text)
+                   for name, module, cls, label, color, role, text in PACKAGED])
 
 register = CATALOG.register
 unregister = CATALOG.unregister

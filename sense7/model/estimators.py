@@ -74,6 +74,24 @@ def _levels_of(Y: pd.DataFrame) -> np.ndarray:
 class _RaterModel(BaseEstimator):
     """Shared machinery: text scores per control, the ordinal link, the prediction formats."""
 
+    def __init__(self, text_features, alpha, max_features, history_chars, text_weighting, context_weight,
+                 target_scale, context_interactions, cv, assistant_effects, levels, relational_weight, text_encoder):
+        """The parameters both rater models share, kept as given (sklearn's contract: __init__ only stores;
+        each subclass's own signature is what get_params reads)."""
+        self.text_features = text_features
+        self.alpha = alpha
+        self.max_features = max_features
+        self.history_chars = history_chars
+        self.text_weighting = text_weighting
+        self.context_weight = context_weight
+        self.target_scale = target_scale
+        self.context_interactions = context_interactions
+        self.cv = cv
+        self.assistant_effects = assistant_effects
+        self.levels = levels
+        self.relational_weight = relational_weight
+        self.text_encoder = text_encoder
+
     def _check_fit_input(self, X: pd.DataFrame, Y: pd.DataFrame):
         if len(X) != len(Y):
             raise ValueError(f"X has {len(X)} rows but Y has {len(Y)}")
@@ -96,7 +114,7 @@ class _RaterModel(BaseEstimator):
             raise ValueError(f"target_scale must be rating or normal, got {self.target_scale!r}")
         out = np.full(Yv.shape, np.nan)
         # The target of each level per control (controls, levels): how a later rating maps onto the scale the
-        # rater effects were fitted on (sense7.model.live updates a rater's posterior with it).
+        # rater effects were fitted on (sense7.model.live_posterior updates a rater's posterior with it).
         self.target_values_ = np.zeros((Yv.shape[1], len(self.levels_)))
         for c in range(Yv.shape[1]):
             rated = np.isfinite(Yv[:, c])
@@ -282,19 +300,9 @@ class GenericRater(_RaterModel):
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, assistant_effects: bool = True,
                  levels=None, relational_weight: float | str = RELATIONAL_WEIGHT, text_encoder=TEXT_ENCODER):
-        self.relational_weight = relational_weight
-        self.text_encoder = text_encoder
-        self.text_features = text_features
-        self.alpha = alpha
-        self.max_features = max_features
-        self.history_chars = history_chars
-        self.text_weighting = text_weighting
-        self.context_weight = context_weight
-        self.target_scale = target_scale
-        self.context_interactions = context_interactions
-        self.cv = cv
-        self.assistant_effects = assistant_effects
-        self.levels = levels
+        super().__init__(text_features, alpha, max_features, history_chars, text_weighting, context_weight,
+                         target_scale, context_interactions, cv, assistant_effects, levels, relational_weight,
+                         text_encoder)
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame):
         Yv = self._check_fit_input(X, Y)
@@ -374,27 +382,17 @@ class PersonalizedRater(_RaterModel):
                  levels=None, relational_weight: float | str = RELATIONAL_WEIGHT, text_encoder=TEXT_ENCODER,
                  rater_directions: int = 0, rater_directions_from: str = "text", rater_ridge=None,
                  rater_ridge_from: str = "encoder"):
+        super().__init__(text_features, alpha, max_features, history_chars, text_weighting, context_weight,
+                         target_scale, context_interactions, cv, assistant_effects, levels, relational_weight,
+                         text_encoder)
         self.rater_ridge = rater_ridge
         self.rater_ridge_from = rater_ridge_from
-        self.relational_weight = relational_weight
-        self.text_encoder = text_encoder
         self.rater_directions = rater_directions
         self.rater_directions_from = rater_directions_from
-        self.text_features = text_features
-        self.alpha = alpha
-        self.max_features = max_features
-        self.history_chars = history_chars
-        self.text_weighting = text_weighting
-        self.context_weight = context_weight
-        self.target_scale = target_scale
-        self.context_interactions = context_interactions
-        self.cv = cv
         self.slopes = slopes
         self.pool_controls = pool_controls
         self.backfit = backfit
         self.noise_prior = noise_prior
-        self.assistant_effects = assistant_effects
-        self.levels = levels
 
     # -- traits as a standardized matrix with an intercept column ------------------------------------
 
@@ -518,7 +516,7 @@ class PersonalizedRater(_RaterModel):
         Z = self.known_trait_matrix_ = self.trait_matrix(per_rater)
         rows_all = pd.Index(self.known_raters_).get_indexer(X["rater_id"].astype(str))
         # The task keys (conversation::turn::rater) trained on, as sorted 64-bit hashes (8 bytes an item in
-        # a saved bundle): a live update must not count them twice (sense7.model.live).
+        # a saved bundle): a live update must not count them twice (sense7.model.live_posterior).
         rated_any = np.isfinite(Yv).any(axis=1) & X["turn_index"].notna().to_numpy()
         self.trained_keys_ = np.unique(item_key_hashes(X["conversation_id"][rated_any], X["turn_index"][rated_any],
                                                        X["rater_id"][rated_any]))

@@ -127,7 +127,7 @@ class RaterEffects:
         self.W_, self.T_, self.sigma2_, self.posterior_ = W, T, sigma2, m
         self.rater_sigma2_ = rater_sigma2
         # Each rater's sufficient statistics (sum of D'D and of D'e over their ratings): with the population
-        # parameters above they give the rater's posterior again, plus any later ratings (sense7.model.live).
+        # parameters above they give the rater's posterior again, plus any later ratings (sense7.model.live_posterior).
         self.rater_gram_, self.rater_moment_ = A, v
         # Sufficient statistics for leave-one-out posteriors (loo_posterior); dropped by `compact`.
         self._loo_stats = (A, v, Z @ W)

@@ -15,7 +15,6 @@ Serving processes watch `pointer_stamp()` (one stat call) to notice a promotion 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from sense7.files import fsync_dir
+from sense7.files import fsync_dir, sha256_of
 
 POINTER_NAME = "CURRENT"
 MANIFEST_NAME = "MANIFEST.json"
@@ -60,14 +59,6 @@ def _default_saver(bundle: Any, path: Path) -> None:
     from sense7.model.bundle import save_bundle
 
     save_bundle(bundle, path)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_version_name(name: str) -> str:
@@ -149,7 +140,7 @@ class ModelRegistry:
     def _write_manifest(self, path: Path, version: str) -> None:
         files = {}
         for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST_NAME):
-            files[file.relative_to(path).as_posix()] = {"size": file.stat().st_size, "sha256": _sha256(file)}
+            files[file.relative_to(path).as_posix()] = {"size": file.stat().st_size, "sha256": sha256_of(file)}
         manifest = {"version": version, "created_at": time.time(), "files": files}
         tmp = path / f".{MANIFEST_NAME}.tmp"
         with open(tmp, "w") as fh:
@@ -176,7 +167,7 @@ class ModelRegistry:
             file = path / rel
             if not file.is_file():
                 raise RegistryError(f"model version {version!r} is incomplete: {file} is missing")
-            if file.stat().st_size != expected["size"] or _sha256(file) != expected["sha256"]:
+            if file.stat().st_size != expected["size"] or sha256_of(file) != expected["sha256"]:
                 raise RegistryError(f"model version {version!r} is corrupt: {file} does not match its manifest")
         return manifest
 

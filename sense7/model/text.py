@@ -39,7 +39,7 @@ class TextEncoder(BaseEstimator):
     Two implementations ship: the n-grams (`BulkNgramVectorizer`, the default and the one the compiled
     serving path scores directly) and sentence embeddings (`sense7.model.embeddings.SentenceEmbeddingEncoder`,
     the optional `[embeddings]` extra). A team plugs in its own (an LLM scorer, say) by subclassing this, or
-    by duck typing, and passing it as `text_encoder=` to either rater model (README, "Your own text encoder").
+    by duck typing, and passing it as `text_encoder=` to either rater model (docs/guides/researchers.md, "Text encoders").
     """
 
     def fit(self, texts, y=None):  # pragma: no cover - the interface

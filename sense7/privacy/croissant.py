@@ -18,12 +18,13 @@ names files inside the folder only, and every checksum matches its file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
+
+from sense7.files import sha256_of
 
 CROISSANT_FILE = "croissant.json"
 CONFORMS_TO = "http://mlcommons.org/croissant/1.1"
@@ -277,14 +278,6 @@ class RecordTable:
     path: str
     description: str
     columns: tuple[Column, ...]
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _file_object(folder: Path, path: str, description: str) -> dict:

@@ -141,7 +141,9 @@ def _new_ids(old: list[str], prefix: str) -> dict[str, str]:
     return out
 
 
-def _month(value) -> str | None:
+def month_of(value) -> str | None:
+    """An ISO timestamp's year and month ("2026-11"), the only date a release or an export keeps; None when
+    it is not one."""
     if not isinstance(value, str) or len(value) < 7:
         return None
     try:
@@ -186,7 +188,7 @@ def build_release(data, taxonomy: Taxonomy, k: int = 5, exclude_raters=(), exclu
     contexts, months = [], []
     for cid, rid in pairs:
         ctx = data.conversations[(cid, rid)].context or {}
-        month = _month(ctx.get("created"))
+        month = month_of(ctx.get("created"))
         months += [month] if month else []
         row = {"conversation_id": conv_ids[cid], "rater_id": rater_ids[rid]}
         row.update({key: ctx.get(key) for key in context_keys})

@@ -1,5 +1,5 @@
-"""The rater page's one parser of form numbers, in its own module: the page (sense7.rater_page.app) and the
-crowd study's blueprint (sense7.rater_page.crowd, which the page registers) both read forms with it."""
+"""The rater page's one parser of form numbers, in its own module: the rating and profile forms
+(sense7.rater_page.answers) and the crowd study's pages (sense7.rater_page.crowd_pages) all read forms with it."""
 
 from __future__ import annotations
 

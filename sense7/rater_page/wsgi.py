@@ -42,7 +42,7 @@ def app_from_env():
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     from sense7.store.database import Store
     from sense7.rater_page.app import create_app
-    from sense7.tasks.crowd import request_prepare
+    from sense7.tasks.crowd_jobs import request_prepare
     from sense7.tasks.delivery import request_delivery
     from sense7.tasks.redis_local import redis_url
     from sense7.taxonomy import study_taxonomy

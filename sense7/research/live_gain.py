@@ -1,6 +1,6 @@
 """The gain curve of live pre-fills: how much better a rater's predictions get with each of their own answers.
 
-A rating's live prediction used the rater's earlier answers (sense7.model.live, sense7.rater_page.live); the
+A rating's live prediction used the rater's earlier answers (sense7.model.live_posterior, sense7.rater_page.live_prefills); the
 static one is what the served version gives without them (for a new rater: the traits prior), the generic
 one ignores the rater. `gain_curve` scores the three by the number of the rater's own earlier ratings
 (0, 1-2, 3-5, 6-10, 11-20, more), with intervals that resample raters (their ratings are correlated) and the
@@ -120,7 +120,7 @@ def simulate(n_conversations: int = 400, n_raters: int = 60, n_new: int = 24, n_
     from sense7.data.dataset import RatingData
     from sense7.data.items import trait_table, transcript_columns
     from sense7.model.bundle import train_bundle
-    from sense7.model.live import LivePredictor, OnlinePosterior
+    from sense7.model.live_posterior import LivePredictor, OnlinePosterior
     tax = taxonomy
     ids = [f"r{i:03d}" for i in range(1, n_raters + 1)]
     new = ids[n_raters - n_new:]

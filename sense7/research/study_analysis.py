@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sense7.data.conversations import task_key
 from sense7.research.agreement import krippendorff_alpha
 from sense7.research.anchoring import anchoring
-from sense7.research.live import live_evaluation
+from sense7.research.live_evaluation import live_evaluation
 from sense7.research.live_gain import gain_curve
 from sense7.research.quality import QualityPolicy, rater_quality, training_weights
 from sense7.store.database import Store
@@ -136,7 +136,7 @@ def _live(tasks, joined, long, controls, levels, n_boot: int, seed: int) -> dict
 
 
 def live_by_version(store: Store, taxonomy, n_boot: int = 200, seed: int = 0) -> dict:
-    """version -> its live evaluation block (sense7.research.live) on the study's hidden-arm ratings."""
+    """version -> its live evaluation block (sense7.research.live_evaluation) on the study's hidden-arm ratings."""
     controls, levels = list(taxonomy.controls), list(range(1, taxonomy.levels + 1))
     tasks = rated_tasks(store)
     joined = with_predictions(tasks, static_predictions(StudyRecords(store).predictions_frame()))
@@ -227,7 +227,7 @@ def flagged_weights(store: Store, policy: QualityPolicy) -> dict[str, float]:
 def study_status(store: Store, assigned: dict[str, int], policy: QualityPolicy | None = None) -> dict:
     """What a project manager asks: per rater, tasks assigned (Label Studio's count, given), done (live
     annotations credited to them, repeats included), last activity, median seconds per task and quality
-    flags; totals and per-arm counts. Documented in README ("sense7 status --json")."""
+    flags; totals and per-arm counts. Documented in docs/guides/researchers.md ("sense7 status --json")."""
     policy = policy or QualityPolicy()
     tasks = rated_tasks(store)
     quality = _quality(store, tasks, policy)

@@ -45,6 +45,7 @@ from sense7.privacy.croissant import (CROISSANT_FILE, AnnotationCounts, Column, 
                                       rai_fields, study_facts, write_croissant)
 from sense7.privacy.participation import ConversationChoices, Withdrawals
 from sense7.privacy.pii import scrub_conversations
+from sense7.privacy.release import month_of
 from sense7.research.lewidi_format import write_lewidi
 from sense7.research.quality import QualityPolicy, rater_quality
 from sense7.research.study_analysis import quality_inputs, rated_tasks, static_predictions, with_predictions
@@ -169,7 +170,7 @@ class StudyExporter:
         counted = ratings[~ratings["is_repeat"]]
         counts = annotation_counts(((c, t if pd.notna(t) else None), r)
                                    for c, t, r in zip(counted["conversation"], counted["turn_index"], counted["rater"]))
-        months = sorted(m for m in (_month((self.contexts.get(p) or {}).get("created")) for p in self.pairs) if m)
+        months = sorted(m for m in (month_of((self.contexts.get(p) or {}).get("created")) for p in self.pairs) if m)
         return StudyExport(
             frames=frames,
             columns={"ratings": _rating_columns(self.taxonomy, self.with_ids),
@@ -379,17 +380,6 @@ def plain_value(value):
         value = value.item()
         return None if isinstance(value, float) and np.isnan(value) else value
     return value
-
-
-def _month(value) -> str | None:
-    from datetime import datetime
-
-    if not isinstance(value, str) or len(value) < 7:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).strftime("%Y-%m")
-    except ValueError:
-        return None
 
 
 # -- columns -------------------------------------------------------------------------------------------------

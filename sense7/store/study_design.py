@@ -5,7 +5,7 @@ Why: pre-filling a rater's stars with the model's guess can anchor them, and the
 model. With the `randomized` policy each (rater, task) draws an arm at import: `shown` (the pre-fill is in
 the rating form) or `hidden` (the prediction is made and recorded, never shown). Comparing the arms
 measures anchoring (sense7.research.anchoring), and the hidden arm measures how good the served model
-really was on ratings it could not influence (sense7.research.live).
+really was on ratings it could not influence (sense7.research.live_evaluation).
 
 Draws are a hash of the study's seed and the task key, so they are reproducible from the recorded seed and
 importing the same batch again draws the same arms. A share of each rater's turns is imported a second

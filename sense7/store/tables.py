@@ -221,7 +221,7 @@ instructed_answers = Table(
 # -- participants' rights (sense7.privacy.participation) ------------------------------------------------
 # Each participant's choice per conversation of theirs, made on the rater page before (or while) rating:
 # out of the study (not rated, not trained on, not released) and/or out of a release (rated, not released).
-# The latest choice and when it was made; changeable at any time (README: participants' rights).
+# The latest choice and when it was made; changeable at any time (docs/guides/raters.md, "Participants' rights").
 conversation_choices = Table(
     "conversation_choices", metadata,
     Column("rater_id", String(200), primary_key=True),

@@ -38,7 +38,7 @@ def trained(tmp_path_factory):
 
 def test_label_studio_retrieves_personalized_predictions(label_studio, rating_project, trained, tmp_path,
                                                          monkeypatch):
-    from sense7.ml_backend.server import BackendServer
+    from sense7.ml_backend.backend_process import BackendServer
 
     from sense7.store.database import Store
     from sense7.labelstudio.importer import import_conversations

@@ -129,7 +129,7 @@ def test_no_store_query_per_request_once_the_answers_are_known(tmp_path, trained
     from sense7.store.rater_page_tables import Outbox
     from sense7.ml_backend.app import create_app as backend_app
     from sense7.ml_backend.hot_model import HotModel
-    from sense7.ml_backend.live import LiveServing
+    from sense7.ml_backend.editor_prefills import LiveServing
     from sense7.ml_backend.model import Sense7Model
     from sense7.ml_backend.rater_info import RaterInfoCache
     from sense7.model.registry import ModelRegistry

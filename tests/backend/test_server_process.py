@@ -83,7 +83,7 @@ def small_bundles():
 def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
     import time
 
-    from sense7.ml_backend.server import BackendServer
+    from sense7.ml_backend.backend_process import BackendServer
 
     from sense7.model.registry import ModelRegistry
     from sense7.settings import Settings

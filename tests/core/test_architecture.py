@@ -30,6 +30,7 @@ LAYERS = {
     "sense7.crowd": 1.5,  # crowd studies: participants, assignment (store only, never Label Studio)
     "sense7.model": 2, "sense7.labelstudio": 2,
     "sense7.research": 3,
+    "sense7.retraining": 3.5,  # production retraining and its promotion gate: scores with research's metrics, run by the jobs
     "sense7.tasks": 4, "sense7.ml_backend": 4, "sense7.rater_page": 4,
     "sense7.stack": 4.5,
     "sense7.cli": 5,
@@ -38,7 +39,7 @@ LAYERS = {
 # module (the same code that answers /predict) through its pre-annotator, never with its Flask app.
 # The rater page asks for deliveries (tasks.delivery) and counts failed link openings in the jobs' Redis.
 ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"), ("sense7.tasks", "sense7.ml_backend.preannotate"),
-                    ("sense7.rater_page", "sense7.tasks.delivery"), ("sense7.rater_page", "sense7.tasks.crowd"), ("sense7.rater_page", "sense7.tasks.redis_local")}
+                    ("sense7.rater_page", "sense7.tasks.delivery"), ("sense7.rater_page", "sense7.tasks.crowd_jobs"), ("sense7.rater_page", "sense7.tasks.redis_local")}
 
 
 def _package_dirs() -> dict[str, Path]:
@@ -132,7 +133,7 @@ def test_imports_flow_one_way():
 def test_the_jobs_never_load_the_backends_web_app():
     for module, deps in GRAPH.items():
         if module.startswith("sense7.tasks"):
-            assert not deps & {"sense7.ml_backend.app", "sense7.ml_backend.wsgi", "sense7.ml_backend.server"}, module
+            assert not deps & {"sense7.ml_backend.app", "sense7.ml_backend.wsgi", "sense7.ml_backend.backend_process"}, module
         if module.startswith("sense7.ml_backend"):
             assert not any(d.startswith("sense7.tasks") for d in deps), module
 

@@ -173,7 +173,7 @@ def test_a_served_version_trained_on_an_erased_rater_is_replaced_whatever_the_ga
     named on a withdrawal's receipt is replaced anyway, then deleted."""
     from tests.jobs.test_promotion_gate import served_and_spoiled  # the gate test's own setup
 
-    from sense7.research.retraining import Retrainer
+    from sense7.retraining import Retrainer
 
     store, registry, tax = served_and_spoiled.__wrapped__(tmp_path)
     registry.add(registry.load("v1"), "v0")  # an older version trained on them too, not served

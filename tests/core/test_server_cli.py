@@ -5,7 +5,7 @@ import socket
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.labelstudio.server import LabelStudioServer
+from sense7.labelstudio.label_studio_process import LabelStudioServer
 
 runner = CliRunner()
 

@@ -83,7 +83,7 @@ def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_p
         _consent(port_url, f"a1b2c3d4e5f6a7b8c9d0e1{i:02d}")
     first = _participant_ids(rt.store)
     assert sorted(r for _, r in waiting_for_tasks(rt.store)) == sorted(first)
-    from sense7.tasks.crowd import prepare_waiting
+    from sense7.tasks.crowd_jobs import prepare_waiting
 
     imports = ImportCalls(rt.client)
     result = prepare_waiting(rt)
@@ -115,7 +115,7 @@ def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_p
     assert len(third) == 4
     import redis
 
-    from sense7.tasks.crowd import SCHEDULED_KEY
+    from sense7.tasks.crowd_jobs import SCHEDULED_KEY
 
     broker = redis.Redis.from_url(stack.redis.url)
     assert broker.llen("sense7.crowd") == 1 and broker.exists(SCHEDULED_KEY)

@@ -12,7 +12,7 @@ from tests.jobs.conftest import redis_server  # noqa: F401  (fixture)
 
 def test_one_prepare_job_is_queued_for_a_burst_of_participants(tmp_path, redis_server):
     from sense7.tasks.celery_app import configure
-    from sense7.tasks.crowd import SCHEDULED_KEY, request_prepare
+    from sense7.tasks.crowd_jobs import SCHEDULED_KEY, request_prepare
     from sense7.tasks.waiting import queue_depths
 
     app = configure(Settings.from_env({"SENSE7_HOME": str(tmp_path), "SENSE7_REDIS_URL": redis_server.url}))

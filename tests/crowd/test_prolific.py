@@ -155,7 +155,7 @@ def test_prolific_down_lets_entries_in_at_once_and_they_still_hold_nothing(tmp_p
 
 
 def test_beat_frees_the_places_of_returned_and_timed_out_submissions_at_once(tmp_path, stand_in):
-    from sense7.tasks.crowd import end_returned_submissions
+    from sense7.tasks.crowd_jobs import end_returned_submissions
 
     flow = _flow(tmp_path, stand_in.url, pool=8, k=1, n=2)
     for pid in PIDS[:3]:

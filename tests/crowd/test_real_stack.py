@@ -149,7 +149,7 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
         project=rt.rating_project, include="id,data", page_size=1000) if t.data["rater_id"] == next_rater} == given_up,
         what="the next participant's tasks")
     # The job again (a retry): the participant's existing tasks are found (a lookup among theirs), none twice.
-    from sense7.tasks.crowd import prepare_participant
+    from sense7.tasks.crowd_jobs import prepare_participant
 
     def tasks_of(who):
         return sorted(t.data["task_key"] for t in rt.client.tasks.list(project=rt.rating_project, include="id,data",

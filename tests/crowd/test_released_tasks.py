@@ -28,7 +28,7 @@ def _tasks(rt, project, rater) -> dict[int, dict]:
 
 
 def test_an_abandoned_or_screened_out_participants_unrated_tasks_are_deleted(job_stack, tmp_path):
-    from sense7.tasks.crowd import clear_released_tasks, prepare_waiting
+    from sense7.tasks.crowd_jobs import clear_released_tasks, prepare_waiting
     from sense7.tasks.delivery import deliver_outbox
 
     stack = job_stack

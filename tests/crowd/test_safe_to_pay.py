@@ -404,7 +404,7 @@ def test_the_crowd_status_carries_each_pool_conversations_coverage(tmp_path):
 
 
 def test_the_prepare_job_never_works_for_an_entry_at_the_check(tmp_path):
-    """Who the worker's prepare job makes Label Studio tasks for (sense7.tasks.crowd reads this list from the
+    """Who the worker's prepare job makes Label Studio tasks for (sense7.tasks.crowd_jobs reads this list from the
     store): participants rating only, never an entry at the check, even one holding slots an older version
     took at consent."""
     from sense7.crowd.lifecycle import waiting_for_tasks

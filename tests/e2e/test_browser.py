@@ -54,7 +54,7 @@ def preannotated_project(label_studio, tmp_path):
     (the retrain job's own code) and pre-annotations pushed by the preannotate job's own code."""
     from sense7.ml_backend.model import build_model
     from sense7.ml_backend.preannotate import Preannotator
-    from sense7.research.retraining import Retrainer
+    from sense7.retraining import Retrainer
 
     from sense7.model.registry import ModelRegistry
 
@@ -107,7 +107,7 @@ def test_rater_sees_the_turn_dimensions_and_preannotation_then_submits_and_it_sy
         page = browser.new_page(viewport={"width": 1400, "height": 2600})
         try:
             # Sign-up is invite-only: the account comes from the organization's link (staff hand it out).
-            from sense7.labelstudio.server import LabelStudioServer
+            from sense7.labelstudio.label_studio_process import LabelStudioServer
 
             page.goto(LabelStudioServer(label_studio.settings).invite_link())
             page.fill('input[name="email"]', RATER_EMAIL)

@@ -34,7 +34,7 @@ def test_label_studio_is_locked_down_and_uses_postgres(compose):
     published on this machine only; the jobs' Redis wants a password."""
     import ipaddress
 
-    from sense7.labelstudio.server import banned_subnets
+    from sense7.labelstudio.label_studio_process import banned_subnets
 
     env = compose["services"]["label-studio"]["environment"]
     assert env["ML_BLOCK_LOCAL_IP"] == "true" and env["SSRF_PROTECTION_ENABLED"] == "true"

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 import redis
-from sense7.research.retraining import holdout_conversations
+from sense7.retraining import holdout_conversations
 from sense7.tasks.celery_app import celery_config
 from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
 

@@ -53,7 +53,7 @@ def pg_databases():
 def pg_stack(pg_databases, tmp_path, monkeypatch):
     from label_studio_sdk import LabelStudio
 
-    from sense7.labelstudio.server import LabelStudioServer
+    from sense7.labelstudio.label_studio_process import LabelStudioServer
 
     home = tmp_path / "home"
     port = free_port()

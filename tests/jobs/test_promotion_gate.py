@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sense7.research.retraining import Retrainer, holdout_conversations
+from sense7.retraining import Retrainer, holdout_conversations
 
 from sense7.model.bundle import train_bundle
 from sense7.model.registry import ModelRegistry

@@ -1,4 +1,4 @@
-"""Live posteriors (sense7.model.live): updating one rater a rating at a time gives exactly the batch
+"""Live posteriors (sense7.model.live_posterior): updating one rater a rating at a time gives exactly the batch
 posterior of the same ratings with the population parameters fixed, and both equal Gaussian conditioning
 written out independently (covariance form), for a known rater, a rater with traits only and an unknown one."""
 
@@ -14,7 +14,7 @@ from sense7.data.dataset import RatingData
 from sense7.data.items import trait_table, transcript_columns
 from sense7.model import PersonalizedRater
 from sense7.model.bundle import train_bundle
-from sense7.model.live import LiveUnsupported, LivePredictor, OnlinePosterior, batch_posterior, check_live
+from sense7.model.live_posterior import LiveUnsupported, LivePredictor, OnlinePosterior, batch_posterior, check_live
 from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
 

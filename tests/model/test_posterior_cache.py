@@ -1,4 +1,4 @@
-"""The one posterior cache of live pre-fills (sense7.model.live.PosteriorCache, held by each served
+"""The one posterior cache of live pre-fills (sense7.model.live_posterior.PosteriorCache, held by each served
 version's LivePredictor; used by the rater page and the ML backend): a hit only for the same rater, traits
 and answers, so a new answer, a changed answer, other traits or another served version never get a stale
 posterior; every answer is the batch posterior of the same ratings."""
@@ -11,7 +11,7 @@ from sklearn.base import clone
 
 from sense7.model.bundle import train_bundle
 from sense7.data.dataset import RatingData
-from sense7.model.live import LivePredictor, batch_posterior
+from sense7.model.live_posterior import LivePredictor, batch_posterior
 from tests.model.test_live_posterior import TAXONOMY, _held_items, setup  # noqa: F401  (fixture)
 
 

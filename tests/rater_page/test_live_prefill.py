@@ -1,4 +1,4 @@
-"""Live pre-fills on the rater page (sense7.rater_page.live): a new rater's answers move the pre-fill of
+"""Live pre-fills on the rater page (sense7.rater_page.live_prefills): a new rater's answers move the pre-fill of
 their next turns at once (no retrain, no Label Studio), each live prediction is recorded (version
 "<served>+live", kind live, own ratings used) before the page is sent, hidden-arm turns are recorded and
 never shown, and a rater without answers sees exactly the queue's pre-fill. Real parts: the app (Flask's
@@ -238,7 +238,7 @@ def test_a_promotion_is_picked_up_while_the_old_version_keeps_answering(tmp_path
     import time
 
     from sense7.model.bundle import load_bundle
-    from sense7.rater_page.live import LivePrefills
+    from sense7.rater_page.live_prefills import LivePrefills
 
     model_dir, newcomer, profile = trained
     own_models = tmp_path / "models"

@@ -100,7 +100,7 @@ def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports
     assert result["anchoring"]["arms"]["shown"]["n_tasks"] + result["anchoring"]["arms"]["hidden"]["n_tasks"] == 6 * 12
 
     # Retraining leaves the flagged raters out.
-    from sense7.research.retraining import Retrainer
+    from sense7.retraining import Retrainer
 
     retrained = Retrainer(rt.store, registry, tax, quality=QualityPolicy()).run("test")
     assert retrained.metrics["excluded_raters"] == 2

@@ -1,4 +1,4 @@
-"""`sense7.research.live`: the served model scored on hidden-prediction ratings, per version, against
+"""`sense7.research.live_evaluation`: the served model scored on hidden-prediction ratings, per version, against
 the generic model and a rater-mean baseline that only knows the past."""
 
 import json
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sense7.research.live import _weighted_qwk, live_evaluation, rater_mean_scores
+from sense7.research.live_evaluation import _weighted_qwk, live_evaluation, rater_mean_scores
 from sense7.research.metrics import quadratic_kappa
 
 LEVELS = [1, 2, 3, 4, 5]

@@ -1,5 +1,5 @@
 """The lockdown of docs/SECURITY.md, tried as a stranger against the real Label Studio the suite runs
-(started by sense7.labelstudio.server with its defaults): each test names a row of that table."""
+(started by sense7.labelstudio.label_studio_process with its defaults): each test names a row of that table."""
 
 from __future__ import annotations
 

@@ -1,17 +1,17 @@
 """Staff see the same: /predict for a task of a rater with answers newer than the served version.
 
 The rater page pre-fills each turn with the served version's posterior of its rater updated by every
-answer they gave so far (sense7.rater_page.live). Label Studio's editor asks this backend; without this
+answer they gave so far (sense7.rater_page.live_prefills). Label Studio's editor asks this backend; without this
 module it would show the served version's (static) prediction until a retrain, so staff reviewing a task
 and the rater who rated it would see different pre-fills. Here the same closed-form posterior
-(sense7.model.live, population fixed) is applied to the same answers (the rater page's outbox), and the
+(sense7.model.live_posterior, population fixed) is applied to the same answers (the rater page's outbox), and the
 answer says how many it used (`"kind": "live"`, `"own_ratings": n`, `"live_version": "v3+live"`); the
 `model_version` stays the served version's, which Label Studio compares with /setup's.
 
 Kept off the hot path: which raters have answers is one aggregate query over the outbox at most every
 `check_interval` seconds (per process, by whichever request finds the copy stale, never waited on by
 others); a rater's answers are read once per change of their watermark; the posterior of all their
-answers is kept in the served version's PosteriorCache (sense7.model.live), the one the rater page uses,
+answers is kept in the served version's PosteriorCache (sense7.model.live_posterior), the one the rater page uses,
 keyed by the rater, their traits and the answers themselves. A request whose raters have no answers pays a
 dict lookup per task. A rater whose answers the served version was trained on already gets exactly the static answer.
 """
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from sense7.data.items import trait_table
-from sense7.model.live import LivePredictor, LiveUnsupported, traits_fingerprint
+from sense7.model.live_posterior import LivePredictor, LiveUnsupported, traits_fingerprint
 from sense7.store.database import Store
 from sense7.store.rater_answers import answer_watermarks, queue_task_datas, rated_items, submissions_stamp
 from sense7.store.rater_page_tables import RaterQueue

@@ -1,5 +1,5 @@
 """Live pre-fills: each turn's prediction from the served version with this rater's posterior updated by
-every answer they gave on this page so far (sense7.model.live), recorded before the page is sent.
+every answer they gave on this page so far (sense7.model.live_posterior), recorded before the page is sent.
 
 Why: a rater's answers otherwise reach their pre-fills only through delivery, sync, a retrain and the next
 queue copy; a participant of a 20-minute session would see the traits prior to the end. Here the page's
@@ -25,7 +25,7 @@ import pandas as pd
 
 from sense7.data.conversations import task_key
 from sense7.data.items import task_columns, trait_table
-from sense7.model.live import LivePredictor, LiveUnsupported
+from sense7.model.live_posterior import LivePredictor, LiveUnsupported
 from sense7.model.registry import ModelRegistry
 from sense7.store.database import Store
 from sense7.store.rater_answers import is_repeat, queue_task_datas, rated_items

@@ -23,7 +23,7 @@ import requests
 from sense7.processes import ManagedProcess, ProcessError, ServiceStatus, port_is_free
 from sense7.settings import Settings, secure_home
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # sense7/labelstudio/server.py -> the repository
+REPO_ROOT = Path(__file__).resolve().parents[2]  # sense7/labelstudio/label_studio_process.py -> the repository
 
 
 # Label Studio 1.23.2's default banned subnets (core/utils/io.py validate_ip), which it drops when

@@ -245,7 +245,7 @@ def traits_fingerprint(traits: pd.DataFrame | None, rater_id: str) -> Hashable:
 
 class PosteriorCache:
     """The live posteriors of one served version (held by its `LivePredictor`): the one cache of the rater
-    page (sense7.rater_page.live) and the ML backend (sense7.ml_backend.live), so that neither rebuilds a
+    page (sense7.rater_page.live_prefills) and the ML backend (sense7.ml_backend.editor_prefills), so that neither rebuilds a
     rater's posterior from their answers on every page or request.
 
     Why it can be exact: a posterior is a function of (version, rater, traits, the answers new to the
