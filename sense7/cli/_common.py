@@ -66,6 +66,7 @@ EXPECTED_ERRORS = (
     ("sense7.model.bundle", "BundleError", 1),
     ("sense7.model.registry", "RegistryError", 1),
     ("sense7.settings", "SettingsError", 2),
+    ("sense7.store.migrations", "StoreTooNewError", 1),
 )
 
 

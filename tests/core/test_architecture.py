@@ -43,7 +43,8 @@ ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"), ("sense7.tasks"
 
 def _package_dirs() -> dict[str, Path]:
     """Every installed sense7 package and the folder it is read from (mapped folders included)."""
-    names = ["sense7", "sense7.cli", "sense7.data", "sense7.store", "sense7.readers", "sense7.privacy",
+    names = ["sense7", "sense7.cli", "sense7.data", "sense7.store", "sense7.store.migrations",
+             "sense7.store.migrations.versions", "sense7.readers", "sense7.privacy",
              "sense7.synthetic", "sense7.labelstudio", "sense7.model", "sense7.research",
              "sense7.labeling_config", "sense7.ml_backend", "sense7.tasks", "sense7.rater_page", "sense7.crowd"]
     return {name: Path(importlib.util.find_spec(name).origin).parent for name in names}
