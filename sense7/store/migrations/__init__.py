@@ -47,6 +47,7 @@ def _scripts():
     from alembic.script import ScriptDirectory
 
     config = Config()
+    config.set_main_option("path_separator", "os")
     config.set_main_option("script_location", str(VERSIONS_DIR.parent))
     config.set_main_option("version_locations", str(VERSIONS_DIR))
     return ScriptDirectory.from_config(config)

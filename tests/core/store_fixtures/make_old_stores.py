@@ -37,14 +37,25 @@ def value_for(column, n: int):
     if isinstance(kind, JSON):
         return {"row": n, "name": column.name, "values": {"warmth": n}}
     if isinstance(kind, (String, Text)):
-        return f"{column.table.name}-{column.name}-{n}"
+        value = f"{column.table.name}-{column.name}-{n}"
+        return value if not kind.length or len(value) <= kind.length else f"{n}-{column.name}"[:kind.length]
     raise TypeError(f"{column}: {kind}")
 
 
-def fill(engine, metadata) -> None:
+# The columns commit 7820add's `Store._ADDED_COLUMNS` added to older stores, in that order.
+ADDED_COLUMNS_OF_7820ADD = (("annotations", "author_id"), ("annotations", "quarantine"), ("annotations", "lead_time"),
+                            ("annotations", "created_at"), ("annotations", "repeat_of"),
+                            ("recorded_predictions", "own_ratings"), ("annotations", "held"), ("rating_history", "via"),
+                            ("crowd_released", "tasks_cleared_at"))
+
+
+def fill(engine, metadata, explicit_ids: bool = True) -> None:
+    """Two rows in every table. Without `explicit_ids`, serial `id` keys are left to the database (PostgreSQL's
+    sequences then stay in step, as in a store that grew by itself)."""
     with engine.begin() as conn:
         for table in metadata.sorted_tables:
-            conn.execute(table.insert(), [{c.name: value_for(c, n) for c in table.columns} for n in (1, 2)])
+            columns = [c for c in table.columns if explicit_ids or not (c.primary_key and c.name == "id")]
+            conn.execute(table.insert(), [{c.name: value_for(c, n) for c in columns} for n in (1, 2)])
 
 
 def main() -> None:
@@ -60,7 +71,7 @@ def main() -> None:
         conn = sqlite3.connect(path)
         conn.execute("PRAGMA journal_mode=DELETE")
         (HERE / "store-7820add.sql").write_text("\n".join(conn.iterdump()) + "\n")
-        for table, column, _ in Store._ADDED_COLUMNS:
+        for table, column in ADDED_COLUMNS_OF_7820ADD:
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         conn.commit()
         (HERE / "store-before-added-columns.sql").write_text("\n".join(conn.iterdump()) + "\n")
