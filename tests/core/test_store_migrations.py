@@ -100,6 +100,32 @@ def test_a_store_from_before_migrations_upgrades_with_every_row_intact(tmp_path,
     assert Store(f"sqlite:///{path}").upgraded is None  # the second opening finds nothing to do
 
 
+def test_an_upgrade_that_fails_half_way_changes_nothing(tmp_path, monkeypatch):
+    """One transaction under BEGIN IMMEDIATE: the first added column is rolled back with the failed second one,
+    and the error is not swallowed (the next opening tries again, and succeeds)."""
+    from alembic.operations import Operations
+
+    path = old_sqlite_store(tmp_path, "store-before-added-columns.sql")
+    raw = create_engine(f"sqlite:///{path}")
+    before = rows_by_table(raw)
+    real, calls = Operations.add_column, []
+
+    def second_fails(self, table, column, **kw):
+        calls.append(column.name)
+        if len(calls) == 2:
+            raise RuntimeError("disk full (planted)")
+        return real(self, table, column, **kw)
+
+    monkeypatch.setattr(Operations, "add_column", second_fails)
+    with pytest.raises(RuntimeError, match="planted"):
+        Store(f"sqlite:///{path}")
+    assert calls == ["author_id", "quarantine"]
+    assert rows_by_table(raw) == before and current_revision(raw) is None
+    assert "author_id" not in {c["name"] for c in inspect(raw).get_columns("annotations")}
+    monkeypatch.setattr(Operations, "add_column", real)
+    assert Store(f"sqlite:///{path}").upgraded.had_tables and current_revision(raw) == head_revision()
+
+
 def _open_together(url: str, count: int, tmp_path: Path) -> list[dict]:
     """`count` processes wait for one signal, then each opens the store; what each reports."""
     go = tmp_path / f"go-{uuid.uuid4().hex}"
