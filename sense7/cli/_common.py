@@ -67,6 +67,7 @@ EXPECTED_ERRORS = (
     ("sense7.model.registry", "RegistryError", 1),
     ("sense7.settings", "SettingsError", 2),
     ("sense7.store.migrations", "StoreTooNewError", 1),
+    ("sense7.backup", "BackupError", 1),
 )
 
 

@@ -45,6 +45,13 @@ def _version(state: dict) -> dict:
     return {**version, "lead_time": state["lead_time"]} if "lead_time" in state else version
 
 
+def log_staff_entry(engine: Engine, action: str, **detail) -> None:
+    """One staff-log line in the store of `engine`, without opening it as a `Store` (which would upgrade it):
+    `sense7 backup` records itself so, leaving the schema as it found it."""
+    with engine.begin() as conn:
+        conn.execute(staff_log.insert().values(at=_now(), actor=_actor(), action=action, detail=detail))
+
+
 class Store:
     """Thin, explicit data access; no ORM sessions to leak between threads or Celery tasks."""
 
@@ -267,8 +274,7 @@ class Store:
         return rows
 
     def log_staff(self, action: str, **detail) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(staff_log.insert().values(at=_now(), actor=_actor(), action=action, detail=detail))
+        log_staff_entry(self.engine, action, **detail)
 
     def staff_entries(self) -> list[dict]:
         with self.engine.connect() as conn:

@@ -31,7 +31,7 @@ LAYERS = {
     "sense7.model": 2, "sense7.labelstudio": 2,
     "sense7.research": 3,
     "sense7.tasks": 4, "sense7.ml_backend": 4, "sense7.rater_page": 4,
-    "sense7.stack": 4.5,
+    "sense7.stack": 4.5, "sense7.backup": 4.5,
     "sense7.cli": 5,
 }
 # Siblings on one layer stay apart, but for these: pre-annotation jobs predict with the backend's model
