@@ -432,6 +432,7 @@ def restore(archive: Path, target: Target, force: bool = False) -> dict:
                 os.replace(secret, target.secrets_dir / secret.name)  # staging is inside the home
     summary = _summary(manifest, len(secrets))
     store = Store(target.store_url)  # brings an older archive's store to this sense7's revision
-    store.log_staff("restore", **{k: v for k, v in summary.items() if k != "created"}, archive_created=manifest["created"])
+    store.log_staff("restore", **{k: v for k, v in summary.items() if k != "created"},
+                    archive_created=manifest["created"])
     store.engine.dispose()
     return summary

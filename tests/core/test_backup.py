@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from sense7.backup import BackupError, Target, backup, read_archive, restore, sha256_of
+from sense7.backup import BackupError, Target, read_archive
 from sense7.model.registry import ModelRegistry
 from sense7.settings import Settings
 from sense7.store.database import Store
-from sense7.store.migrations import StoreTooNewError, head_revision
+from sense7.store.migrations import head_revision
 
 SENSE7 = str(Path(sys.executable).parent / "sense7")
 PG = "postgresql://postgres@127.0.0.1:5432"
@@ -124,7 +124,12 @@ def test_a_restore_into_a_fresh_home_gives_the_study_back(study, tmp_path):
     registry, original = ModelRegistry(restored.model_dir), ModelRegistry(cfg.model_dir)
     assert registry.current() == "v2" and [v.name for v in registry.list_versions()] == ["v1", "v2"]
     assert registry.verify("v2") == original.verify("v2")
-    assert sha256_of(restored.label_studio_sqlite) != "" and restored.label_studio_sqlite.stat().st_mode & 0o777 == 0o600
+    import sqlite3
+
+    conn = sqlite3.connect(restored.label_studio_sqlite)
+    assert conn.execute("SELECT key, user_id FROM authtoken_token").fetchall() == [(cfg.ls_token, 1)]
+    conn.close()
+    assert restored.label_studio_sqlite.stat().st_mode & 0o777 == 0o600
     [entry] = [e for e in target.staff_entries() if e["action"] == "restore"]
     assert entry["detail"]["files"] == summary["files"] and entry["detail"]["secrets"] == summary["secrets"]
     for value in secret_values(fresh).values():

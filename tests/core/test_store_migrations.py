@@ -249,3 +249,13 @@ def test_postgresql_store_from_before_migrations_upgrades_with_every_row_intact(
     after["staff_log"] = [r for r in after["staff_log"] if r["action"] != "store upgrade"]
     assert_rows_kept(before, after)
     engine.dispose()
+
+
+def test_the_revisions_ship_in_the_package(repo_root):
+    """setuptools lists packages by name here: a revisions folder left out of pyproject.toml would install a
+    sense7 that cannot build its store."""
+    import tomllib
+
+    packages = tomllib.loads((repo_root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert {"sense7.store.migrations", "sense7.store.migrations.versions"} <= set(packages)
+    assert known_revisions()[0] == "0001"
