@@ -10,9 +10,9 @@ import traceback
 
 import typer
 
-from sense7.cli import (backend, config, demo, export, import_cmd, jobs, jury, models, project, rater_page, raters,
+from sense7.cli import (backend, backup, config, demo, export, import_cmd, jobs, jury, models, project, rater_page, raters,
                         ratings, release, research, server, status, synth_cmd)
-from sense7.cli import crowd
+from sense7.cli import crowd, store
 from sense7.cli._common import CleanErrorsGroup, err_console
 
 app = typer.Typer(
@@ -26,7 +26,7 @@ app = typer.Typer(
 
 # Registration order is the order `sense7 --help` lists the commands (then the groups) in.
 for module in (demo, server, project, config, import_cmd, raters, ratings, rater_page, synth_cmd, research, jury,
-               release, export, status, backend, jobs, models, crowd):
+               release, export, status, backend, jobs, models, crowd, store, backup):
     module.register(app)
 
 

@@ -66,6 +66,8 @@ EXPECTED_ERRORS = (
     ("sense7.model.bundle", "BundleError", 1),
     ("sense7.model.registry", "RegistryError", 1),
     ("sense7.settings", "SettingsError", 2),
+    ("sense7.store.migrations", "StoreTooNewError", 1),
+    ("sense7.backup", "BackupError", 1),
 )
 
 

@@ -24,17 +24,20 @@ def _assigned(cfg) -> dict[str, int]:
 def status(json_out: bool = typer.Option(False, "--json", help="print the status as JSON (docs/guides/researchers.md documents it)")) -> None:
     """Per rater: tasks assigned, done, last activity, median seconds per task and quality flags; totals and
     the pre-fill arms' counts. Reads Label Studio (assigned) and the store (everything else)."""
-    from sense7.store.database import Store
     from sense7.research.study_analysis import study_status
+    from sense7.store.database import Store
+    from sense7.store.migrations import revision_status
 
     cfg = settings()
     with label_studio_errors(cfg):
         assigned = _assigned(cfg)
-    result = study_status(Store(cfg.store_url), assigned, cfg.quality)
+    store = Store(cfg.store_url)  # opening it brings it to the newest revision (sense7.store.migrations)
+    result = study_status(store, assigned, cfg.quality)
     from sense7.cli.crowd import status_lines
     from sense7.crowd.lifecycle import status as crowd_status
 
-    result["crowd"] = crowd_status(Store(cfg.store_url))  # crowd studies: coverage, leases, outcomes
+    result["crowd"] = crowd_status(store)  # crowd studies: coverage, leases, outcomes
+    result["store"] = revision_status(store.engine)
     if json_out:
         print(json.dumps(result, indent=1, allow_nan=False))
         return
@@ -49,6 +52,8 @@ def status(json_out: bool = typer.Option(False, "--json", help="print the status
     console.print(f"{totals['raters']} raters, {totals['done']} of {totals['assigned']} tasks done, "
                   f"{totals['flagged']} flagged. Pre-fill arms: "
                   + ", ".join(f"{arm} {a['done']} of {a['tasks']} done" for arm, a in arms.items()), highlight=False)
+    console.print(f"Store schema: revision {result['store']['revision']} (newest this sense7 knows: "
+                  f"{result['store']['head']})", highlight=False)
     for line in status_lines(result["crowd"]):
         console.print(line, highlight=False)
 

@@ -92,6 +92,12 @@ class LabelStudioServer:
         self.data_dir = settings.home / "label-studio"
         self.process = ManagedProcess("label-studio", settings.home, self.healthy, startup_timeout)
 
+    @staticmethod
+    def sqlite_file(home: Path) -> Path:
+        """Label Studio's SQLite database in `home` (its default name under LABEL_STUDIO_BASE_DATA_DIR):
+        what `sense7 backup` copies when SENSE7_LS_DATABASE_URL is not set."""
+        return home / "label-studio" / "label_studio.sqlite3"
+
     def healthy(self, timeout: float = 2.0) -> bool:
         try:
             return requests.get(f"{self.settings.ls_url}/health", timeout=timeout).status_code == 200

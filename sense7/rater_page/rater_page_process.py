@@ -45,7 +45,7 @@ class RaterPageServer:
             raise RaterPageError(f"port {self.port} is already in use: choose another with SENSE7_RATER_PAGE_PORT")
         from sense7.store.database import Store
 
-        Store(self.settings.store_url)  # tables created once, not raced by the workers booting together
+        Store(self.settings.store_url)  # upgraded here, before the workers boot and wait on its lock
         cmd = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF),
                "sense7.rater_page.wsgi:app_from_env()"]
         environment = {**os.environ, **(env or {}), "SENSE7_HOME": str(self.settings.home),

@@ -8,7 +8,6 @@ retried job or a webhook delivered three times leaves one row.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
@@ -46,6 +45,13 @@ def _version(state: dict) -> dict:
     return {**version, "lead_time": state["lead_time"]} if "lead_time" in state else version
 
 
+def log_staff_entry(engine: Engine, action: str, **detail) -> None:
+    """One staff-log line in the store of `engine`, without opening it as a `Store` (which would upgrade it):
+    `sense7 backup` records itself so, leaving the schema as it found it."""
+    with engine.begin() as conn:
+        conn.execute(staff_log.insert().values(at=_now(), actor=_actor(), action=action, detail=detail))
+
+
 class Store:
     """Thin, explicit data access; no ORM sessions to leak between threads or Celery tasks."""
 
@@ -61,39 +67,17 @@ class Store:
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute("PRAGMA busy_timeout=10000")
                 cur.close()
-        self._create_tables()
+        self.upgraded = self._upgrade()
 
-    # Columns added after a store's first release: (table, column, SQL type) added to older databases.
-    _ADDED_COLUMNS = (("annotations", "author_id", "INTEGER"), ("annotations", "quarantine", "VARCHAR(300)"),
-                      ("annotations", "lead_time", "FLOAT"), ("annotations", "created_at", "VARCHAR(64)"),
-                      ("annotations", "repeat_of", "VARCHAR(300)"), ("recorded_predictions", "own_ratings", "INTEGER"),
-                      ("annotations", "held", "JSON"), ("rating_history", "via", "VARCHAR(32)"),
-                      ("crowd_released", "tasks_cleared_at", "TIMESTAMP WITH TIME ZONE"))
+    def _upgrade(self):
+        """Bring the store to the newest schema revision (sense7.store.migrations: once, under a lock, whoever
+        starts first); an existing store's upgrade is a staff-log entry. StoreTooNewError for a newer store."""
+        from sense7.store.migrations import upgrade
 
-    def _add_missing_columns(self) -> None:
-        from sqlalchemy import inspect, text
-
-        inspector = inspect(self.engine)
-        present = {(t, c["name"]) for t in {t for t, _, _ in self._ADDED_COLUMNS} for c in inspector.get_columns(t)}
-        with self.engine.begin() as conn:
-            for table, column, sql_type in self._ADDED_COLUMNS:
-                if (table, column) not in present:
-                    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
-
-    def _create_tables(self, attempts: int = 5) -> None:
-        """Create missing tables. Several processes (gunicorn workers, Celery) may start on a fresh
-        database at once: whoever loses the race sees "already exists" and simply checks again."""
-        from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
-
-        for attempt in range(attempts):
-            try:
-                metadata.create_all(self.engine)
-                self._add_missing_columns()
-                return
-            except (OperationalError, ProgrammingError, IntegrityError):
-                if attempt == attempts - 1:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
+        done = upgrade(self.engine)
+        if done is not None and done.had_tables:
+            self.log_staff("store upgrade", from_revision=done.from_revision, to_revision=done.to_revision)
+        return done
 
     # -- generic upsert ------------------------------------------------------------------------------
     def upsert_rows(self, conn, table: Table, rows: list[dict], keys: list[str], keep_existing: bool = False) -> None:
@@ -290,8 +274,7 @@ class Store:
         return rows
 
     def log_staff(self, action: str, **detail) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(staff_log.insert().values(at=_now(), actor=_actor(), action=action, detail=detail))
+        log_staff_entry(self.engine, action, **detail)
 
     def staff_entries(self) -> list[dict]:
         with self.engine.connect() as conn:

@@ -32,7 +32,7 @@ LAYERS = {
     "sense7.research": 3,
     "sense7.retraining": 3.5,  # production retraining and its promotion gate: scores with research's metrics, run by the jobs
     "sense7.tasks": 4, "sense7.ml_backend": 4, "sense7.rater_page": 4,
-    "sense7.stack": 4.5,
+    "sense7.stack": 4.5, "sense7.backup": 4.5,
     "sense7.cli": 5,
 }
 # Siblings on one layer stay apart, but for these: pre-annotation jobs predict with the backend's model
@@ -44,7 +44,8 @@ ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"), ("sense7.tasks"
 
 def _package_dirs() -> dict[str, Path]:
     """Every installed sense7 package and the folder it is read from (mapped folders included)."""
-    names = ["sense7", "sense7.cli", "sense7.data", "sense7.store", "sense7.readers", "sense7.privacy",
+    names = ["sense7", "sense7.cli", "sense7.data", "sense7.store", "sense7.store.migrations",
+             "sense7.store.migrations.versions", "sense7.readers", "sense7.privacy",
              "sense7.synthetic", "sense7.labelstudio", "sense7.model", "sense7.research",
              "sense7.labeling_config", "sense7.ml_backend", "sense7.tasks", "sense7.rater_page", "sense7.crowd"]
     return {name: Path(importlib.util.find_spec(name).origin).parent for name in names}

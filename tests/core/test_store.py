@@ -55,29 +55,6 @@ def test_traits_merge_and_emails_are_case_insensitive(store_url):
     assert "email" not in store.raters_frame().columns
 
 
-def test_losing_the_create_table_race_is_retried_not_fatal(store_url, monkeypatch):
-    """Two gunicorn workers on a fresh database: the loser of CREATE TABLE retries instead of dying."""
-    import pytest
-    from sqlalchemy.exc import OperationalError
-
-    import sense7.store
-
-    real, calls = sense7.store.tables.metadata.create_all, []
-
-    def racing(engine):
-        calls.append(engine)
-        if len(calls) == 1:
-            raise OperationalError("CREATE TABLE raters", {}, Exception("table raters already exists"))
-        return real(engine)
-
-    monkeypatch.setattr(sense7.store.tables.metadata, "create_all", racing)
-    assert Store(store_url).counts()["raters"] == 0 and len(calls) == 2
-    monkeypatch.setattr(sense7.store.tables.metadata, "create_all", lambda engine: (_ for _ in ()).throw(
-        OperationalError("x", {}, Exception("unable to open database file"))))
-    with pytest.raises(OperationalError, match="unable to open"):
-        Store(store_url)
-
-
 def test_the_outbox_hands_out_the_newest_undelivered_revision_per_task_oldest_first(tmp_path):
     from sense7.store.rater_page_tables import Outbox
 
