@@ -34,7 +34,7 @@ from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import make_url
 
 from sense7 import __version__
-from sense7.labelstudio.server import LabelStudioServer
+from sense7.labelstudio.label_studio_process import LabelStudioServer
 from sense7.model.registry import MANIFEST_NAME, POINTER_NAME, ModelRegistry, RegistryError
 from sense7.settings import Settings, secure_home
 from sense7.store.database import Store, log_staff_entry

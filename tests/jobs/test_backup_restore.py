@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from sense7.labelstudio.server import LabelStudioServer
+from sense7.labelstudio.label_studio_process import LabelStudioServer
 from sense7.model.bundle import train_bundle
 from sense7.model.registry import ModelRegistry
 from sense7.processes import free_port
