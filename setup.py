@@ -3,7 +3,7 @@
 Everything installs under the one name `sense7` (no top-level `tasks` or `ml_backend` to collide with another
 project's); the repository keeps the design card's top-level folders, and each of them (with any subpackage
 added later) installs as `sense7.<folder>`. A hand list once left `sense7.crowd` out of the wheel while the
-editable install used by the tests still had it (issue 38); tests/packaging/test_wheel.py installs the wheel."""
+editable install used by the tests still had it (issue 38); tests/wheel/test_wheel.py installs the wheel."""
 
 from setuptools import find_namespace_packages, setup
 
