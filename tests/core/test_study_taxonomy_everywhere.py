@@ -32,7 +32,7 @@ from sense7.model.bundle import train_bundle
 from sense7.model.registry import ModelRegistry
 from sense7.processes import free_port
 from sense7.taxonomy import load_taxonomy, render_rating_config
-from tests.conftest import SEVEN_POINT_CONTROLS, write_seven_point_taxonomy
+from tests.support.taxonomy import SEVEN_POINT_CONTROLS, write_seven_point_taxonomy
 
 runner = CliRunner()
 _titles = itertools.count(1)

@@ -12,7 +12,7 @@ from pathlib import Path
 from sense7.crowd.lifecycle import start_rating
 from sense7.crowd.participants import Participants, Studies
 from sense7.data.store import Store
-from tests.crowd.helpers import write_study
+from tests.support.crowd import write_study
 
 SENSE7 = Path(sys.executable).parent / "sense7"
 

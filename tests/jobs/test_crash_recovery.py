@@ -16,8 +16,8 @@ import redis
 
 from sense7.tasks import delivery, sync
 from sense7.tasks.broker import LEASE_TTL, take_lease
-from tests.jobs.helpers import annotate, project_tasks, wait_for
-from tests.jobs.test_pipeline import seed
+from tests.support.jobs import annotate, project_tasks, wait_for
+from tests.support.jobs import seed
 
 HOLDER = """
 import sys, time

@@ -169,7 +169,7 @@ def test_sense7_worker_on_a_fresh_machine_starts_its_own_redis(tmp_path):
 
     from celery import Celery
 
-    from tests.jobs.helpers import wait_for
+    from tests.support.jobs import wait_for
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
     env.update({"SENSE7_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"})

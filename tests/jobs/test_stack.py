@@ -113,7 +113,7 @@ def _children_of(pid: int, at_least: int) -> list:
     """The worker's children (its pool and its beat) once it has `at_least` of them."""
     import psutil
 
-    from tests.jobs.helpers import wait_for
+    from tests.support.jobs import wait_for
 
     return wait_for(lambda: [c for c in psutil.Process(pid).children() if c.status() != psutil.STATUS_ZOMBIE]
                     if len(psutil.Process(pid).children()) >= at_least else None, what=f"{at_least} children of {pid}")
@@ -132,7 +132,7 @@ def test_a_killed_worker_leaves_nothing_behind(tmp_path, redis_server):
     import psutil
 
     from sense7.stack import worker_process
-    from tests.jobs.helpers import wait_for
+    from tests.support.jobs import wait_for
 
     home = tmp_path / "home"
     env = {**os.environ, "SENSE7_HOME": str(home), "SENSE7_REDIS_URL": redis_server.url}

@@ -22,8 +22,8 @@ from sense7.processes import ManagedProcess, free_port
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
 from sense7.taxonomy import InstructedItem, load_taxonomy
-from tests.jobs.conftest import VENV_BIN, redis_server  # noqa: F401  (fixture)
-from tests.rater_page.conftest import csrf_of, hidden
+from tests.support.stack import VENV_BIN
+from tests.support.rater_page import csrf_of, hidden
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK = InstructedItem("attention_check", "To show you are reading, choose 2 here.", 2)

@@ -24,9 +24,9 @@ from sense7.data.toy_study import make_conversations, turn_level
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 from sense7.labelstudio.protocol import user_id
 from sense7.labelstudio.rater_accounts import account_email
-from tests.jobs.helpers import make_raters, wait_for
-from tests.rater_page.conftest import csrf_of, start_rating_services
-from tests.rater_page.test_submissions import answer_profile, submit
+from tests.support.jobs import make_raters, wait_for
+from tests.support.rater_page import csrf_of, start_rating_services
+from tests.support.rater_page import answer_profile, submit
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 

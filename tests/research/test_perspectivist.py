@@ -22,7 +22,7 @@ from sense7.research.perspectivist import (
 )
 from sense7.research.report import render_report
 
-from .conftest import planted_items
+from tests.support.research import planted_items
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

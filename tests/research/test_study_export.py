@@ -19,7 +19,7 @@ from sense7.data.raterpage import token_hash
 from sense7.data.store import Store
 from sense7.research.lewidi import anad, mean_soft_label_wasserstein
 
-from .study_store import PLATFORM_ID, RATERS, TAXONOMY, WITHDRAWN, fill_study
+from tests.support.study_store import PLATFORM_ID, RATERS, TAXONOMY, WITHDRAWN, fill_study
 
 runner = CliRunner()
 CONTROLS = TAXONOMY.controls

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.crowd.helpers import write_study
+from tests.support.crowd import write_study
 
 pytestmark = pytest.mark.slow
 
