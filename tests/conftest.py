@@ -128,3 +128,28 @@ def job_stack(label_studio, redis_server, tmp_path) -> JobStack:
     yield stack
     stack.close()
 
+
+# The fast tier: `./run test --quick` (tests/README.md). Everything that needs no Label Studio, no browser and
+# no slow real-process set-up; CI's `./run test -q` still runs everything.
+
+QUICK_SKIPS = ("labelstudio", "browser", "slow")  # markers the fast tier leaves out
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help=f"the fast tier: leave out tests marked {', '.join(QUICK_SKIPS)} or needing Label Studio")
+
+
+def needs_more_than_the_fast_tier(item) -> bool:
+    """Marked labelstudio, browser or slow, or reaching the session's Label Studio through a fixture (a test
+    that forgot its mark would otherwise start the server in the fast tier)."""
+    return any(item.get_closest_marker(name) for name in QUICK_SKIPS) or "label_studio" in item.fixturenames
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--quick"):
+        return
+    left_out = [item for item in items if needs_more_than_the_fast_tier(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not needs_more_than_the_fast_tier(item)]

@@ -175,6 +175,7 @@ def test_left_out_conversations_are_not_trained_on_nor_released_and_withdrawn_ra
     assert third.conversation_id in set(expected["conversation_id"])
 
 
+@pytest.mark.slow
 def test_a_served_version_trained_on_an_erased_rater_is_replaced_whatever_the_gate_and_then_removed(tmp_path):
     """The promotion gate keeps a worse candidate out (tests/jobs/test_promotion_gate.py); a served version
     named on a withdrawal's receipt is replaced anyway, then deleted."""

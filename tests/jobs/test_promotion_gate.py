@@ -11,6 +11,9 @@ from sense7.research.retraining import Retrainer
 from tests.support.jobs import served_and_spoiled_store
 
 
+pytestmark = pytest.mark.slow  # each test trains and retrains models
+
+
 @pytest.fixture
 def served_and_spoiled(tmp_path):
     return served_and_spoiled_store(tmp_path)
