@@ -11,6 +11,7 @@ import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 
 from sense7.crowd.lifecycle import assignments_of, expire_leases, start_rating, status
 from sense7.crowd.participants import AlreadyEntered, Participants
@@ -374,6 +375,7 @@ def test_a_half_rated_conversations_lease_expiry_keeps_the_rated_one_and_gives_b
 
 # -- monitoring reads one document -------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_crowd_status_carries_each_pool_conversations_coverage(tmp_path):
     import os
     import sys

@@ -98,6 +98,7 @@ def test_columns_and_traits_are_made_only_on_a_miss(setup):
     assert not np.allclose(other.coef(), state.coef())
 
 
+@pytest.mark.slow
 def test_another_served_version_has_its_own_posteriors(setup):
     """A promotion builds a new LivePredictor, hence a new cache: never the previous version's posterior."""
     synth, data, compiled, traits, raters = setup

@@ -119,6 +119,7 @@ def test_compiled_equals_reference_for_every_kind_of_rater(study, served_tasks):
 ], ids=["pooled-no-slopes-separate-generic", "char-ngrams", "tfidf-weighting", "relational", "text-encoder",
         "text-encoder-relational", "rater-directions-from-the-encoder",
         "rater-directions", "rater-directions-no-slopes", "rater-ridge", "rater-ridge-text-encoder"])
+@pytest.mark.slow
 def test_compiled_equals_reference_for_non_default_models(study, served_tasks, personalized, generic):
     bundle = train_bundle(study.rating_data(), "v2", TAXONOMY, personalized=personalized, generic=generic)
     _compare(bundle, served_tasks)
