@@ -28,11 +28,11 @@ import numpy as np
 import pandas as pd
 
 from sense7.data.items import trait_table
-from sense7.data.rater_answers import answer_watermarks, queue_task_datas, rated_items, submissions_stamp
-from sense7.data.raterpage import RaterQueue
-from sense7.data.store import Store
-from sense7.data.study_design import live_version
 from sense7.model.live import LivePredictor, LiveUnsupported, traits_fingerprint
+from sense7.store.database import Store
+from sense7.store.rater_answers import answer_watermarks, queue_task_datas, rated_items, submissions_stamp
+from sense7.store.rater_page_tables import RaterQueue
+from sense7.store.study_design import live_version
 
 log = logging.getLogger("sense7.ml_backend")
 

@@ -29,8 +29,8 @@ from sense7.ml_backend.live import LiveItem, LiveServing
 from sense7.ml_backend.rater_info import RaterInfoCache
 
 from sense7.data.items import task_columns
-from sense7.data.study_design import HIDDEN, LIVE_KIND, arm_of
 from sense7.labelstudio.protocol import task_problem
+from sense7.store.study_design import HIDDEN, LIVE_KIND, arm_of
 from sense7.taxonomy import Taxonomy
 
 log = logging.getLogger("sense7.ml_backend")
@@ -100,7 +100,7 @@ class Sense7Model:
             if problem:
                 results[i] = self._error_result(task, problem, loaded.version)
             elif arm_of(task.get("data")) == HIDDEN:
-                # The study hides this task's prediction (sense7.data.study_design): it was recorded at import;
+                # The study hides this task's prediction (sense7.store.study_design): it was recorded at import;
                 # an empty result of the served version shows nothing and stops Label Studio asking again.
                 results[i] = self._hidden_result(loaded.version)
             else:
@@ -211,7 +211,7 @@ class Sense7Model:
 
     # ------------------------------------------------------------------ recorded predictions
     def prediction_records(self, tasks: list[dict]) -> list[dict | None]:
-        """What the study records before a rater sees each task (sense7.data.study_design), whatever its arm: the
+        """What the study records before a rater sees each task (sense7.store.study_design), whatever its arm: the
         served version, the kind of model that answered, the level the study's pre-fill rule picks (what a
         shown task pre-fills) and the expected rating per control, and the generic model's for the same task. None for a task that cannot be predicted."""
         return self.predict_and_record(tasks)[1]
@@ -311,7 +311,7 @@ def build_model(settings, on_event: Callable[[str, dict], Any] | None = None,
                 check_interval: float = 1.0, refresh_seconds: float = 30.0) -> Sense7Model:
     """The model of one serving process (the backend's gunicorn worker, or a Celery worker pushing
     pre-annotations): the registry's current version loaded now, once."""
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.model.registry import ModelRegistry
     from sense7.taxonomy import study_taxonomy
 

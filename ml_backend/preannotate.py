@@ -5,7 +5,7 @@ Predictions are built by the ML backend's own `Sense7Model.predict` (the code th
 chunks through `projects.import_predictions` avoids Label Studio's one-request-per-batch /predict calls
 with their 100 s timeout. Idempotent: tasks that already carry the served version are skipped.
 
-The study's hidden arm (sense7.data.study_design): those tasks' predictions are recorded in the store (once per
+The study's hidden arm (sense7.store.study_design): those tasks' predictions are recorded in the store (once per
 version) and never pushed to Label Studio, where a staff member or a rater could see them.
 """
 
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from sense7.data.study_design import SHOWN, StudyRecords, arm_of
+from sense7.store.study_design import SHOWN, StudyRecords, arm_of
 
 
 @dataclass

@@ -79,7 +79,7 @@ class BackendServer:
             raise BackendError(f"port {self.port} is already in use by another program: stop it or choose another "
                                "port with SENSE7_BACKEND_PORT (or --port)")
         # Create the store's tables once here, so the workers booting together need not race to do it.
-        from sense7.data.store import Store
+        from sense7.store.database import Store
 
         Store(self.settings.store_url)
         cmd = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF), "sense7.ml_backend.wsgi:app_from_env()"]

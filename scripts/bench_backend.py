@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_backend.py --duration 10 --batches 10 --workers 2 --threads 4   # gthread
     .venv/bin/python scripts/bench_backend.py --half-open 50   # each batch idle, then under 50 half-open connections
 
-Trains a real bundle (sense7.model.bundle.train_bundle) on synthetic data (sense7.data.synth), promotes it in a
+Trains a real bundle (sense7.model.bundle.train_bundle) on synthetic data (sense7.synthetic.synth), promotes it in a
 temporary registry, fills a temporary store with the raters' traits and contexts, starts the backend with
 `sense7 backend start`'s code path on a free port, and drives POST /predict with wrk (C, so the load
 generator is not the bottleneck; `apt-get install wrk`). Each request body is one of 64 different task
@@ -207,8 +207,8 @@ class PeerBackend:
 
 
 def prepare(home: Path, n_conversations: int, n_raters: int, seed: int):
-    from sense7.data import synth
-    from sense7.data.store import Store
+    from sense7.synthetic import synth
+    from sense7.store.database import Store
     from sense7.labelstudio.importer import plan_tasks
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry

@@ -71,7 +71,7 @@ CODES = {"completion": "DONE", "no_consent": "NOCONS", "screen_out": "SCREEN"}
 def slot_figures(store, k: int) -> dict:
     from sqlalchemy import func, select
 
-    from sense7.data.store import crowd_released, crowd_slots
+    from sense7.store.tables import crowd_released, crowd_slots
 
     with store.engine.connect() as conn:
         per = dict(conn.execute(select(crowd_slots.c.conversation_id, func.count())
@@ -207,7 +207,7 @@ class SlotWatch(threading.Thread):
     def run(self) -> None:
         from sqlalchemy import select
 
-        from sense7.data.store import crowd_participants, crowd_slots
+        from sense7.store.tables import crowd_participants, crowd_slots
 
         while self.running:
             with self.store.engine.connect() as conn:
@@ -271,8 +271,8 @@ def flood_main(args, cfg) -> None:
     from sense7.crowd.lifecycle import assignments_of, install_study
     from sense7.crowd.participants import Participants, Studies, pseudonymous_id, study_secret
     from sense7.crowd.simulate import Pace, run_participants, write_study
-    from sense7.data.store import crowd_participants, crowd_slots
-    from sense7.data.toy_study import make_conversations
+    from sense7.store.tables import crowd_participants, crowd_slots
+    from sense7.synthetic.toy_study import make_conversations
     from sense7.stack import Stack
     from sense7.taxonomy import study_taxonomy
 
@@ -403,9 +403,9 @@ def main() -> None:
                      SENSE7_RATER_PAGE_LINK_LIMIT="100000 per minute", **ls_env)
     from sense7.crowd.lifecycle import assignments_of, install_study
     from sense7.crowd.simulate import Pace, run_participants, write_study
-    from sense7.data.toy_study import make_conversations
+    from sense7.synthetic.toy_study import make_conversations
     from sense7.crowd.participants import Participants, Studies
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
     from sense7.labelstudio.label_sync import LabelSync
     from sense7.labelstudio.protocol import webhook_headers
     from sense7.research.study_analysis import analyze_study

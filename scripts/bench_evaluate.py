@@ -52,7 +52,7 @@ def markdown(result: dict) -> str:
 
 
 def bench_wassa(directory: Path, out: Path | None, folds: int, boot: int, seed: int) -> None:
-    from sense7.data.wassa import load_wassa
+    from sense7.readers.wassa import load_wassa
     from sense7.research.analysis import analyze
     from sense7.research.report import write_report
     from sense7.taxonomy import load_taxonomy
@@ -88,7 +88,7 @@ def bench_harness(n_conversations: int, n_raters: int, boot: int, folds: int) ->
     the five models: near-free to fit, and (unlike constant baselines) every one has a Spearman to
     bootstrap, so this is the worst case for the resampling."""
     from sense7.data.items import build_items
-    from sense7.data.synth import generate
+    from sense7.synthetic.synth import generate
     from sense7.model.baselines import RaterMean
     from sense7.research.analysis import analyze
     from sense7.taxonomy import load_taxonomy
@@ -109,8 +109,8 @@ def bench_harness(n_conversations: int, n_raters: int, boot: int, folds: int) ->
 
 
 def bench_planted(n_conversations: int, n_raters: int, folds: int, boot: int, seed: int) -> None:
-    """All five models on synthetic data with planted rater structure (sense7.data.synth)."""
-    from sense7.data.synth import generate
+    """All five models on synthetic data with planted rater structure (sense7.synthetic.synth)."""
+    from sense7.synthetic.synth import generate
     from sense7.taxonomy import load_taxonomy
 
     synth = generate(n_conversations, n_raters, seed, load_taxonomy())
@@ -145,9 +145,9 @@ def parse_fixed(spec: str) -> dict:
 
 def _load_named(name: str, path: Path):
     if name == "wassa":
-        from sense7.data.wassa import load_wassa
+        from sense7.readers.wassa import load_wassa
         return load_wassa(path)
-    from sense7.data.convabuse import load_convabuse
+    from sense7.readers.convabuse import load_convabuse
     return load_convabuse(path)
 
 
@@ -232,11 +232,11 @@ class _OracleRater:
 
 
 def bench_oracle_gain(spec: str, folds: int, boot: int, seed: int, fixed: str = "") -> None:
-    """`--oracle-gain CxR`: on synthetic data with planted rater x content sensitivities (sense7.data.synth),
+    """`--oracle-gain CxR`: on synthetic data with planted rater x content sensitivities (sense7.synthetic.synth),
     the within-rater Spearman gain over generic of the personalized model and of the oracle (the truth);
     and, to tell the rater-specific part from the text model's error, the rater-blind oracle (the truth for
     an average rater) against generic and the oracle against the rater-blind oracle."""
-    from sense7.data.synth import generate
+    from sense7.synthetic.synth import generate
     from sense7.model.estimators import GenericRater, PersonalizedRater
     from sense7.taxonomy import load_taxonomy
 

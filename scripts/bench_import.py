@@ -14,14 +14,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from sense7.data import synth
-from sense7.data.formats import read_conversations
-from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import import_conversations, plan_tasks
 from sense7.processes import free_port
+from sense7.readers.formats import read_conversations
 from sense7.settings import Settings
 from sense7.stack import Stack
+from sense7.store.database import Store
+from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
 
 from benchkit import argument_parser, emit

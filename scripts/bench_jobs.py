@@ -33,7 +33,7 @@ def main() -> None:
     settings = fresh_home("bench-jobs-")
     from label_studio_sdk import LabelStudio
 
-    from sense7.data.toy_study import make_conversations, make_raters
+    from sense7.synthetic.toy_study import make_conversations, make_raters
     from sense7.labelstudio.client import ensure_projects, import_tasks
     from sense7.labelstudio.protocol import connect_backend, rating_tasks
     from sense7.stack import Stack
@@ -75,7 +75,7 @@ def main() -> None:
         figures["import_annotated_tasks_s"] = round(time.perf_counter() - started, 1)
         # The raters' submissions behind those annotations (as the rater page's outbox holds them once
         # delivered): the sync counts an annotation as a rater's only with one behind it (issue 23).
-        from sense7.data.raterpage import Outbox
+        from sense7.store.rater_page_tables import Outbox
         from sense7.labelstudio.label_sync import LabelSync
 
         outbox = Outbox(rt.store)

@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="prediction runs (the best and the first are shown)")
     args = parser.parse_args()
 
-    from sense7.data import synth
+    from sense7.synthetic import synth
     from sense7.data.conversations import Conversation
     from sense7.model.bundle import train_bundle
     from sense7.research.jury import jury_predict, select_panel, write_csv

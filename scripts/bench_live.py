@@ -8,7 +8,7 @@
 SQLite store: read the record, the rater's queue answers, contexts and traits, update the posterior from
 10 / 50 / 200 answers, predict, record) and prints p50 / p99 per answer count.
 
-A synthetic study (sense7.data.synth) whose ratings are redrawn with strong rater leniency (sd 0.8 on the
+A synthetic study (sense7.synthetic.synth) whose ratings are redrawn with strong rater leniency (sd 0.8 on the
 latent scale, cut points 1 apart) and slopes (1 + N(0, 0.5)); a version is trained on 36 of 60 raters; each
 of the 24 new raters (6 of them answering at random) answers their turns in order, each next turn
 predicted live from their answers so far (population parameters fixed). Quality only: no timings.
@@ -40,9 +40,9 @@ def latency(repeats: int = 200) -> None:
 
     import numpy as np
 
-    from sense7.data.raterpage import QueueItem
-    from sense7.data.store import Store
-    from sense7.data.synth import generate
+    from sense7.store.rater_page_tables import QueueItem
+    from sense7.store.database import Store
+    from sense7.synthetic.synth import generate
     from sense7.labelstudio.protocol import rating_tasks
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry

@@ -27,11 +27,10 @@ import statistics
 import time
 
 from sense7.data.items import build_items
-from sense7.data.synth import generate
-from sense7.model import GenericRater, PersonalizedRater
-from sense7.model import options
+from sense7.model import GenericRater, PersonalizedRater, options
 from sense7.model.bundle import ModelBundle
 from sense7.model.oracle import compare_with_oracle
+from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
 
 from benchkit import argument_parser
@@ -130,7 +129,7 @@ def bench_speed(n_conversations: int, n_raters: int, batch: int, repeats: int, e
 
 
 def bench_wassa(directory: str) -> dict:
-    from sense7.data.wassa import load_wassa
+    from sense7.readers.wassa import load_wassa
     from sense7.model.baselines import RaterMean
     from sense7.research.evaluation import evaluate_items
 

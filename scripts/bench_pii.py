@@ -5,7 +5,7 @@
 
 Builds a ChatGPT-shaped export (mapping trees with a regenerated answer per conversation, 3 exchanges of
 realistic length, e-mails, phones, URLs, IPs, card numbers and IBANs planted in one message in four) in a
-temporary folder, then times `sense7.data.exports.read_export` and `sense7.data.pii.scrub_conversations`
+temporary folder, then times `sense7.readers.exports.read_export` and `sense7.privacy.pii.scrub_conversations`
 separately, as `sense7 import` runs them; creating the Label Studio tasks is `scripts/bench_import.py`'s.
 Prints one JSON object: sizes, seconds per phase, conversations per second, peak RSS.
 """
@@ -22,8 +22,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from sense7.data.exports import read_export
-from sense7.data.pii import Identifiers, scrub_conversations
+from sense7.privacy.pii import Identifiers, scrub_conversations
+from sense7.readers.exports import read_export
 
 PLANTED = ["write to jane.doe@mailbox.example", "call (415) 555-0132", "see https://intranet.example.com/hr?id=4",
            "my server 203.0.113.7", "card 4111 1111 1111 1111", "IBAN DE89 3704 0044 0532 0130 00",

@@ -43,11 +43,11 @@ def main() -> None:
     from sense7.ml_backend.model import build_model
     from sense7.ml_backend.preannotate import Preannotator
 
-    from sense7.data import synth
+    from sense7.synthetic import synth
     from sense7.data.dataset import RatingData
-    from sense7.data.formats import read_conversations, read_raters, read_ratings
-    from sense7.data.store import Store
-    from sense7.data.study_design import StudyRecords
+    from sense7.readers.formats import read_conversations, read_raters, read_ratings
+    from sense7.store.database import Store
+    from sense7.store.study_design import StudyRecords
     from sense7.labelstudio import client as ls_client
     from sense7.labelstudio.importer import import_conversations, plan_tasks
     from sense7.model.bundle import train_bundle

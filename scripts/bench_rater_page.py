@@ -12,13 +12,21 @@ pacing through Label Studio's own API (create the annotation, fetch the next tas
 
     .venv/bin/python scripts/bench_rater_page.py [--raters 200] [--turns 3] [--think 30 90] [--out f.json]
     .venv/bin/python scripts/bench_rater_page.py --live      # what live pre-fills add to a page (issue 25)
+    .venv/bin/python scripts/bench_rater_page.py --half-open 16 20   # /healthz with held connections (issue 37)
 
 --live: the rater page is run twice with the same raters and pacing, first with no model version (no
-pre-fill at all), then with a version trained on a synthetic study (sense7.data.synth; the bench's raters are
+pre-fill at all), then with a version trained on a synthetic study (sense7.synthetic.synth; the bench's raters are
 new to it) promoted, so every page after a rater's answers carries a live pre-fill (sense7.rater_page.live,
 recorded before the page is sent). Each pass answers one of the rater's two conversations; the Label Studio
 API comparison is skipped (it would annotate the second one). Reported: both passes' figures and
 `live_added_page_ms` (page p50 / p99 of the live pass minus the first's) and the live predictions recorded.
+
+--half-open N [N ...]: only the rater page (its production size, 2 workers x 8 threads) and its Redis, no
+Label Studio. /healthz is asked --rate times a second for --seconds, each on a new connection (as a health
+check does), first idle, then for each N while N connections that sent part of a header line and then
+nothing are held (benchkit.HeldConnections: one the server closes after its read timeout is replaced at
+once). Reported: /healthz p50 / p99 / max and errors for each, p99 over idle p99 (goal: <= 2), and how many
+held connections the server closed. Before issue 37 (stock gthread), 16 held connections held every thread.
 
 Prints one JSON document (also written to --out). Timings are wall-clock on whatever else the machine runs.
 """
@@ -34,8 +42,8 @@ from datetime import timezone
 
 import httpx
 
-from benchkit import (StoreWatch, argument_parser, emit, fresh_home, label_studio_and_broker, logger,
-                      promote_synthetic_version, summary)
+from benchkit import (HeldConnections, StoreWatch, argument_parser, emit, fresh_home, label_studio_and_broker,
+                      logger, promote_synthetic_version, summary)
 
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
 ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
@@ -110,7 +118,7 @@ FORM_VALUES: dict[int, dict] = {}
 
 def page_pass(ids: list[str], links: dict[str, str], args, tax, rng: random.Random, store, watch) -> dict:
     """Every rater at once through the rater page (`args.turns` answers each); the figures of the pass."""
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
 
     tally = Tally()
     started = time.time()
@@ -139,6 +147,65 @@ def page_pass(ids: list[str], links: dict[str, str], args, tax, rng: random.Rand
     return figures
 
 
+def healthz_times(url: str, seconds: float, rate: float) -> tuple[list[float], list[str]]:
+    """/healthz `rate` times a second for `seconds`, each on a new connection (http.client: an httpx client
+    per request would time its own set-up): (durations, errors)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    times, errors = [], []
+    started = time.perf_counter()
+    for i in range(int(seconds * rate)):
+        time.sleep(max(started + i / rate - time.perf_counter(), 0))
+        asked = time.perf_counter()
+        connection = http.client.HTTPConnection(where.hostname, where.port, timeout=30.0)
+        try:
+            connection.request("GET", "/healthz")
+            answer = connection.getresponse()
+            answer.read()
+            if answer.status != 200:
+                raise RuntimeError(f"HTTP {answer.status}")
+            times.append(time.perf_counter() - asked)
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            connection.close()
+    return times, errors
+
+
+def half_open(args) -> dict:
+    """/healthz idle, then while N partial-header connections are held, for each N of --half-open."""
+    cfg = fresh_home("bench-page-held-")
+    from sense7.stack import Stack
+
+    page = cfg.rater_page
+    figures: dict = {"machine": f"{os.cpu_count()} cores", "rater_page": f"gunicorn {page.workers} workers x "
+                     f"{page.threads} threads", "read_timeout_s": page.read_timeout, "seconds": args.seconds,
+                     "rate_per_s": args.rate}
+    with Stack(cfg) as stack:
+        stack.start_redis()
+        stack.start_rater_page()
+        url = stack.rater_page.url
+        httpx.get(f"{url}/healthz", timeout=30.0)
+        times, errors = healthz_times(url, args.seconds, args.rate)
+        figures["idle"] = {**summary(times), "errors": len(errors)}
+        log(f"idle: {figures['idle']}")
+        for n in args.half_open:
+            held = HeldConnections(stack.rater_page.host, stack.rater_page.port, n)
+            held.start()
+            held.ready.wait(30)
+            times, errors = healthz_times(url, args.seconds, args.rate)
+            held.stop()
+            run = {**summary(times), "errors": len(errors), "first_errors": errors[:3],
+                   "held_closed_by_server": held.closed_by_server}
+            if times and figures["idle"].get("p99_ms"):
+                run["p99_over_idle"] = round(run["p99_ms"] / figures["idle"]["p99_ms"], 2)
+            figures[f"held_{n}"] = run
+            log(f"{n} held: {run}")
+    return figures
+
+
 def main() -> None:
     parser = argument_parser(__doc__)
     parser.add_argument("--raters", type=int, default=200)
@@ -146,14 +213,21 @@ def main() -> None:
     parser.add_argument("--think", type=float, nargs=2, default=[30.0, 90.0], help="think time range (s)")
     parser.add_argument("--skip-api", action="store_true", help="skip the Label Studio API comparison")
     parser.add_argument("--live", action="store_true", help="measure what live pre-fills add to a page")
+    parser.add_argument("--half-open", type=int, nargs="+", default=None, metavar="N",
+                        help="only /healthz, idle and while N partial-header connections are held")
+    parser.add_argument("--seconds", type=float, default=30.0, help="--half-open: seconds of /healthz per run")
+    parser.add_argument("--rate", type=float, default=20.0, help="--half-open: /healthz requests a second")
     args = parser.parse_args()
+    if args.half_open:
+        emit(half_open(args), args.out)
+        return
     args.skip_api = args.skip_api or args.live
 
     cfg = fresh_home("bench-page-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0")
     from sense7.labelstudio.label_sync import LabelSync
 
-    from sense7.data.raterpage import LinkBook
-    from sense7.data.toy_study import make_conversations, make_raters
+    from sense7.store.rater_page_tables import LinkBook
+    from sense7.synthetic.toy_study import make_conversations, make_raters
     from sense7.labelstudio.importer import import_conversations
     from sense7.labelstudio.protocol import rating_result, webhook_headers
     from sense7.labelstudio.rater_accounts import ensure_accounts
@@ -218,7 +292,7 @@ def main() -> None:
                 q: round(figures["rater_page_live"]["page"][q] - figures["rater_page"]["page"][q], 1)
                 for q in ("p50_ms", "p99_ms") if q in figures["rater_page"]["page"]
                 and q in figures["rater_page_live"]["page"]}
-            from sense7.data.study_design import LIVE_KIND, StudyRecords
+            from sense7.store.study_design import LIVE_KIND, StudyRecords
 
             recorded = StudyRecords(store).predictions_frame()
             figures["live_predictions_recorded"] = int((recorded["kind"] == LIVE_KIND).sum()) if len(recorded) else 0

@@ -1,15 +1,17 @@
-"""Timing of `sense7 release` on a large study: building, writing, and the check that reads every file.
+"""Timing of `sense7 release` on a large study: building, writing, and the check that reads every file; and
+of `sense7 export` on the same store (its tidy tables and the LeWiDi layout).
 
     .venv/bin/python scripts/bench_release.py                         # 5,000 conversations, 500 raters, 3 each
     .venv/bin/python scripts/bench_release.py --conversations 300 --raters 60   # a quick look
 
-Fills a SQLite store in a temporary folder with a synthetic study (sense7.data.synth: every conversation
+Fills a SQLite store in a temporary folder with a synthetic study (sense7.synthetic.synth: every conversation
 rated by `--per-conversation` raters; messages lengthened to about `--chars` characters with ordinary
 prose, dates and amounts, so the phone and card detectors have digits to look at), a link per rater and a
 completed crowd participant (platform id) per rater: the ids, e-mails, hashes and platform ids the check
-looks for. Then times `build_release`, `write_release` and `check_release` (sense7.data.release_check)
-separately and prints one JSON document: sizes, seconds per phase (and the check's CPU seconds),
-megabytes checked per second, peak RSS.
+looks for. Then times `build_release`, `write_release` and `check_release` (sense7.privacy.release_check)
+separately, then `build_export` and `write_export` (sense7.research.study_export, both layouts, each
+with its Croissant check and leak scan), and prints one JSON document: sizes, seconds per phase (and the
+check's CPU seconds), megabytes checked per second, peak RSS.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from pathlib import Path
 
 import benchkit
 
-from sense7.data import synth
 from sense7.data.conversations import Conversation, Message
-from sense7.data.raterpage import LinkBook
-from sense7.data.release import build_release, write_release
-from sense7.data.release_check import check_release, originals_from_store
-from sense7.data.store import Store, crowd_completions
+from sense7.privacy.release import build_release, write_release
+from sense7.privacy.release_check import check_release, originals_from_store
+from sense7.research.study_export import build_export, forbidden_values, write_export
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import LinkBook
+from sense7.store.tables import crowd_completions
+from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
 
 PROSE = ("I keep going back and forth on whether to take the new role, it pays better but the commute is long "
@@ -97,6 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         started, cpu = time.perf_counter(), time.process_time()
         result = check_release(out, originals, k=5)
         check_seconds, check_cpu = time.perf_counter() - started, time.process_time() - cpu
+        started = time.perf_counter()
+        export = build_export(store, tax)
+        export_build_seconds = time.perf_counter() - started
+        leaks = forbidden_values(store, with_ids=False)
+        export_seconds = {}
+        for fmt in ("tidy", "lewidi"):
+            started = time.perf_counter()
+            write_export(export, Path(tmp) / f"export-{fmt}", fmt, leaks)
+            export_seconds[fmt] = round(time.perf_counter() - started, 1)
+        log(f"exported {export.row_counts()['ratings']} rating rows")
         figures = {
             "conversations": args.conversations, "raters": args.raters, "per_conversation": args.per_conversation,
             "rows": result["counts"], "messages": sum(len(c["messages"]) for c in release.tables["conversations"]),
@@ -104,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             "store_ids": len(originals.rater_ids) + len(originals.conversation_ids) + len(originals.platform_ids),
             "seconds": {"read_store": round(read_seconds, 1), "build": round(build_seconds, 1),
                         "write": round(write_seconds, 1), "check": round(check_seconds, 1)},
+            "export": {"rating_rows": export.row_counts()["ratings"], "build_seconds": round(export_build_seconds, 1),
+                       "write_seconds": export_seconds},
             "check_cpu_seconds": round(check_cpu, 1),  # what a shared machine's wall clock hides
             "check_megabytes_per_second": round(size / 1e6 / check_seconds, 2),
             "peak_rss_megabytes": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),

@@ -125,7 +125,7 @@ def attribution_lookups(n_raters: int, repeats: int = 20) -> dict:
     an email): the whole map against the task's own rater."""
     import tempfile
 
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.labelstudio.rater_accounts import raters_by_email
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,7 +170,7 @@ def main() -> None:
     from sense7.labelstudio.label_sync import LabelSync
     from sense7.tasks.sync import backlog
 
-    from sense7.data.toy_study import make_conversations, make_raters
+    from sense7.synthetic.toy_study import make_conversations, make_raters
     from sense7.labelstudio.client import import_tasks
     from sense7.labelstudio.protocol import rating_tasks, webhook_headers
     from sense7.labelstudio.rater_accounts import ensure_users

@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sense7.data import toy_study
 from sense7.labelstudio.protocol import rating_result
 from sense7.processes import free_port
 from sense7.settings import Settings
+from sense7.synthetic import toy_study
 from sense7.taxonomy import Taxonomy
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def fresh_home(prefix: str, **env: str) -> Settings:
 
 def label_studio_and_broker(stack, taxonomy: Taxonomy):
     """Start the stack's Label Studio and Redis; (client, rating project, profile project, store)."""
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.labelstudio import client as ls_client
 
     stack.start_label_studio()
@@ -74,7 +74,7 @@ def label_studio_and_broker(stack, taxonomy: Taxonomy):
 
 
 def toy_annotation(turn_text: str, taxonomy: Taxonomy, bias: int = 0) -> list[dict]:
-    """A full rating annotation of a toy-study turn (sense7.data.toy_study): warm turns high, cold ones low,
+    """A full rating annotation of a toy-study turn (sense7.synthetic.toy_study): warm turns high, cold ones low,
     shifted by the rater's bias."""
     level = toy_study.turn_level(turn_text, bias)
     return rating_result({c: level for c in taxonomy.controls}, taxonomy, "yes" if level >= 3 else "no")
@@ -98,7 +98,7 @@ class StoreWatch(threading.Thread):
     def run(self) -> None:
         from sqlalchemy import select
 
-        from sense7.data.store import annotations
+        from sense7.store.tables import annotations
 
         while self.running:
             with self.store.engine.connect() as conn:
@@ -112,7 +112,7 @@ class StoreWatch(threading.Thread):
 def promote_synthetic_version(cfg, tax) -> str:
     """A version trained on a small synthetic study (none of the bench's raters), promoted: the served
     version whose posterior live pre-fills update."""
-    from sense7.data.synth import generate
+    from sense7.synthetic.synth import generate
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
 
@@ -133,3 +133,52 @@ def summary(seconds) -> dict:
     return {"n": int(values.size), "p50_ms": round(float(np.percentile(values, 50)) * 1000, 1),
             "p99_ms": round(float(np.percentile(values, 99)) * 1000, 1),
             "max_ms": round(float(values.max()) * 1000, 1)}
+
+
+class HeldConnections(threading.Thread):
+    """`n` connections to (host, port) that each sent part of a request's header line and then nothing (the
+    attack of issue 37, item 5); one the server closes is replaced at once, so that `n` are held all along.
+    `closed_by_server` counts the replacements."""
+
+    HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: abc"
+
+    def __init__(self, host: str, port: int, n: int):
+        super().__init__(daemon=True)
+        self.address, self.n = (host, port), n
+        self.open: list = []
+        self.closed_by_server = 0
+        self.ready, self.stopping = threading.Event(), threading.Event()
+
+    def connect(self):
+        import socket
+
+        sock = socket.create_connection(self.address, timeout=10)
+        sock.sendall(self.HEAD)
+        sock.setblocking(False)
+        return sock
+
+    def run(self) -> None:
+        import select
+
+        self.open = [self.connect() for _ in range(self.n)]
+        self.ready.set()
+        while not self.stopping.is_set():
+            readable, _, _ = select.select(self.open, [], [], 0.1)
+            for sock in readable:
+                try:
+                    if sock.recv(4096):
+                        continue  # an answer (none is expected): the end comes next
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    pass
+                self.open.remove(sock)
+                sock.close()
+                self.closed_by_server += 1
+                self.open.append(self.connect())
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(30)
+        for sock in self.open:
+            sock.close()

@@ -42,6 +42,20 @@ def _count_from_env(env, variable: str, default: int, minimum: int) -> int:
     return value
 
 
+def _positive_seconds(env, name: str, default: float) -> float:
+    """A duration in seconds above 0 from the environment variable `name` (unset or empty: `default`)."""
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise SettingsError(f"environment variable {name}: expected a number of seconds above 0, got {raw!r}")
+    return seconds
+
+
 def _numbers_from_env(cls, env, prefix: str) -> dict:
     """Numeric fields of a settings dataclass from PREFIX + FIELD_NAME (upper case); unset keeps defaults."""
     values = {}
@@ -187,6 +201,8 @@ class RaterPage:
     completion_url: str = ""              # SENSE7_COMPLETION_URL: the finish page's "continue" link
     workers: int = 2                      # SENSE7_RATER_PAGE_WORKERS
     threads: int = 8                      # SENSE7_RATER_PAGE_THREADS
+    read_timeout: float = 5.0             # SENSE7_RATER_PAGE_READ_TIMEOUT (s): a request's headers, then each
+                                          # body read and write (sense7.rater_page.bounded_worker)
     link_attempts: str = "30 per minute"  # SENSE7_RATER_PAGE_LINK_LIMIT: failed link openings per client address
     trusted_proxies: TrustedProxies = field(default_factory=TrustedProxies)  # SENSE7_TRUSTED_PROXIES
 
@@ -200,6 +216,7 @@ class RaterPage:
                    completion_url=env.get("SENSE7_COMPLETION_URL") or "",
                    workers=int(env.get("SENSE7_RATER_PAGE_WORKERS") or 2),
                    threads=int(env.get("SENSE7_RATER_PAGE_THREADS") or 8),
+                   read_timeout=_positive_seconds(env, "SENSE7_RATER_PAGE_READ_TIMEOUT", 5.0),
                    link_attempts=env.get("SENSE7_RATER_PAGE_LINK_LIMIT") or "30 per minute",
                    trusted_proxies=TrustedProxies.parse(env.get("SENSE7_TRUSTED_PROXIES")))
 
@@ -231,7 +248,7 @@ DEFAULT_PREFILL_RULE = "median"
 
 @dataclass(frozen=True)
 class StudyDesign:
-    """How a study pre-fills its rating forms and checks its raters (sense7.data.study_design draws it at import).
+    """How a study pre-fills its rating forms and checks its raters (sense7.store.study_design draws it at import).
 
     prefill: `randomized` (default for new studies: each (rater, task) draws shown or hidden, so anchoring
     can be measured), `shown` (every task pre-filled with the model's guess) or `hidden` (predictions are

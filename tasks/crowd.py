@@ -72,7 +72,7 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
     pass); returns rater -> rating tasks in their queue. Participants no longer seated are left out."""
     from sense7.crowd.lifecycle import conversations_for
     from sense7.crowd.participants import Participants, Studies
-    from sense7.data.raterpage import RaterQueue
+    from sense7.store.rater_page_tables import RaterQueue
     from sense7.labelstudio.importer import import_conversations, import_profile_tasks
     from sense7.labelstudio.rater_accounts import copy_queues
 

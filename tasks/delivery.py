@@ -2,7 +2,7 @@
 around sense7.labelstudio.rater_accounts.copy_queues, run by `sense7 raters invite`, the demo and beat
 every SENSE7_RATER_QUEUE_INTERVAL s), so that opening a link reads the store only.
 
-Delivery of rater-page submissions to Label Studio: the outbox (sense7.data.raterpage) drained into
+Delivery of rater-page submissions to Label Studio: the outbox (sense7.store.rater_page_tables) drained into
 annotations written as each rater's attribution account (sense7.labelstudio.rater_accounts).
 
 The rater page stores a submission and calls `request_delivery`: like the sync, one drain job is queued
@@ -20,9 +20,9 @@ import logging
 
 from celery import shared_task
 from sense7.tasks import names
+from sense7.tasks.broker import LEASE_TTL, lease_or_ask_again, queue_once, redis_client
 from sense7.tasks.celery_app import get_app
 from sense7.tasks.runtime import RETRY, Runtime, as_retryable, current_runtime, describe_error, transient
-from sense7.tasks.broker import LEASE_TTL, lease_or_ask_again, queue_once, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def deliver_outbox(rt: Runtime, parallel: int = 4, on_round=None) -> dict:
     the submission, which stays in the outbox. Returns counts."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
     from sense7.labelstudio.rater_accounts import ensure_accounts, write_annotation
 
     outbox, accounts = Outbox(rt.store), rt.rater_accounts
@@ -97,7 +97,7 @@ def deliver_outbox(rt: Runtime, parallel: int = 4, on_round=None) -> dict:
 def refresh_queues(rt: Runtime, rater_ids=None) -> int:
     """Copy the queues of raters with an active link (or of `rater_ids`) from Label Studio into the store:
     one pass over both projects. Returns the raters refreshed."""
-    from sense7.data.raterpage import LinkBook
+    from sense7.store.rater_page_tables import LinkBook
     from sense7.labelstudio.rater_accounts import copy_queues
 
     raters = sorted(rater_ids if rater_ids is not None else LinkBook(rt.store).active())
@@ -134,7 +134,7 @@ def deliver_task() -> dict:
         lease.release()
     # A submission stored after the last round saw the flag still set and queued nothing: deliver it too
     # (also after a round that delivered nothing: the submission may have come in just after it looked).
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
 
     if Outbox(rt.store).counts()["undelivered"] > result["failed"]:
         request_delivery()

@@ -3,7 +3,7 @@
 For each withdrawal asked for: Label Studio's side first (their tasks with the annotations and predictions on
 them, their attribution account: sense7.labelstudio.erasure), then every row of theirs in the store in one
 transaction that also turns the withdrawal into a receipt without personal data
-(sense7.data.participation.erase_rater_rows). The model versions trained on their ratings are named on the
+(sense7.privacy.participation.erase_rater_rows). The model versions trained on their ratings are named on the
 receipt; a retrain is queued (the ordinary retrain job), which promotes its new version whatever the gate
 says while the served one is such a version, and then removes them (sense7.research.retraining).
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import logging
 
-from sense7.data.participation import Withdrawals, erase_rater_rows, staff_user
 from sense7.labelstudio.erasure import erase_rater, rater_users
 from sense7.labelstudio.rater_accounts import account_email
 from sense7.model.registry import ModelRegistry, RegistryError
+from sense7.privacy.participation import Withdrawals, erase_rater_rows, staff_user
 from sense7.tasks import names
 from sense7.tasks.runtime import Runtime
 

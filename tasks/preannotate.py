@@ -7,8 +7,8 @@ from celery import shared_task
 from sense7.tasks import names
 from sense7.tasks.runtime import LabelStudioUnavailable, as_retryable, current_runtime
 
-from sense7.data.study_design import StudyRecords
 from sense7.ml_backend.preannotate import Preannotator
+from sense7.store.study_design import StudyRecords
 
 
 # Retry backoff, retries and time limits: celery_app.celery_config (from the settings).

@@ -83,7 +83,7 @@ class Runtime:
 
     @cached_property
     def store(self):
-        from sense7.data.store import Store
+        from sense7.store.database import Store
 
         return Store(self.settings.store_url)
 

@@ -60,7 +60,7 @@ def nothing_imported(exc: Exception) -> typer.Exit:
 # (module, class name, exit code). Matched by name so that `sense7 --help` imports none of these modules:
 # an exception can only be an instance of a class whose module is already loaded.
 EXPECTED_ERRORS = (
-    ("sense7.data.formats", "FormatError", 2),
+    ("sense7.readers.formats", "FormatError", 2),
     ("sense7.taxonomy", "TaxonomyError", 1),
     ("sense7.model.catalog", "UnknownModelError", 2),
     ("sense7.model.bundle", "BundleError", 1),

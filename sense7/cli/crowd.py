@@ -17,7 +17,7 @@ crowd_app = typer.Typer(help="Crowd studies: participants from a platform such a
 
 
 def _store():
-    from sense7.data.store import Store
+    from sense7.store.database import Store
 
     return Store(settings().store_url)
 
@@ -37,7 +37,7 @@ def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; READ
     """Validate a study file, its consent text and its pool, and store them (the study starts closed;
     re-running it updates the study and keeps its participants and slots)."""
     from sense7.crowd.lifecycle import install_study
-    from sense7.data.formats import FormatError
+    from sense7.readers.formats import FormatError
     from sense7.crowd.participants import study_secret
 
     cfg = settings()
@@ -103,7 +103,10 @@ def status_lines(rows: list[dict]) -> list[str]:
             f"crowd study {row['study']} ({'open' if row['open'] else 'closed'}): {c['rated']} of {c['slots']} "
             f"slots rated, {c['in_lease']} in open leases, {c['fully_covered']} of {c['conversations']} "
             f"conversations fully covered (K={c['raters_per_conversation']}), spread {c['spread']}, "
-            f"{c['released']} slots given back; participants: {p['completed']} completed, {p['rating']} rating, "
+            f"{c['released']} slots given back; assignment {c.get('policy', 'least_covered')} (floor "
+            f"{c.get('floor', 1)}): " + ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in
+                                                   (c.get('reasons') or {}).items()) + "; participants:"
+            f" {p['completed']} completed, {p['rating']} rating, "
             f"{p['checking']} at the check, {p['abandoned']} abandoned, {p['declined']} declined, "
             f"{p['screened_out']} screened out, {p['full']} turned away (full), {p['withdrawn']} withdrawn; "
             f"cap {row['cap']} ({row.get('seated', 0)} seated)")

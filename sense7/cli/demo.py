@@ -26,12 +26,12 @@ from pathlib import Path
 import typer
 
 from sense7.cli._common import console, err_console, fail, resolve_taxonomy, settings
-from sense7.data import synth
 from sense7.files import csv_text, write_private
 from sense7.labelstudio import client as ls_client
 from sense7.processes import ProcessError
 from sense7.settings import Settings
 from sense7.stack import LEFTOVERS, Stack, worker_process
+from sense7.synthetic import synth
 from sense7.tasks import names
 
 LIVE_FRACTION = 0.5      # of the synthetic conversations become Label Studio tasks; the rest is the pilot
@@ -171,7 +171,7 @@ def _label_studio_and_projects(cfg: Settings, tax, stack: Stack, phases: Phases)
 
 
 def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack, copy_probability=0.3) -> None:
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.ml_backend.model import build_model
     from sense7.model.registry import ModelRegistry
 
@@ -220,8 +220,8 @@ def _run_demo(cfg, conversations, raters, n_conversations, n_raters, seed, stack
 def _study_data(cfg: Settings, store, tax, conversations, raters, n_conversations, n_raters, seed) -> StudyData:
     """The synthetic study (or the user's files) read, its raters and conversations in the store, and the
     pilot half's ratings imported as an earlier study's."""
-    from sense7.data.formats import read_conversations, read_raters, read_ratings
-    from sense7.data.intake import admit
+    from sense7.readers.formats import read_conversations, read_raters, read_ratings
+    from sense7.readers.intake import admit
 
     data_dir = cfg.home / "demo-data"
     if conversations is None:
@@ -320,7 +320,7 @@ def _simulate_raters(study: StudyData, links: dict[str, str], tax, copy_probabil
 def _sync_and_retrain(stack: Stack, store, registry, first_version: str, labelled: int) -> str:
     """Wait until every answer is in Label Studio and in the store, and for a version newer than the
     first (retraining now if no retrain was triggered); the served version."""
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
 
     _run_job(names.RECONCILE, "the reconciliation with Label Studio", 300)
     outbox = Outbox(store)
@@ -453,7 +453,7 @@ def _print_study(result: dict, path: Path) -> None:
 def _demo_links(cfg: Settings, store, rater_ids: list[str]) -> dict[str, str]:
     """A fresh private link per simulated rater (only hashes are stored, so the demo makes new ones each
     run), written to SENSE7_HOME/links.csv (0600)."""
-    from sense7.data.raterpage import LinkBook
+    from sense7.store.rater_page_tables import LinkBook
 
     book, base = LinkBook(store), cfg.rater_page.public_url
     links = {r: f"{base}/r/{book.issue(r, rotate=True)}" for r in rater_ids}
@@ -462,7 +462,7 @@ def _demo_links(cfg: Settings, store, rater_ids: list[str]) -> dict[str, str]:
 
 
 def _write_report(conversations: Path, ratings: Path, raters: Path | None, out: Path) -> None:
-    from sense7.data.dataset import load_native
+    from sense7.readers.formats import load_native
     from sense7.research.evaluation import evaluate
     from sense7.research.report import write_report
 
@@ -496,7 +496,7 @@ def _run_crowd_demo(cfg: Settings, n: int, n_conversations: int, n_raters: int, 
     """The stack, a served model trained on a synthetic pilot, and a crowd study whose pool is the
     synthetic live half; N simulated participants go through it on the rater page; then the study's status
     and the live pre-fills' gain curve."""
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.model.registry import ModelRegistry
 
     phases, tax = Phases(), resolve_taxonomy(cfg=cfg)
@@ -537,7 +537,7 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
     from sense7.crowd.lifecycle import expire_leases, install_study, status
     from sense7.crowd.participants import Participants, Studies
     from sense7.crowd.simulate import Pace, mix, run_participants, write_study
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
     from sense7.research.study_analysis import analyze_study
     from sense7.tasks.crowd import clear_released_tasks
     from sense7.tasks.runtime import Runtime
@@ -580,7 +580,7 @@ def run_crowd_study(cfg: Settings, store, tax, page_url: str, n: int, pool: list
 def _stored(store) -> set[int]:
     from sqlalchemy import select
 
-    from sense7.data.store import annotations
+    from sense7.store.tables import annotations
 
     with store.engine.connect() as conn:
         return {r.task_id for r in conn.execute(select(annotations.c.task_id))}

@@ -38,7 +38,7 @@ def export(
     url = cfg.store_url
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise fail(f"no study store at {url}: nothing to export (nothing was written)", 2)
-    from sense7.data.store import Store
+    from sense7.store.database import Store
 
     store = Store(url)
     try:

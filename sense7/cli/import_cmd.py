@@ -8,13 +8,13 @@ import typer
 
 from sense7.cli._common import (console, err_console, fail, label_studio_errors, nothing_imported, progress,
                                 resolve_taxonomy, settings, taxonomy_option)
-from sense7.data.exports import EXPORT_FORMATS
-from sense7.data.formats import FORMATS, FormatError, read_assignments
-from sense7.data.intake import ReimportConflict, admit, read_batch
-from sense7.data.pii import Identifiers, read_identifier_list
-from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
+from sense7.privacy.pii import Identifiers
+from sense7.readers.exports import EXPORT_FORMATS
+from sense7.readers.formats import FORMATS, FormatError, read_assignments, read_identifier_list
+from sense7.readers.intake import ReimportConflict, admit, read_batch
+from sense7.store.database import Store
 
 
 def _report_conflict(file: Path, exc: ReimportConflict) -> typer.Exit:

@@ -214,7 +214,7 @@ def preannotate(
     if enqueue:
         _enqueue(names.PREANNOTATE)
         return
-    from sense7.data.study_design import StudyRecords
+    from sense7.store.study_design import StudyRecords
     from sense7.ml_backend.model import ModelUnavailable
     from sense7.ml_backend.preannotate import Preannotator
 

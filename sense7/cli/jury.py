@@ -17,7 +17,7 @@ PANEL_HELP = ("who sits on the jury: `all`, `raters:r001,r002`, a trait filter s
 def _read_inputs(conversations: Path, compare_with: Path | None, assignments: Path | None, raters: Path | None, tax):
     """(transcripts, other transcripts or None, seats or None, raters frame or None); exits 2 on bad input
     with file:line: field: reason, before anything is computed or written."""
-    from sense7.data.formats import raters_frame, read_assignments, read_conversations, read_raters
+    from sense7.readers.formats import raters_frame, read_assignments, read_conversations, read_raters
 
     for path in (conversations, compare_with, assignments, raters):
         if path is not None and not Path(path).is_file():
@@ -31,7 +31,7 @@ def _read_inputs(conversations: Path, compare_with: Path | None, assignments: Pa
             for conv in read_assignments(assignments, transcripts):
                 seats.setdefault(conv.conversation_id, set()).add(conv.rater_id)
         frame = raters_frame(read_raters(raters, tax, extra_columns=True), tax) if raters else None
-    except ValueError as exc:  # sense7.data.formats.FormatError
+    except ValueError as exc:  # sense7.readers.formats.FormatError
         raise fail(str(exc), 2)
     return transcripts, other, seats, frame
 
@@ -121,7 +121,7 @@ def jury_command(
     transcripts, other, seats, rater_frame = _read_inputs(conversations, compare_with, assignments, raters, tax)
     version, bundle = _served_bundle()
     if rater_frame is None:
-        from sense7.data.store import Store
+        from sense7.store.database import Store
 
         rater_frame = Store(settings().store_url).raters_frame()
     known = sorted(bundle.known_raters)

@@ -46,7 +46,7 @@ def list_models() -> None:
 
 def _live_metrics(cfg) -> dict:
     """Live evaluation per version from the store (empty when the store has none or cannot be read)."""
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.research.study_analysis import live_by_version
 
     return live_by_version(Store(cfg.store_url), resolve_taxonomy(cfg=cfg))

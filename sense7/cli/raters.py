@@ -19,7 +19,7 @@ NOT_RECOVERABLE = "(kept: handed out earlier; only its hash is stored. --rotate 
 
 
 def _store():
-    from sense7.data.store import Store
+    from sense7.store.database import Store
 
     return Store(settings().store_url)
 
@@ -46,8 +46,8 @@ def _email_conflicts(store, rows: list[dict]) -> list[str]:
 def raters_import(file: Path = typer.Argument(..., help="CSV: rater_id, email, profile fields of the taxonomy"),
                   taxonomy: Path = taxonomy_option()) -> None:
     """Register or update rater traits in sense7's store (never in Label Studio task data)."""
-    from sense7.data.formats import FormatError, read_raters
-    from sense7.data.store import Store
+    from sense7.readers.formats import FormatError, read_raters
+    from sense7.store.database import Store
 
     cfg = settings()
     try:
@@ -81,7 +81,7 @@ def invite(
 ) -> None:
     """Give every rater one private, unguessable, revocable link to the rater page. Re-running keeps the
     links already handed out (their URLs stay in the CSV you wrote then) and adds links for new raters."""
-    from sense7.data.raterpage import LinkBook
+    from sense7.store.rater_page_tables import LinkBook
 
     cfg = settings()
     store = _store()
@@ -139,7 +139,7 @@ def _copy_queues(rater_ids: list[str]) -> None:
 @raters_app.command()
 def revoke(rater_id: str = typer.Argument(..., help="The rater whose link stops working now.")) -> None:
     """Revoke a rater's link: it answers 404 from now on (`invite --rater ID` gives them a new one)."""
-    from sense7.data.raterpage import LinkBook
+    from sense7.store.rater_page_tables import LinkBook
 
     store = _store()
     if not LinkBook(store).revoke(rater_id):
@@ -151,7 +151,7 @@ def revoke(rater_id: str = typer.Argument(..., help="The rater whose link stops 
 @raters_app.command("list")
 def list_links() -> None:
     """Raters with an active link, when it was made, and their submissions waiting for Label Studio."""
-    from sense7.data.raterpage import LinkBook, Outbox
+    from sense7.store.rater_page_tables import LinkBook, Outbox
 
     store = _store()
     for rater_id, created in sorted(LinkBook(store).active().items()):
@@ -168,7 +168,7 @@ def withdraw(rater_id: str = typer.Argument(..., help="The rater who withdraws f
     without personal data remains (`sense7 raters erase` lists receipts). Withdrawing twice or an unknown
     id: one error line, nothing changed. Interrupted: `sense7 raters erase --confirm` finishes it."""
     from sense7.crowd.lifecycle import withdraw as settle_crowd_withdrawal
-    from sense7.data.participation import WithdrawalError, Withdrawals, staff_user
+    from sense7.privacy.participation import WithdrawalError, Withdrawals, staff_user
 
     store = _store()
     try:
@@ -187,7 +187,7 @@ def erase(confirm: bool = typer.Option(False, "--confirm", help="Erase the pendi
           rater: list[str] = typer.Option(None, "--rater", help="Only these pending raters (repeatable).")) -> None:
     """Withdrawals asked for on the rater page wait here for staff: list them, and `--confirm` erases them
     (as `withdraw` does). Re-running after an interruption completes the erasure."""
-    from sense7.data.participation import Withdrawals
+    from sense7.privacy.participation import Withdrawals
 
     withdrawals = Withdrawals(_store())
     pending = withdrawals.pending()

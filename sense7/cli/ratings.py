@@ -32,8 +32,8 @@ def ratings_import(
 
     Both files are validated first (every rating must point at an assistant turn of a conversation of
     that rater); on any problem nothing is written."""
-    from sense7.data.formats import FormatError, read_conversations, read_ratings
-    from sense7.data.store import Store
+    from sense7.readers.formats import FormatError, read_conversations, read_ratings
+    from sense7.store.database import Store
 
     cfg = settings()
     tax = resolve_taxonomy(taxonomy, cfg)
@@ -90,7 +90,7 @@ def history(
     staff: bool = typer.Option(False, "--staff", help="The staff entries instead (ratings imported, reverts)."),
 ) -> None:
     """Every change of a synced rating, oldest first: id, when, who (Label Studio user id), before -> after."""
-    from sense7.data.store import Store
+    from sense7.store.database import Store
 
     store = Store(settings().store_url)
     if staff:
@@ -126,7 +126,7 @@ def revert(change: int = typer.Argument(..., help="The change's id (#N in `sense
             raise fail(str(exc))
         except ApiError as exc:
             raise fail(describe_error(exc)) from None
-    from sense7.data.store import Store
+    from sense7.store.database import Store
 
     Store(cfg.store_url).log_staff("revert", change=change, written=result.upserted, deleted=result.deleted)
     console.print(f"change #{change} reverted: {result.upserted} annotation(s) written, {result.deleted} deleted")
@@ -135,7 +135,7 @@ def revert(change: int = typer.Argument(..., help="The change's id (#N in `sense
 @ratings_app.command("quarantined")
 def quarantined() -> None:
     """Annotations credited to no rater (the author is not a known rater, or not the task's rater)."""
-    from sense7.data.store import Store
+    from sense7.store.database import Store
 
     rows = Store(settings().store_url).quarantined()
     for row in rows:
@@ -161,7 +161,7 @@ def accept(annotations: list[int] = typer.Argument(..., help="Label Studio annot
     """Count what Label Studio holds for these annotations as their rater's own rating, although no
     rater-page submission stands behind it (a staff correction, a rating entered for a rater; an accepted
     cancellation removes the rating). Logged (`sense7 ratings history --staff`); all or nothing."""
-    from sense7.data.store import Store
+    from sense7.store.database import Store
 
     try:
         done = Store(settings().store_url).accept_held(list(dict.fromkeys(annotations)))

@@ -23,8 +23,8 @@ def release(
     platform id of the store, anywhere; k; CSV equal to JSONL; counts that add up.
 
     Writing goes to a temporary folder renamed into place at the end: a failure leaves nothing behind."""
-    from sense7.data.release import ReleaseError, build_release, write_release
-    from sense7.data.release_check import check_release
+    from sense7.privacy.release import ReleaseError, build_release, write_release
+    from sense7.privacy.release_check import check_release
 
     if (out is None) == (check is None):
         raise fail("give --out DIR to write a release or --check DIR to verify one", 2)
@@ -52,15 +52,15 @@ def release(
         store = _store(cfg, create=False)
         if store is None:
             raise ReleaseError(f"no study store at {cfg.store_url}: nothing to release (nothing was written)")
-        # Participants' choices (sense7.data.participation): conversations their owner left out of a release
+        # Participants' choices (sense7.privacy.participation): conversations their owner left out of a release
         # or of the study, anyone else's own ratings they left out, and raters whose withdrawal is not erased
         # yet, are not released.
-        from sense7.data.participation import ConversationChoices, Withdrawals
+        from sense7.privacy.participation import ConversationChoices, Withdrawals
 
         left_out = ConversationChoices(store).out_of_release()
         built = build_release(store.rating_data(tax), tax, k=k, exclude_raters=Withdrawals(store).pending_raters(),
                               exclude_conversations=left_out.conversations, exclude_ratings=left_out.ratings)
-        from sense7.data.croissant import study_facts
+        from sense7.privacy.croissant import study_facts
 
         built.study = study_facts(store, tax, cfg.study)  # the Croissant file's RAI fields: pre-fills, models, crowd
         originals = _originals(cfg)
@@ -75,7 +75,7 @@ def release(
 
 def _store(cfg, create: bool):
     """The study's store, or None when its SQLite file does not exist (never created by a check)."""
-    from sense7.data.store import Store
+    from sense7.store.database import Store
 
     url = cfg.store_url
     if not create and url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
@@ -85,7 +85,7 @@ def _store(cfg, create: bool):
 
 def _originals(cfg):
     """What the store holds that a release must not (None without a store: never created by a check)."""
-    from sense7.data.release_check import originals_from_store
+    from sense7.privacy.release_check import originals_from_store
 
     store = _store(cfg, create=False)
     return None if store is None else originals_from_store(store)

@@ -24,18 +24,18 @@ def _load(conversations: Path | None, ratings: Path | None, raters: Path | None,
           taxonomy, need_conversations: bool = True, assignments: Path | None = None,
           convabuse: Path | None = None):
     """(RatingData or ratings frame, data set name); exits 2 with file:line: field: reason on bad input."""
-    from sense7.data.dataset import load_native
-    from sense7.data.formats import read_ratings
+    from sense7.readers.formats import load_native
+    from sense7.readers.formats import read_ratings
 
     if sum(bool(x) for x in (wassa, convabuse, conversations or ratings or raters)) > 1:
         raise fail("give one of --wassa2024, --convabuse or the native files (--conversations/--ratings/--raters)", 2)
     try:
         if wassa:
-            from sense7.data.wassa import load_wassa
+            from sense7.readers.wassa import load_wassa
 
             return load_wassa(wassa), "wassa2024"
         if convabuse:
-            from sense7.data.convabuse import load_convabuse
+            from sense7.readers.convabuse import load_convabuse
 
             return load_convabuse(convabuse), "convabuse"
         if ratings is None or (need_conversations and conversations is None):
@@ -50,7 +50,7 @@ def _load(conversations: Path | None, ratings: Path | None, raters: Path | None,
             return read_ratings(ratings, taxonomy), Path(ratings).stem
         return (load_native(conversations, ratings, raters, taxonomy=taxonomy, assignments_path=assignments),
                 Path(ratings).parent.name or Path(ratings).stem)
-    except ValueError as exc:  # sense7.data.formats.FormatError: file:line: field: reason
+    except ValueError as exc:  # sense7.readers.formats.FormatError: file:line: field: reason
         raise fail(str(exc), 2)
 
 
@@ -268,7 +268,7 @@ def _agreement(frame, tax, boot: int, seed: int) -> dict | None:
 
 
 def _analyze_study(tax, seed: int, boot: int, json_path: Path | None, report: Path | None) -> None:
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.research.study_analysis import analyze_study
 
     cfg = settings()

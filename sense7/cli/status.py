@@ -24,7 +24,7 @@ def _assigned(cfg) -> dict[str, int]:
 def status(json_out: bool = typer.Option(False, "--json", help="print the status as JSON (README documents it)")) -> None:
     """Per rater: tasks assigned, done, last activity, median seconds per task and quality flags; totals and
     the pre-fill arms' counts. Reads Label Studio (assigned) and the store (everything else)."""
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.research.study_analysis import study_status
 
     cfg = settings()

@@ -25,7 +25,7 @@ def synth(
 
     Use it to try the pipeline end to end (`sense7 import`, `sense7 raters import`, `sense7 evaluate`)
     and to check that a model recovers what was planted."""
-    from sense7.data.synth import generate, write
+    from sense7.synthetic.synth import generate, write
 
     if raters_per_conversation > raters:
         raise fail(f"--raters-per-conversation ({raters_per_conversation}) exceeds --raters ({raters})", 2)

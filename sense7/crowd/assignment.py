@@ -1,8 +1,10 @@
 """Overlap control: which conversations of the pool a participant rates.
 
-`AssignmentPolicy` is the rule, pure: least-covered conversations first, never a conversation the
-participant already had, never beyond K raters per conversation; taking slots one participant at a time
-this way keeps the pool's coverage within 1 while slots remain. `Assignments` applies it to the store: a
+The rule is the study's assignment policy (sense7.crowd.policies, pure: `least_covered` by default, or
+`random`, `learn_rater`, `settle_items`): never a conversation the participant already had, never beyond K
+raters per conversation, a floor of raters every conversation gets first; with least_covered, taking slots
+one participant at a time keeps the pool's coverage within 1 while slots remain. `Assignments` applies it
+to the store (and reads the answers so far for the policies that learn from them): a
 taken slot is a row keyed (study, conversation, slot number in 0..K-1), so two entries racing for the
 last slot both try to insert the same key and the store refuses one (a compare-and-set, never a read
 then a blind write); the loser reads again and picks again. Slots are taken only once a participant passed
@@ -12,70 +14,29 @@ conversations go back to the pool when their lease expires (`release`); finished
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from sense7.data.store import Store, crowd_participants, crowd_pool, crowd_released, crowd_slots
+from sense7.crowd.policies import LeastCovered, Policy, conversation_state
+from sense7.store.database import Store
+from sense7.store.tables import (annotations, crowd_participants, crowd_pool, crowd_released, crowd_slots,
+                                 ratings)
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-@dataclass(frozen=True)
-class AssignmentPolicy:
-    """K raters per conversation; each participant gets N conversations, or conversations worth a budget
-    of turns (`turn_budget`, assistant turns; N is then None or an extra cap on the count).
-
-    The budget rule (never splitting a conversation): walk the conversations least covered first; take
-    each whose turns fit in what is left of the budget; pass over one that does not fit, and then take
-    nothing more covered than it (so a long, least-covered conversation is never leapfrogged by a more
-    covered one: coverage stays balanced within 1); stop when the budget is spent. A study's budget is at
-    least its longest conversation (checked at `sense7 crowd init`), so everyone gets at least one."""
-
-    raters_per_conversation: int
-    conversations_per_participant: int | None
-    turn_budget: int | None = None
-
-    def choose(self, taken: dict[str, set[int]], rater_id: str, exclude: frozenset | set = frozenset(),
-               turns: dict[str, int] | None = None) -> list[tuple[str, int]]:
-        """(conversation, free slot number) for up to N conversations (or the turn budget's worth: `turns`
-        gives every pool conversation's assistant turns): the least covered first (coverage = slots
-        taken), ties broken by a hash of (rater, conversation) so that simultaneous participants spread
-        over equally covered conversations instead of all racing for the same one. `taken` maps every
-        conversation of the pool to the slot numbers already held; `exclude`: conversations this
-        participant had."""
-        def order(conversation: str) -> tuple:
-            tie = hashlib.sha256(f"{rater_id}\0{conversation}".encode()).hexdigest()
-            return len(taken[conversation]), tie
-
-        open_ = [c for c in taken if c not in exclude and len(taken[c]) < self.raters_per_conversation]
-        chosen: list[str] = []
-        left, ceiling = self.turn_budget, None
-        for conversation in sorted(open_, key=order):
-            if self.conversations_per_participant is not None and len(chosen) >= self.conversations_per_participant:
-                break
-            if left is not None:
-                coverage = len(taken[conversation])
-                if left <= 0 or (ceiling is not None and coverage > ceiling):
-                    break
-                length = (turns or {}).get(conversation, 1)
-                if length > left:
-                    ceiling = coverage if ceiling is None else ceiling
-                    continue
-                left -= length
-            chosen.append(conversation)
-        return [(c, min(set(range(self.raters_per_conversation)) - taken[c])) for c in chosen]
+# Today's rule, under its old name: least covered first (sense7.crowd.policies has the others).
+AssignmentPolicy = LeastCovered
 
 
 class Assignments:
     """The store-backed owner of a study's slots."""
 
-    def __init__(self, store: Store, study_id: str, policy: AssignmentPolicy):
+    def __init__(self, store: Store, study_id: str, policy: Policy):
         self.store, self.study_id, self.policy = store, study_id, policy
 
     def taken(self, conn=None) -> dict[str, set[int]]:
@@ -99,6 +60,29 @@ class Assignments:
             return {r.conversation_id: r.turns for r in conn.execute(
                 select(crowd_pool.c.conversation_id, crowd_pool.c.turns).where(crowd_pool.c.study_id == self.study_id))}
 
+    def answers(self) -> dict[str, dict[str, float]]:
+        """The answers so far that learning policies read: pool conversation -> rater -> their mean rating
+        over its turns and controls (scale positions), from the ratings synced into the store (not deleted,
+        not quarantined; a rater-page answer counts once delivered and synced)."""
+        with self.store.engine.connect() as conn:
+            pool = {r.conversation_id for r in conn.execute(
+                select(crowd_pool.c.conversation_id).where(crowd_pool.c.study_id == self.study_id))}
+            rows = conn.execute(
+                select(annotations.c.conversation_id, annotations.c.rater_id, func.avg(ratings.c.value).label("mean"))
+                .join(ratings, ratings.c.annotation_id == annotations.c.annotation_id)
+                .where(annotations.c.deleted.is_(False), annotations.c.quarantine.is_(None),
+                       annotations.c.rater_id.is_not(None), annotations.c.repeat_of.is_(None))
+                .group_by(annotations.c.conversation_id, annotations.c.rater_id)).all()
+        found: dict[str, dict[str, float]] = {}
+        for row in rows:
+            if row.conversation_id in pool:
+                found.setdefault(row.conversation_id, {})[row.rater_id] = float(row.mean)
+        return found
+
+    def _choose(self, rater_id: str) -> list[tuple[str, int]]:
+        return self.policy.choose(self.taken(), rater_id, turns=self.turns() if self.policy.turn_budget else None,
+                                  ratings=self.answers() if self.policy.uses_ratings else None)
+
     def of(self, rater_id: str) -> list[str]:
         """The conversations this participant holds (in a lease or finished), by id."""
         with self.store.engine.connect() as conn:
@@ -115,7 +99,7 @@ class Assignments:
             held = self.of(rater_id)
             if held:
                 return held
-            choice = self.policy.choose(self.taken(), rater_id, turns=self.turns() if self.policy.turn_budget else None)
+            choice = self._choose(rater_id)
             if not choice:
                 return []
             now = _now()
@@ -133,8 +117,7 @@ class Assignments:
         """Whether the pool has a slot this participant could take now (the entry page says "full" when not)."""
         if self.of(rater_id):
             return True
-        return bool(self.policy.choose(self.taken(), rater_id,
-                                       turns=self.turns() if self.policy.turn_budget else None))
+        return bool(self._choose(rater_id))
 
     def finish(self, rater_id: str, conversations) -> int:
         """Mark these conversations of the participant rated (they stay counted whatever happens later)."""
@@ -164,7 +147,9 @@ class Assignments:
         return open_
 
     def coverage(self) -> dict:
-        """Pool coverage: totals, and per conversation its slots rated and in a lease (`per_conversation`)."""
+        """Pool coverage: totals, and per conversation its slots rated and in a lease, its K so far (slots held)
+        and why it stands there (`reason`: capped, settled, uncertain, below_floor; `level_sd`: how uncertain
+        its level is, from the answers so far; sense7.crowd.policies.conversation_state)."""
         taken = {c: [0, 0] for c in self.taken()}
         with self.store.engine.connect() as conn:
             for row in conn.execute(select(crowd_slots.c.conversation_id, crowd_slots.c.done_at)
@@ -175,12 +160,17 @@ class Assignments:
         done = [d for d, _ in taken.values()]
         held = [d + o for d, o in taken.values()]
         k = self.policy.raters_per_conversation
-        return {"conversations": len(taken), "raters_per_conversation": k,
+        why = conversation_state(self.policy, {c: d + o for c, (d, o) in taken.items()}, self.answers())
+        reasons = {}
+        for state in why.values():
+            reasons[state["reason"]] = reasons.get(state["reason"], 0) + 1
+        return {"conversations": len(taken), "raters_per_conversation": k, "policy": self.policy.name,
+                "floor": self.policy.floor, "reasons": dict(sorted(reasons.items())),
                 "slots": k * len(taken), "rated": sum(done), "in_lease": sum(o for _, o in taken.values()),
                 "fully_covered": sum(d >= k for d in done),
                 "spread": (max(held) - min(held)) if held else 0,
                 "released": int(released or 0),
-                "per_conversation": {c: {"rated": d, "in_lease": o} for c, (d, o) in sorted(taken.items())}}
+                "per_conversation": {c: {"rated": d, "in_lease": o, **why[c]} for c, (d, o) in sorted(taken.items())}}
 
 
 def lease_end(minutes: int, start: datetime | None = None) -> datetime:

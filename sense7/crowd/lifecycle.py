@@ -13,19 +13,18 @@ from datetime import datetime, timezone
 
 from sqlalchemy import select
 
-from sense7.crowd.assignment import AssignmentPolicy, Assignments, expired_participants, lease_end
+from sense7.crowd.assignment import Assignments, expired_participants, lease_end
 from sense7.crowd.participants import STATES, Participants, Studies, free_left_seats, withdrawn_unsettled
 from sense7.crowd.study import CrowdStudy
 from sense7.data.conversations import Conversation, Message
-from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.store import Store, annotations, crowd_participants, rater_tasks, submissions
-from sense7.data.store import conversations as conversation_texts
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import LinkBook, RaterQueue
+from sense7.store.tables import (annotations, conversations as conversation_texts, crowd_participants, rater_tasks,
+                                 submissions)
 
 
 def assignments_of(store: Store, study: CrowdStudy) -> Assignments:
-    return Assignments(store, study.study_id,
-                       AssignmentPolicy(study.raters_per_conversation, study.conversations_per_participant,
-                                        study.turns_per_participant))
+    return Assignments(store, study.study_id, study.policy())
 
 
 def _aware(moment: datetime | None) -> datetime | None:
@@ -209,7 +208,7 @@ def waiting_for_tasks(store: Store, limit: int | None = None, skip=()) -> list[t
     check is ever prepared: an unchecked entry gets no Label Studio task."""
     from sqlalchemy import exists
 
-    from sense7.data.store import crowd_slots
+    from sense7.store.tables import crowd_slots
 
     query = (select(crowd_participants.c.study_id, crowd_participants.c.rater_id)
              .where(crowd_participants.c.state == "rating",
@@ -237,7 +236,7 @@ class Released:
 def released_to_clear(store: Store, limit: int = 500) -> list[Released]:
     """Given-back slots whose Label Studio tasks (made for the participant who gave them back) were not
     cleared yet, per participant (the store is the record: a clearing that died is found again)."""
-    from sense7.data.store import crowd_released
+    from sense7.store.tables import crowd_released
 
     found: dict[str, Released] = {}
     with store.engine.connect() as conn:
@@ -258,7 +257,7 @@ def mark_cleared(store: Store, rows, cleared: bool = True) -> None:
     """Mark given-back rows' tasks cleared (or, `cleared=False`, to clear again)."""
     from sqlalchemy import update
 
-    from sense7.data.store import crowd_released
+    from sense7.store.tables import crowd_released
 
     if not rows:
         return
@@ -270,7 +269,7 @@ def mark_cleared(store: Store, rows, cleared: bool = True) -> None:
 def clear_again(store: Store, rater_ids) -> None:
     """Tasks were made for these participants after they gave their slots back (a prepare round that
     raced their lease's end): their given-back rows are cleared again by the next expiry pass."""
-    from sense7.data.store import crowd_released
+    from sense7.store.tables import crowd_released
 
     with store.engine.connect() as conn:
         rows = [r.id for r in conn.execute(select(crowd_released.c.id).where(
@@ -317,11 +316,11 @@ def install_study(store: Store, path, taxonomy, on_redaction=None) -> tuple[Crow
     """Validate a study file and its pool (every problem as file:line: field: reason, nothing written on
     error), then store both; returns (study, conversations in the pool). A new study starts closed.
 
-    The pool comes in as every batch does (sense7.data.intake: the readers of `sense7 import`, personal
+    The pool comes in as every batch does (sense7.readers.intake: the readers of `sense7 import`, personal
     details scrubbed, refused when it would change the text the store holds under one of its ids).
     `on_redaction(report)`: told what the scrub replaced, once the study is stored."""
     from sense7.crowd.study import load_study
-    from sense7.data.intake import ReimportConflict, admit, read_batch
+    from sense7.readers.intake import ReimportConflict, admit, read_batch
 
     study = load_study(path)
     pool = read_batch(study.pool_path, taxonomy).conversations
@@ -342,7 +341,7 @@ def check_budget(path, study: CrowdStudy, pool) -> None:
     participant gets at least one): FormatError naming the file, the line and the longest one otherwise."""
     from pathlib import Path
 
-    from sense7.data.formats import FormatError, Problem
+    from sense7.readers.formats import FormatError, Problem
 
     if study.turns_per_participant is None or not pool:
         return

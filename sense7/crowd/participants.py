@@ -33,12 +33,13 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from sense7.crowd.study import CrowdStudy
-from sense7.data.participation import withdrawn_id_hash
-from sense7.data.store import (Store, crowd_completions, crowd_participants, crowd_pool, crowd_studies,
-                               crowd_withdrawn, withdrawals)
 from sense7.settings import local_secret
+from sense7.store.database import Store
+from sense7.store.tables import (crowd_completions, crowd_participants, crowd_pool, crowd_studies, crowd_withdrawn,
+                                 withdrawals, withdrawn_id_hash)
 
-PLATFORM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Prolific's are 24 hex digits; never stored elsewhere
+# Prolific's are 24 hex digits; never stored elsewhere. Never a leading "-": a spreadsheet would run it.
+PLATFORM_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")
 RESUME_ALPHABET = "ABCDEFGHJKMNPQRSTVWXYZ23456789"  # no 0/O, 1/I/L, U: read aloud and typed without doubt
 RESUME_LENGTH = 10  # ~49 bits; guesses are rate-limited per address
 CHECK_ATTEMPTS = 2
@@ -91,8 +92,8 @@ class Studies:
     def save(self, study: CrowdStudy, pool: list) -> None:
         """Store the study and its pool (conversations with texts), in one transaction: a study whose pool
         changed keeps the slots of conversations still in it."""
-        from sense7.data.store import contexts as conversation_contexts
-        from sense7.data.store import conversations as conversation_texts
+        from sense7.store.tables import contexts as conversation_contexts
+        from sense7.store.tables import conversations as conversation_texts
 
         rows = [{"study_id": study.study_id, "conversation_id": c.conversation_id,
                  "turns": len(c.assistant_turns()), "context": dict(c.context)} for c in pool]
@@ -104,7 +105,7 @@ class Studies:
                 "is_open": bool(current.is_open) if current else False, "updated_at": _now()}], ["study_id"])
             conn.execute(crowd_pool.delete().where(crowd_pool.c.study_id == study.study_id))
             conn.execute(crowd_pool.insert(), rows)
-            # The pool's owner keeps a context row: erasing a participant (sense7.data.participation) then
+            # The pool's owner keeps a context row: erasing a participant (sense7.privacy.participation) then
             # never takes a pool conversation's text with them.
             self.store.upsert_rows(conn, conversation_contexts, [
                 {"conversation_id": c.conversation_id, "rater_id": c.rater_id, "context": dict(c.context)}

@@ -26,9 +26,16 @@ codes:                               # each a code, a URL, or both (the URL wins
   full: FULL42                       # optional: shown to a participant turned away (no seat or no slot left);
                                      # without it they are asked to return their submission
 pool: pool.jsonl                     # conversations (any format `sense7 import` reads), in this file's folder
+assignment: least_covered            # optional (default least_covered): who rates what (sense7.crowd.policies):
+                                     # least_covered, random, learn_rater or settle_items; or a mapping
+                                     # {policy: settle_items, floor: 2, settled_sd: 0.3}: `floor` (default 1,
+                                     # 0 to K) raters every conversation gets before any gets more, and the
+                                     # policy's own parameters (random: seed; learn_rater: anchors (its
+                                     # first picks per participant exempt from the floor, default 1),
+                                     # leniency_sd, slope_sd; settle_items: settled_sd, leniency_sd)
 ```
 
-Every problem is reported as file:line: field: reason (sense7.data.formats.FormatError), all at once.
+Every problem is reported as file:line: field: reason (sense7.readers.formats.FormatError), all at once.
 The consent and pool files must lie in the study file's folder (or below it): no absolute path, no `..`,
 no link pointing out of it. The YAML is read with its aliases, size and nesting bounded (sense7.files).
 """
@@ -42,8 +49,9 @@ from pathlib import Path
 
 import yaml
 
-from sense7.data.formats import FormatError, Problem
+from sense7.crowd.policies import DEFAULT_POLICY, PARAMETERS, POLICIES, make_policy
 from sense7.files import YAMLInputError, forbidden_character, load_yaml
+from sense7.readers.formats import FormatError, Problem
 
 STUDY_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
@@ -51,7 +59,7 @@ CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 PROLIFIC = {"participant_param": "PROLIFIC_PID", "study_param": "STUDY_ID", "session_param": "SESSION_ID"}
 KNOWN_KEYS = {"study", "platform", "consent", "comprehension", "raters_per_conversation",
               "conversations_per_participant", "turns_per_participant", "lease_minutes", "check_minutes",
-              "participant_cap", "codes", "pool"}
+              "participant_cap", "codes", "pool", "assignment"}
 CODE_KEYS = ("completion", "completion_url", "no_consent", "no_consent_url", "screen_out", "screen_out_url",
              "full", "full_url")
 CHECK_MINUTES = 10  # Prolific reserves a place for 10 minutes too
@@ -79,6 +87,8 @@ class CrowdStudy:
     pool_path: str | None = None  # only while initializing; the pool itself is stored apart
     turns_per_participant: int | None = None  # a budget of assistant turns instead of N conversations
     check_minutes: int = CHECK_MINUTES  # an entry's reservation until the check is passed (holds nothing)
+    # the assignment policy: {"policy": name, "floor": n, ...its parameters} (sense7.crowd.policies)
+    assignment: dict = field(default_factory=lambda: {"policy": DEFAULT_POLICY, "floor": 1})
 
     def to_config(self) -> dict:
         config = asdict(self)
@@ -88,6 +98,13 @@ class CrowdStudy:
     @classmethod
     def from_config(cls, config: dict) -> "CrowdStudy":
         return cls(**{**config, "questions": [Question(**q) for q in config["questions"]]})
+
+    def policy(self):
+        """The study's assignment policy object, with its caps (K max, N or the turn budget, the floor)."""
+        params = {key: value for key, value in self.assignment.items() if key not in ("policy", "floor")}
+        return make_policy(self.assignment.get("policy", DEFAULT_POLICY), self.raters_per_conversation,
+                           self.conversations_per_participant, self.turns_per_participant,
+                           int(self.assignment.get("floor", 1)), **params)
 
     def redirect_for(self, outcome: str) -> tuple[str | None, str | None]:
         """(code, URL) of an outcome: completion, no_consent, screen_out or full (optional)."""
@@ -261,7 +278,54 @@ def load_study(path: str | Path) -> CrowdStudy:
     else:
         pool_path = str(path.parent / pool)
 
+    assignment = _assignment(raw.get("assignment", DEFAULT_POLICY), k, problem)
+
     if problems:
         raise FormatError(sorted(problems, key=lambda p: p.line or 0))
     return CrowdStudy(study_id, consent_text, consent_version, questions, k, n, lease, cap, codes, platform,
-                      pool_path, budget, check)
+                      pool_path, budget, check, assignment)
+
+
+def _assignment(given, k: int, problem) -> dict:
+    """The `assignment:` setting: a policy name, or a mapping {policy, floor, ...the policy's parameters}."""
+    names = ", ".join(POLICIES)
+    named_only = isinstance(given, str)  # `assignment: learn_rater`: the name is the setting itself
+    if named_only:
+        given = {"policy": given}
+    if not isinstance(given, dict):
+        problem(("assignment",), "assignment", f"must be a policy name ({names}) or a mapping with `policy:`")
+        return {"policy": DEFAULT_POLICY, "floor": 1}
+    name = given.get("policy", DEFAULT_POLICY)
+    where = ("assignment",) if named_only or "policy" not in given else ("assignment", "policy")
+    if not isinstance(name, str) or name not in POLICIES:
+        problem(where, "assignment.policy" if len(where) > 1 else "assignment",
+                f"unknown policy {name!r}: one of {names}")
+        return {"policy": DEFAULT_POLICY, "floor": 1}
+    out = {"policy": name, "floor": 1}
+    for key, value in given.items():
+        field_name, place = f"assignment.{key}", ("assignment", key)
+        if key == "policy":
+            continue
+        if key == "floor":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= k:
+                problem(place, field_name, f"must be a whole number from 0 to raters_per_conversation ({k})")
+            else:
+                out["floor"] = value
+        elif key not in PARAMETERS[name]:
+            known = ", ".join(sorted(PARAMETERS[name] | {"floor"}))
+            problem(place, field_name, f"unknown setting of {name} (it takes {known})")
+        elif key == "anchors":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1000:
+                problem(place, field_name, "must be a whole number from 0 to 1000")
+            else:
+                out[key] = value
+        elif key == "seed":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2 ** 32:
+                problem(place, field_name, "must be a whole number from 0 to 4294967295")
+            else:
+                out[key] = value
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
+            problem(place, field_name, "must be a positive number (scale points) of at most 100")
+        else:
+            out[key] = float(value)
+    return out

@@ -1,2 +1,3 @@
-"""Data and store: conversations, the user-file readers (one per file), the rating dataset, the store,
-synthetic studies and the WASSA 2024 adapter. Knows nothing of Label Studio."""
+"""The domain types: conversations and their messages, rating data in memory with rater traits as numbers
+(`dataset`), and model items built from them (`items`). Knows nothing of the store, of files or of Label
+Studio."""

@@ -43,7 +43,7 @@ class Conversation:
 
     @classmethod
     def from_json(cls, obj: dict, line: int | None = None) -> "Conversation":
-        """Trusting constructor for data sense7 wrote itself; user files go through sense7.data.formats."""
+        """Trusting constructor for data sense7 wrote itself; user files go through sense7.readers.formats."""
         return cls(
             conversation_id=str(obj["conversation_id"]),
             rater_id=str(obj["rater_id"]),

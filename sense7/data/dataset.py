@@ -1,6 +1,6 @@
 """The shared dataset layer: rating data in memory (`RatingData`, read from the native files by
-`load_native`) and rater traits as numbers (`trait_features`). Model items (X, Y) are built from these by
-`sense7.data.items`.
+`sense7.readers.formats.load_native`) and rater traits as numbers (`trait_features`). Model items (X, Y)
+are built from these by `sense7.data.items`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sense7.data.formats import raters_frame, read_assignments, read_conversations, read_raters, read_ratings
 from sense7.taxonomy import Taxonomy
 
 # Ordinal profile answers: position in the taxonomy's choice list is the number.
@@ -43,31 +42,6 @@ def _controls_of(ratings: pd.DataFrame, taxonomy: Taxonomy) -> list[str]:
     present = [d for d in pd.unique(ratings["dimension"]) if d != taxonomy.expectation_key]
     ordered = [c for c in taxonomy.controls if c in present]
     return ordered + sorted(c for c in present if c not in ordered)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Reading the native files (through sense7.data.formats, the one reader of user files)
-
-
-def load_native(conversations_path, ratings_path, raters_path=None, *, taxonomy: Taxonomy,
-                assignments_path=None) -> RatingData:
-    """conversations.jsonl + ratings.csv (+ raters.csv) validated against the taxonomy. Raises FormatError
-    listing every problem of a file as file:line: field: reason.
-
-    Several raters per conversation: one line per conversation is enough (every rater in ratings.csv shares
-    its text), or `assignments_path` (conversation_id, rater_id, as `sense7 import --assignments`)."""
-    batch = read_conversations(conversations_path, taxonomy)
-    if assignments_path:
-        batch = read_assignments(assignments_path, batch)
-    conversations = {}
-    for conv in batch:
-        conversations[(conv.conversation_id, conv.rater_id)] = conv
-    if raters_path:
-        raters = raters_frame(read_raters(raters_path, taxonomy, extra_columns=True), taxonomy)
-    else:
-        raters = pd.DataFrame(index=pd.Index([], name="rater_id"))
-    ratings = read_ratings(ratings_path, taxonomy, conversations)
-    return RatingData(conversations, ratings, raters)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ Pre-annotations travel with the tasks: given `predict` (the served model's, inje
 package never imports the ML backend), each new task carries its prediction in the same bulk import request
 that creates it. A task the model cannot predict is imported without one (the pre-annotate job fills it).
 
-The study's design (`design`, sense7.data.study_design) is drawn here: every new task gets its pre-fill arm in
+The study's design (`design`, sense7.store.study_design) is drawn here: every new task gets its pre-fill arm in
 `data.prefill` and each rater some repeat tasks; every prediction is recorded in the store before the task
 reaches Label Studio, and only shown-arm tasks carry theirs into Label Studio."""
 
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 from label_studio_sdk import LabelStudio
 
-from sense7.data import study_design
 from sense7.data.conversations import Conversation
-from sense7.data.intake import ReimportConflict, TextChange, text_changes
-from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.protocol import profile_task, rating_tasks
+from sense7.readers.intake import ReimportConflict, TextChange, text_changes
+from sense7.store import study_design
+from sense7.store.database import Store
 
 
 @dataclass
@@ -36,7 +36,7 @@ class ImportResult:
     skipped_existing: int
     replaced: int = 0  # tasks re-created because their conversation's text changed (replace=True)
     predicted: int = 0  # new tasks imported together with a prediction (`predict` given)
-    repeats: int = 0    # tasks of the batch that repeat a turn for test-retest (sense7.data.study_design)
+    repeats: int = 0    # tasks of the batch that repeat a turn for test-retest (sense7.store.study_design)
 
 
 # task dicts ({"data": ...}) -> one Label Studio prediction ({"result", "score", "model_version"}) or None each
@@ -64,7 +64,7 @@ def import_conversations(client: LabelStudio, project_id: int, conversations: li
                          on_total: Callable[[int], None] | None = None, replace: bool = False,
                          predict: Predict | None = None, design=None, *, taxonomy,
                          rater_id: str | None = None, rater_ids=None) -> ImportResult:
-    """`conversations` must already be admitted (sense7.data.intake). Raises ReimportConflict, having
+    """`conversations` must already be admitted (sense7.readers.intake). Raises ReimportConflict, having
     written nothing, when a conversation's text changed (see the module's docstring).
 
     `predict`: see the module's docstring; called once per import chunk, after the store holds the

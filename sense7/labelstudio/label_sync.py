@@ -15,7 +15,7 @@ logged entry.) Every change is kept in the store's rating history.
 
 Label Studio cannot tell who wrote under an account (every account is staff, and the delivery job writes
 with the service token): so an annotation credited to a rater counts as theirs only when a rater-page
-submission stands behind it (the outbox, sense7.data.raterpage.Outbox: same task, same *version*) or staff
+submission stands behind it (the outbox, sense7.store.rater_page_tables.Outbox: same task, same *version*) or staff
 accepted that version (`sense7 ratings accept`, logged). A version is everything of an annotation the store
 believes: the result (compared as parsed levels, expectation and comment), the seconds on the task
 (`lead_time`: the rater page's own, which delivery writes), whether it was cancelled (skipped), and its
@@ -34,7 +34,6 @@ from dataclasses import asdict, dataclass, field
 
 from label_studio_sdk.core.api_error import ApiError
 
-from sense7.data.raterpage import Outbox
 from sense7.labelstudio.client import list_tasks
 from sense7.labelstudio.protocol import (
     ensure_webhook,
@@ -45,6 +44,7 @@ from sense7.labelstudio.protocol import (
     user_id,
 )
 from sense7.labelstudio.rater_accounts import account_email, ensure_account, raters_by_email
+from sense7.store.rater_page_tables import Outbox
 from sense7.taxonomy import Taxonomy
 
 

@@ -21,11 +21,11 @@ from typing import Any
 
 from label_studio_sdk import LabelStudio
 
-from sense7.data.raterpage import RaterQueue
-from sense7.data.store import Store
-from sense7.data.study_design import SHOWN, arm_of
 from sense7.labelstudio.client import list_tasks, rater_query, raters_tasks
 from sense7.labelstudio.protocol import parse_annotation, parse_profile_annotation, user_id
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import RaterQueue
+from sense7.store.study_design import SHOWN, arm_of
 from sense7.taxonomy import Taxonomy
 
 RESERVED_DOMAIN = "raters.sense7.invalid"  # RFC 2606: never a real mailbox
@@ -157,7 +157,7 @@ def _queue_item(task, kind: str, account: int | None, taxonomy: Taxonomy) -> dic
                             "conversation_id": None, "turn_index": None, "position": -1, "data": {}}
     if kind == "profile":
         return item
-    # The study's hidden arm (sense7.data.study_design) never shows a prediction, whatever Label Studio holds.
+    # The study's hidden arm (sense7.store.study_design) never shows a prediction, whatever Label Studio holds.
     prediction = _latest([dict(p) for p in (task.predictions or [])]) if arm_of(data) == SHOWN else None
     if prediction:
         values, expectation, _ = parse_annotation(prediction.get("result") or [], taxonomy)
@@ -171,7 +171,7 @@ def _queue_item(task, kind: str, account: int | None, taxonomy: Taxonomy) -> dic
 
 def _in_order(items: list[dict]) -> list[dict]:
     """The order the page asks: the questionnaire, then the turns conversation by conversation, then the
-    turns the study shows a second time (repeats, sense7.data.study_design), so they come back later."""
+    turns the study shows a second time (repeats, sense7.store.study_design), so they come back later."""
     ratings = sorted((i for i in items if i["kind"] == "rating"),
                      key=lambda i: (bool(i["data"].get("repeat")), str(i["conversation_id"]),
                                     int(i["turn_index"] or 0)))
@@ -214,7 +214,7 @@ def fetch_all_queues(client: LabelStudio, rating_project: int, profile_project: 
 
 def copy_queues(client: LabelStudio, store: Store, rating_project: int, profile_project: int | None,
                 taxonomy: Taxonomy, rater_ids, filtered: bool = False) -> int:
-    """Copy these raters' queues from Label Studio into the store (sense7.data.raterpage.RaterQueue), in one
+    """Copy these raters' queues from Label Studio into the store (sense7.store.rater_page_tables.RaterQueue), in one
     pass over both projects (fetch_all_queues; `filtered`: over these raters' tasks only); returns the
     raters copied. The queue job's work, and the crowd's prepare job's."""
     accounts = ensure_accounts(client, store, sorted(rater_ids))

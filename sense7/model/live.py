@@ -35,10 +35,10 @@ from typing import Callable, Hashable
 import numpy as np
 import pandas as pd
 
-from sense7.data.study_design import LIVE_KIND
 from sense7.model.estimators import item_key_hashes
 from sense7.model.ordinal import cumulative_logit_proba
 from sense7.model.serving import CompiledBundle, Predictions
+from sense7.store.study_design import LIVE_KIND
 
 
 class LiveUnsupported(RuntimeError):

@@ -9,7 +9,8 @@ whether something exists. Every form carries a CSRF token (Flask-WTF); failed li
 per client address (`limits`, counted in Redis; the address comes from X-Forwarded-For only through the
 proxies SENSE7_TRUSTED_PROXIES names), and a valid link is never refused because of others' failures. Every
 form value is read by one strict parser (`form_number`: ASCII digits in range, else the form is refused
-with 422); bodies over 64 kB get 413, chunked ones too. URLs carry task ids, never conversation text, and
+with 422); bodies over 64 kB get 413, chunked ones too, and a body that stops arriving gets 408 (every read is
+bounded by the worker: sense7.rater_page.bounded_worker). URLs carry task ids, never conversation text, and
 nothing is logged per request (gunicorn's access log is off: link secrets are in paths).
 
 Submissions are stored in the outbox first ("saved" means durable in sense7's store) and delivered to
@@ -31,14 +32,14 @@ from limits.strategies import MovingWindowRateLimiter
 
 from sense7.crowd.lifecycle import withdraw as settle_crowd_withdrawal
 from sense7.crowd.participants import rater_page_admits
-from sense7.data.participation import (PARTICIPANT, ConversationChoices, WithdrawalError, Withdrawals,
-                                       awaiting_choice, own_conversations)
-from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
-from sense7.data.store import Store
 from sense7.labelstudio.protocol import profile_result, rating_result
+from sense7.privacy.participation import (PARTICIPANT, ConversationChoices, WithdrawalError, Withdrawals,
+                                          awaiting_choice, own_conversations)
 from sense7.rater_page.forms import form_number
 from sense7.rater_page.live import LivePrefills
 from sense7.settings import Settings, local_secret
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, Outbox, QueueItem, RaterQueue, token_hash
 from sense7.taxonomy import Taxonomy, study_taxonomy
 
 log = logging.getLogger(__name__)
@@ -137,14 +138,24 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
 
     @app.before_request
     def whole_body():
-        """A chunked body (no Content-Length) is read here up to the limit: werkzeug would cut it at 64 kB
-        without a word and the form would be stored truncated. Before the CSRF check, which reads the form."""
+        """The body is read here, whole, before anything parses it (the CSRF check reads the form): 413 over
+        the limit, chunked ones too (werkzeug would cut a chunked body at 64 kB without a word and the form
+        would be stored truncated), and 408 when it stops arriving before its Content-Length (the worker
+        bounds each read: sense7.rater_page.bounded_worker) or the client goes away."""
         environ = request.environ
-        if environ.get("CONTENT_LENGTH") or "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+        declared = request.content_length
+        if not declared and "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
             return None
-        raw = environ["wsgi.input"].read(MAX_BODY + 1)
+        if declared and declared > MAX_BODY:
+            abort(413)
+        try:
+            raw = environ["wsgi.input"].read(declared or MAX_BODY + 1)
+        except TimeoutError:
+            abort(408)
         if len(raw) > MAX_BODY:
             abort(413)
+        if declared and len(raw) < declared:
+            abort(408)
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(raw), str(len(raw))
         return None
 
@@ -174,6 +185,11 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     def too_large(_error):
         return render_template("message.html", title="Too long",
                                text="Please shorten your comment and try again."), 413
+
+    @app.errorhandler(408)
+    def body_stopped(_error):
+        return render_template("message.html", title="Not received",
+                               text="Your answer did not arrive whole. Please send it again."), 408
 
     @app.errorhandler(429)
     def too_many(_error):
@@ -215,7 +231,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     def next_item():
         rater = current_rater()
         # Donated conversations (an assistant's data export) are shown to their participant before any rating:
-        # each can be left out of the study or of a release (sense7.data.participation).
+        # each can be left out of the study or of a release (sense7.privacy.participation).
         if awaiting_choice(store, rater):
             return redirect(url_for("your_conversations"), code=303)
         items = queue.items(rater)
@@ -292,7 +308,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         ratings = [i for i in items if i.kind == "rating"]
         position = ratings.index(item)
         prefill = None
-        # The study's pre-fill (sense7.data.study_design): only shown-arm turns have a prediction in the queue.
+        # The study's pre-fill (sense7.store.study_design): only shown-arm turns have a prediction in the queue.
         if answer is None and item.prediction and item.prediction.get("values"):
             prefill = item.prediction
         if answer is None:

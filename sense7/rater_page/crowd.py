@@ -36,8 +36,8 @@ from sense7.crowd.participants import (AlreadyEntered, Participant, Participants
                                        study_secret, valid_platform_id)
 from sense7.crowd.prolific import ProlificClient
 from sense7.crowd.study import CrowdStudy
-from sense7.data.raterpage import LinkBook, RaterQueue, token_hash
 from sense7.rater_page.forms import form_number
+from sense7.store.rater_page_tables import LinkBook, RaterQueue, token_hash
 
 ASK_AGAIN = 30.0  # (s) a participant still "preparing" after this asks the worker again (idempotent job)
 PARAM_FIELDS = (("participant_param", "platform_id"), ("study_param", "platform_study"),

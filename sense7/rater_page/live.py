@@ -7,7 +7,7 @@ own submissions (in the store the moment they are saved) update the rater's post
 population parameters fixed: no retrain, no Label Studio round trip; one text pass over the rater's rated
 turns and one compiled predict.
 
-Every live prediction is recorded (sense7.data.study_design: version "<served>+live", kind `live`, how many
+Every live prediction is recorded (sense7.store.study_design: version "<served>+live", kind `live`, how many
 of the rater's own answers it used) before the page that shows it is sent, hidden-arm turns included
 (recorded, never shown). The first record of a task is the one shown again on a reload, so what is
 recorded is what the rater saw. A rater without answers new to the served version, a repeat turn, a
@@ -23,14 +23,14 @@ import time
 import numpy as np
 import pandas as pd
 
-from sense7.data.items import task_columns, trait_table
 from sense7.data.conversations import task_key
-from sense7.data.rater_answers import is_repeat, queue_task_datas, rated_items
-from sense7.data.raterpage import QueueItem
-from sense7.data.store import Store
-from sense7.data.study_design import HIDDEN, LIVE_KIND, StudyRecords, live_version
+from sense7.data.items import task_columns, trait_table
 from sense7.model.live import LivePredictor, LiveUnsupported
 from sense7.model.registry import ModelRegistry
+from sense7.store.database import Store
+from sense7.store.rater_answers import is_repeat, queue_task_datas, rated_items
+from sense7.store.rater_page_tables import QueueItem
+from sense7.store.study_design import HIDDEN, LIVE_KIND, StudyRecords, live_version
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ class RaterPageServer:
             raise RaterPageError(f"the rater page is already running (pid {running}, {self.url})")
         if not port_is_free(self.port, self.host):
             raise RaterPageError(f"port {self.port} is already in use: choose another with SENSE7_RATER_PAGE_PORT")
-        from sense7.data.store import Store
+        from sense7.store.database import Store
 
         Store(self.settings.store_url)  # tables created once, not raced by the workers booting together
         cmd = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONF),

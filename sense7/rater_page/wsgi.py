@@ -40,7 +40,7 @@ def queue_refresher(settings: Settings, store, taxonomy):
 def app_from_env():
     """gunicorn's app factory: called once per worker process."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.rater_page.app import create_app
     from sense7.tasks.crowd import request_prepare
     from sense7.tasks.delivery import request_delivery

@@ -258,7 +258,7 @@ def parse_panel(spec: str):
 
 def select_panel(spec: str, raters: pd.DataFrame, known: list[str], taxonomy: Taxonomy) -> list[str]:
     """The rater ids of a panel spec. `raters`: the raw trait frame (index rater_id) as
-    `sense7.data.formats.raters_frame` / `Store.raters_frame()` give it; `known`: the model's known raters."""
+    `sense7.readers.formats.raters_frame` / `Store.raters_frame()` give it; `known`: the model's known raters."""
     members = parse_panel(spec).select(raters, [str(r) for r in known], taxonomy)
     if not members:
         raise ValueError(f"no rater matches the panel {spec.strip()!r}")

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sense7.data.croissant import Column, RecordTable, croissant_document, datasheet_lines, write_croissant
+from sense7.privacy.croissant import Column, RecordTable, croissant_document, datasheet_lines, write_croissant
 
 SPLIT = "train"
 

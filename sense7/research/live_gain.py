@@ -83,10 +83,10 @@ def gain_curve(frame: pd.DataFrame, n_boot: int = 500, seed: int = 0) -> dict:
 
 def planted_study(n_conversations: int, n_raters: int, seed: int, taxonomy, leniency_sd: float = 0.8,
                   slope_sd: float = 0.5, random_raters=()):
-    """A synthetic study (sense7.data.synth) with ratings redrawn so that raters differ strongly: each
+    """A synthetic study (sense7.synthetic.synth) with ratings redrawn so that raters differ strongly: each
     rater's latent means get an extra leniency ~ N(0, leniency_sd) and a slope ~ 1 + N(0, slope_sd) around
     the scale's middle; raters in `random_raters` answer uniformly at random (no signal)."""
-    from sense7.data.synth import generate
+    from sense7.synthetic.synth import generate
 
     synth = copy.deepcopy(generate(n_conversations, n_raters, seed=seed, taxonomy=taxonomy))
     rng = np.random.default_rng(seed + 1)

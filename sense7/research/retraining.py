@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from sense7.data.participation import Withdrawals, drop_left_out
 from sense7.model.registry import STAGING_PREFIX, ModelRegistry, RegistryError
+from sense7.privacy.participation import Withdrawals, drop_left_out
 from sense7.research.metrics import macro_metrics, point_metrics
 from sense7.taxonomy import Taxonomy
 
@@ -155,7 +155,7 @@ class Retrainer:
         return removed
 
     def remove_withdrawn_versions(self) -> list[str]:
-        """Delete the versions trained on erased raters' data (sense7.data.participation's receipts) that are
+        """Delete the versions trained on erased raters' data (sense7.privacy.participation's receipts) that are
         not served; the served one goes once a new version replaces it."""
         withdrawals = Withdrawals(self.store)
         stale = withdrawals.versions_to_remove()

@@ -1,7 +1,7 @@
 """What a running study's store says about its ratings: anchoring by the pre-fill, the live accuracy of the
 models raters met, rater quality, agreement and progress (`sense7 analyze --study`, `sense7 status`).
 
-Everything is read from sense7's store (sense7.data.store / sense7.data.study_design): synced annotations with
+Everything is read from sense7's store (sense7.store.database / sense7.store.study_design): synced annotations with
 their lead time and creation time, the arm each task drew, and the predictions recorded before its rater
 saw it. A rating is compared with the prediction recorded last at or before the rating was made: the one
 a shown-arm rater saw (up to the rater page's queue refresh) and, in the hidden arm, the one the served
@@ -17,14 +17,15 @@ import pandas as pd
 from sqlalchemy import select
 
 from sense7.data.conversations import task_key
-from sense7.data.raterpage import InstructedAnswers, Outbox
-from sense7.data.store import Store, annotations, ratings
-from sense7.data.study_design import LIVE_KIND, REPEAT_SUFFIX, SHOWN, StudyRecords
 from sense7.research.agreement import krippendorff_alpha
 from sense7.research.anchoring import anchoring
 from sense7.research.live import live_evaluation
 from sense7.research.live_gain import gain_curve
 from sense7.research.quality import QualityPolicy, rater_quality, training_weights
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import InstructedAnswers, Outbox
+from sense7.store.study_design import LIVE_KIND, REPEAT_SUFFIX, SHOWN, StudyRecords
+from sense7.store.tables import annotations, ratings
 
 
 def rated_tasks(store: Store) -> pd.DataFrame:

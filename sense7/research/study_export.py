@@ -10,7 +10,7 @@ a datasheet README (whose YAML header is what Hugging Face `datasets` reads) and
   imported ratings are rows with `source` = imported and no task data. A prediction is paired with a
   rating the way the study's analysis pairs them (sense7.research.study_analysis.with_predictions: the
   record made last at or before the rating was created).
-- conversations: one row per message (texts scrubbed again, as the release does: sense7.data.pii);
+- conversations: one row per message (texts scrubbed again, as the release does: sense7.privacy.pii);
 - raters: traits as answered (not generalized: this is the staff's export, not a release), rated tasks,
   median seconds and quality flags;
 - predictions: every recorded prediction, one row per task x version x control.
@@ -39,18 +39,19 @@ import pandas as pd
 from sqlalchemy import select
 
 from sense7.data.conversations import Conversation
-from sense7.data.croissant import (CROISSANT_FILE, AnnotationCounts, Column, RecordTable, StudyFacts,
-                                   annotation_counts, croissant_document, croissant_problems, datasheet_lines,
-                                   rai_fields, study_facts, write_croissant)
-from sense7.data.participation import ConversationChoices, Withdrawals
-from sense7.data.pii import scrub_conversations
-from sense7.data.raterpage import InstructedAnswers, Outbox
-from sense7.data.store import Store, annotations, crowd_completions, rater_links, raters as raters_table
-from sense7.data.study_design import LIVE_KIND, REPEAT_SUFFIX, StudyRecords
 from sense7.files import staged_folder
+from sense7.privacy.croissant import (CROISSANT_FILE, AnnotationCounts, Column, RecordTable, StudyFacts,
+                                      annotation_counts, croissant_document, croissant_problems, datasheet_lines,
+                                      rai_fields, study_facts, write_croissant)
+from sense7.privacy.participation import ConversationChoices, Withdrawals
+from sense7.privacy.pii import scrub_conversations
 from sense7.research.lewidi_format import write_lewidi
 from sense7.research.quality import QualityPolicy, rater_quality
 from sense7.research.study_analysis import quality_inputs, rated_tasks, static_predictions, with_predictions
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import InstructedAnswers, Outbox
+from sense7.store.study_design import LIVE_KIND, REPEAT_SUFFIX, StudyRecords
+from sense7.store.tables import annotations, crowd_completions, rater_links, raters as raters_table
 
 TABLES = ("ratings", "conversations", "raters", "predictions")
 FORMATS = ("tidy", "lewidi")
@@ -110,7 +111,7 @@ def _pseudonyms(ids, prefix: str, taken: set) -> dict:
 
 
 def _store_ids(store: Store) -> set:
-    from sense7.data.store import conversations as conversations_table
+    from sense7.store.tables import conversations as conversations_table
 
     with store.engine.connect() as conn:
         return {*conn.execute(select(raters_table.c.rater_id)).scalars(),

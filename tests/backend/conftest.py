@@ -9,9 +9,9 @@ from sense7.ml_backend.hot_model import HotModel
 from sense7.ml_backend.model import Sense7Model
 from sense7.ml_backend.rater_info import RaterInfoCache
 
-from sense7.data.store import Store
 from sense7.model.registry import ModelRegistry
 from sense7.settings import Settings
+from sense7.store.database import Store
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.support.fake_bundle import FakeBundle, load_fake, save_fake
 from tests.support.backend import PASSWORD, SECRET, USER, auth_headers

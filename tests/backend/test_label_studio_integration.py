@@ -28,7 +28,7 @@ USER, PASSWORD, SECRET = "ls-backend", "integration-pw-5d1", "integration-secret
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from sense7.data import synth
+    from sense7.synthetic import synth
     from sense7.model.bundle import train_bundle
 
     data = synth.generate(80, 12, seed=11, raters_per_conversation=2, taxonomy=TAXONOMY)
@@ -40,7 +40,7 @@ def test_label_studio_retrieves_personalized_predictions(label_studio, rating_pr
                                                          monkeypatch):
     from sense7.ml_backend.server import BackendServer
 
-    from sense7.data.store import Store
+    from sense7.store.database import Store
     from sense7.labelstudio.importer import import_conversations
     from sense7.labelstudio.protocol import connect_backend
     from sense7.model.registry import ModelRegistry

@@ -15,13 +15,13 @@ import time
 import pytest
 import requests
 
-from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.store import Store
-from sense7.data.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.processes import free_port
 from sense7.rater_page.app import create_app
 from sense7.settings import BACKEND_HOST, Settings, StudyDesign
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import LinkBook, RaterQueue
+from sense7.store.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.support.backend import PASSWORD, SECRET, USER, auth_headers
 from tests.support.rater_page import NEW, answer_on_page, checked_levels, trained_version
@@ -132,7 +132,7 @@ def test_no_store_query_per_request_once_the_answers_are_known(tmp_path, trained
     store: not for a rater without answers, not for one whose live posterior is already known."""
     from sqlalchemy import event
 
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
     from sense7.ml_backend.app import create_app as backend_app
     from sense7.ml_backend.hot_model import HotModel
     from sense7.ml_backend.live import LiveServing

@@ -12,12 +12,12 @@ from sense7.ml_backend.hot_model import HotModel
 from sense7.ml_backend.model import Sense7Model
 from sense7.ml_backend.rater_info import RaterInfoCache
 
-from sense7.data.store import Store
-from sense7.data.synth import generate
-from sense7.labelstudio.importer import plan_tasks
 from sense7.data.items import items_from_tasks
+from sense7.labelstudio.importer import plan_tasks
 from sense7.model.bundle import train_bundle
 from sense7.model.registry import ModelRegistry
+from sense7.store.database import Store
+from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.support.backend import auth_headers
 

@@ -72,7 +72,7 @@ def test_start_refuses_a_taken_port(tmp_path):
 @pytest.fixture(scope="module")
 def small_bundles():
     """Two real bundles (tiny synthetic data): v1 and v2 differ only in their version name."""
-    from sense7.data import synth
+    from sense7.synthetic import synth
     from sense7.model.bundle import train_bundle
 
     data = synth.generate(30, 6, seed=5, taxonomy=TAXONOMY).rating_data()

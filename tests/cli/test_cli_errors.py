@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 import sense7.cli
 from sense7.cli import app
-from sense7.data.store import Store
 from sense7.settings import Settings
+from sense7.store.database import Store
 
 runner = CliRunner()
 

@@ -26,11 +26,11 @@ import yaml
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data.dataset import load_native
-from sense7.data.synth import generate, write
 from sense7.model.bundle import train_bundle
 from sense7.model.registry import ModelRegistry
 from sense7.processes import free_port
+from sense7.readers.formats import load_native
+from sense7.synthetic.synth import generate, write
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.support.taxonomy import SEVEN_POINT_CONTROLS, write_seven_point_taxonomy
 
@@ -118,7 +118,7 @@ def test_evaluate_and_analyze_read_the_study_files_with_its_controls(study, tmp_
 
 
 def test_raters_and_ratings_import_store_what_only_the_study_taxonomy_accepts(study, tmp_path):
-    from sense7.data.store import Store
+    from sense7.store.database import Store
 
     files, env = study.files, _env(study, tmp_path)
     result, out = _run(["raters", "import", str(files["raters.csv"])], env)

@@ -1,7 +1,8 @@
 """The package map of docs/DESIGN.md, enforced: imports flow one way (cli -> stack -> jobs/backend/rater page ->
-research -> model and Label Studio adapters -> data -> core), the jobs and the backend do not import each other's
-entry points, the model and Label Studio adapters do not import each other, no module import circle (lazy
-imports inside functions count too), what gets installed lives under the one name `sense7`, a private name
+research -> model and Label Studio adapters -> crowd -> readers -> privacy -> store and synthetic data -> domain
+types -> core), the jobs and the backend do not import each other's entry points, the model and Label Studio
+adapters do not import each other, nor the store and synthetic data, no module import circle (lazy imports
+inside functions count too), what gets installed lives under the one name `sense7`, a private name
 (`_x`) never crosses a module, and the benchmark scripts do not depend on the test tree."""
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ REPO = Path(__file__).resolve().parents[2]
 # Lower rank = lower layer. A module may import its own layer's package and any lower layer.
 LAYERS = {
     "sense7.settings": 0, "sense7.taxonomy": 0, "sense7.processes": 0, "sense7.files": 0, "sense7.labeling_config": 0,
-    "sense7.data": 1,
+    "sense7.data": 0.5,  # domain types: conversations, rating data, model items
+    "sense7.store": 1,  # the schema, the Store and the code that owns each table's rows
+    "sense7.synthetic": 1,  # synthetic studies (domain types only; never the store)
+    "sense7.privacy": 1.2,  # personal details, participants' choices and withdrawals, the release
+    "sense7.readers": 1.3,  # user files, assistants' exports, intake into the store, research loaders
     "sense7.crowd": 1.5,  # crowd studies: participants, assignment (store only, never Label Studio)
     "sense7.model": 2, "sense7.labelstudio": 2,
     "sense7.research": 3,
@@ -38,7 +43,8 @@ ALLOWED_SIBLINGS = {("sense7.tasks", "sense7.ml_backend.model"), ("sense7.tasks"
 
 def _package_dirs() -> dict[str, Path]:
     """Every installed sense7 package and the folder it is read from (mapped folders included)."""
-    names = ["sense7", "sense7.cli", "sense7.data", "sense7.labelstudio", "sense7.model", "sense7.research",
+    names = ["sense7", "sense7.cli", "sense7.data", "sense7.store", "sense7.readers", "sense7.privacy",
+             "sense7.synthetic", "sense7.labelstudio", "sense7.model", "sense7.research",
              "sense7.labeling_config", "sense7.ml_backend", "sense7.tasks", "sense7.rater_page", "sense7.crowd"]
     return {name: Path(importlib.util.find_spec(name).origin).parent for name in names}
 
@@ -159,11 +165,22 @@ def test_no_import_circles_even_through_lazy_imports():
     assert _cycle() is None
 
 
-@pytest.mark.parametrize("lower,higher", list(itertools.combinations(["sense7.data", "sense7.research", "sense7.cli"], 2)))
+@pytest.mark.parametrize("lower,higher", list(itertools.combinations(
+    ["sense7.data", "sense7.store", "sense7.privacy", "sense7.readers", "sense7.research", "sense7.cli"], 2)))
 def test_the_checker_sees_a_planted_violation(lower, higher, monkeypatch):
     """The test above would fail if a lower layer imported a higher one (checked on a planted edge)."""
     module = next(m for m in GRAPH if m.startswith(lower + "."))
     target = next(m for m in GRAPH if m.startswith(higher + "."))
+    monkeypatch.setitem(GRAPH, module, GRAPH[module] | {target})
+    with pytest.raises(AssertionError):
+        test_imports_flow_one_way()
+
+
+@pytest.mark.parametrize("planted", [("sense7.store.database", "sense7.synthetic.synth"),
+                                     ("sense7.synthetic.synth", "sense7.store.database")])
+def test_the_checker_sees_the_store_and_synthetic_data_meet(planted, monkeypatch):
+    """Layer 1's two packages stay apart: synthetic studies are built from domain types, never from the store."""
+    module, target = planted
     monkeypatch.setitem(GRAPH, module, GRAPH[module] | {target})
     with pytest.raises(AssertionError):
         test_imports_flow_one_way()

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sense7.data.formats import MAX_JSON_DEPTH, JSONTooDeep, id_problem, parse_json
 from sense7.files import (FORMULA_START, MAX_YAML_ALIASES, MAX_YAML_DEPTH, MAX_YAML_NODES, YAMLInputError,
                           csv_text, forbidden_character, load_yaml, spreadsheet_cell)
+from sense7.readers.formats import MAX_JSON_DEPTH, JSONTooDeep, id_problem, parse_json
 
 
 def alias_chain(levels: int, fan_out: int) -> str:

@@ -12,7 +12,7 @@ import pytest
 from sense7.crowd.assignment import AssignmentPolicy, Assignments
 from sense7.crowd.lifecycle import assignments_of, expire_leases, install_study, start_rating
 from sense7.crowd.participants import Participants, Studies
-from sense7.data.store import Store
+from sense7.store.database import Store
 from sense7.taxonomy import load_taxonomy
 from tests.support.crowd import write_study
 
@@ -204,7 +204,7 @@ def test_a_turn_budget_fills_up_with_what_fits_and_never_leapfrogs_a_less_covere
 
 
 def test_a_turn_budget_study_assigns_through_the_store_and_checks_the_longest_conversation(tmp_path):
-    from sense7.data.formats import FormatError
+    from sense7.readers.formats import FormatError
 
     store = Store(f"sqlite:///{tmp_path / 'store.db'}")
     study, _ = install_study(store, write_study(tmp_path / "s", pool=6, turns=2, k=2, budget=5), TAX)

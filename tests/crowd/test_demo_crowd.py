@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
 def test_the_crowd_demo_ends_with_the_expected_counts(job_stack, monkeypatch):
     from sense7.cli.demo import crowd_lines, run_crowd_study
-    from sense7.data import synth
+    from sense7.synthetic import synth
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
 

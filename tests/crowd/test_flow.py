@@ -16,8 +16,8 @@ from sqlalchemy import select
 
 from sense7.crowd.lifecycle import assignments_of, expire_leases
 from sense7.crowd.participants import Participants, Studies
-from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.store import crowd_completions, crowd_participants, crowd_released, crowd_slots
+from sense7.store.rater_page_tables import LinkBook, RaterQueue
+from sense7.store.tables import crowd_completions, crowd_participants, crowd_released, crowd_slots
 from tests.support.crowd import Flow, PID_A, PID_B, TAX, csrf, dump_without_completions, enter_and_consent, entry_url, pass_check, rate_everything
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from sense7.crowd.lifecycle import install_study, waiting_for_tasks
 from sense7.crowd.participants import Studies
-from sense7.data.raterpage import RaterQueue
+from sense7.store.rater_page_tables import RaterQueue
 from tests.support.crowd import write_study
 from tests.support.crowd import participant_ids, participants_conversations, until
 from tests.support.crowd import consent_session

@@ -16,7 +16,7 @@ import pytest
 from sense7.crowd.lifecycle import assignments_of
 from sense7.crowd.participants import Participants
 from sense7.crowd.prolific import ProlificClient
-from sense7.data.store import crowd_slots
+from sense7.store.tables import crowd_slots
 from tests.support.crowd import Flow, enter_and_consent, entry_url, pass_check
 from tests.support.crowd import table_rows
 

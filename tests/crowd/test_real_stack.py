@@ -15,8 +15,8 @@ from sqlalchemy import select
 
 from sense7.crowd.lifecycle import install_study
 from sense7.crowd.participants import Participants, Studies
-from sense7.data.store import annotations
-from sense7.data.study_design import SHOWN, arm_of
+from sense7.store.study_design import SHOWN, arm_of
+from sense7.store.tables import annotations
 from tests.support.crowd import write_study
 from tests.support.crowd import dump_without_completions
 from tests.support.rater_page import start_rating_services
@@ -28,7 +28,7 @@ PID = "6a1b2c3d4e5f60718293a4b5"
 
 
 def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real_stack(job_stack, tmp_path):
-    from sense7.data import synth
+    from sense7.synthetic import synth
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
 

@@ -11,7 +11,7 @@ import pytest
 
 from sense7.crowd.lifecycle import expire_leases, install_study
 from sense7.crowd.participants import Participants, Studies
-from sense7.data.raterpage import RaterQueue
+from sense7.store.rater_page_tables import RaterQueue
 from tests.support.crowd import write_study
 from tests.support.crowd import consent_session
 from tests.support.rater_page import start_page_url
@@ -99,7 +99,7 @@ def test_an_abandoned_or_screened_out_participants_unrated_tasks_are_deleted(job
 def _released(store, rater) -> set[str]:
     from sqlalchemy import select
 
-    from sense7.data.store import crowd_released
+    from sense7.store.tables import crowd_released
 
     with store.engine.connect() as conn:
         return {r.conversation_id for r in conn.execute(

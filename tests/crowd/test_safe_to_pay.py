@@ -15,10 +15,10 @@ import pytest
 
 from sense7.crowd.lifecycle import assignments_of, expire_leases, start_rating, status
 from sense7.crowd.participants import AlreadyEntered, Participants
-from sense7.data.participation import ConversationChoices, Withdrawals, erase_rater_rows
-from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.store import (crowd_completions, crowd_participants, crowd_released, crowd_slots, rater_links,
-                               raters, submissions)
+from sense7.privacy.participation import ConversationChoices, Withdrawals, erase_rater_rows
+from sense7.store.rater_page_tables import LinkBook, RaterQueue
+from sense7.store.tables import (crowd_completions, crowd_participants, crowd_released, crowd_slots, rater_links,
+                                 raters, submissions)
 from tests.support.crowd import Flow, PID_A, PID_B, TAX, csrf, dump_without_completions, enter_and_consent, entry_url, pass_check, rate_everything
 from tests.support.crowd import table_rows as rows
 
@@ -387,7 +387,10 @@ def test_the_crowd_status_carries_each_pool_conversations_coverage(tmp_path):
     held = assignments_of(flow.store, flow.study).of(rater)
     (row,) = status(flow.store)
     per = row["coverage"]["per_conversation"]
-    assert per == {c: {"rated": 0, "in_lease": int(c in held)} for c in ("pool000", "pool001", "pool002")}
+    # each conversation's K so far and why (the default policy, least_covered, with a floor of 1)
+    assert per == {c: {"rated": 0, "in_lease": int(c in held), "k": int(c in held),
+                       "reason": "uncertain" if c in held else "below_floor", "level_sd": None}
+                   for c in ("pool000", "pool001", "pool002")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENSE7_")}
     env.update({"SENSE7_HOME": str(flow.settings.home), "SENSE7_STORE_URL": flow.store_url})
     done = subprocess.run([str(Path(sys.executable).parent / "sense7"), "crowd", "status", "--json"], env=env,
@@ -415,7 +418,7 @@ def test_check_minutes_and_the_full_code_are_validated_like_the_other_settings(t
     import pytest
 
     from sense7.crowd.study import load_study
-    from sense7.data.formats import FormatError
+    from sense7.readers.formats import FormatError
     from tests.support.crowd import write_study
 
     assert load_study(write_study(tmp_path / "default")).check_minutes == 10

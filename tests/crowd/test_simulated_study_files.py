@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 
 from sense7.crowd.simulate import write_study
-from sense7.data.toy_study import make_conversations
+from sense7.synthetic.toy_study import make_conversations
 
 
 def test_the_study_files_are_the_owners_only(tmp_path):

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data.exports import parse_when, read_export
-from sense7.data.formats import FormatError
-from sense7.data.store import Store
+from sense7.readers.exports import parse_when, read_export
+from sense7.readers.formats import FormatError
+from sense7.store.database import Store
 from tests.support.exports import (BASE_TIME, CLAUDE_USERS, chatgpt_conversation, claude_conversation,
                                         sharegpt_conversation, write_chatgpt_zip, write_json)
 
@@ -171,8 +171,8 @@ def test_unreadable_identifier_list_is_one_line(home, tmp_path):
 
 
 def test_claude_zip_and_an_overlong_message_is_cut_with_a_marker(tmp_path):
-    from sense7.data.exports import TRUNCATED
-    from sense7.data.formats import MAX_CONTENT_CHARS
+    from sense7.readers.exports import TRUNCATED
+    from sense7.readers.formats import MAX_CONTENT_CHARS
 
     conv = claude_conversation("k1", [("q", "x" * (MAX_CONTENT_CHARS + 10))])
     path = tmp_path / "claude.zip"

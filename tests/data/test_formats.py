@@ -5,14 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from sense7.data.formats import (
-    FormatError,
-    raters_frame,
-    read_assignments,
-    read_conversations,
-    read_raters,
-    read_ratings,
-)
+from sense7.readers.formats import (FormatError, raters_frame, read_assignments, read_conversations, read_raters,
+                                    read_ratings)
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

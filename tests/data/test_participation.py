@@ -1,4 +1,4 @@
-"""Participants' rights in the store (sense7.data.participation): the erasure plan names every table, choices
+"""Participants' rights in the store (sense7.privacy.participation): the erasure plan names every table, choices
 reach training and the release, withdrawal misuse is one line that changes nothing."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import re
 import pytest
 from sqlalchemy import Column, Integer, Table
 
-from sense7.data import participation
-from sense7.data import store as store_module
-from sense7.data.participation import ConversationChoices, Withdrawals, drop_left_out, erase_rater_rows
-from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox, RaterQueue, token_hash
-from sense7.data.store import Store
-from sense7.data.study_design import StudyRecords
+from sense7.privacy import participation
+from sense7.privacy.participation import ConversationChoices, Withdrawals, drop_left_out, erase_rater_rows
+from sense7.store import tables as store_module
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, Outbox, RaterQueue, token_hash
+from sense7.store.study_design import StudyRecords
 from tests.support.jobs import served_and_spoiled_store
 from tests.support.release import demo_like_study, invoke, release_rows
 
@@ -113,7 +113,7 @@ def test_erasing_a_rater_deletes_every_row_of_theirs_and_leaves_a_receipt_and_th
     # A crowd participant's erasure keeps the hash of their pseudonymous id, and only it (a withdrawal is final).
     assert done["store"]["crowd_withdrawn_kept"] == 1
     assert [json.loads(r) for r in json.loads(after)["crowd_withdrawn"]] == [
-        {"study_id": "s", "id_hash": participation.withdrawn_id_hash("leaver7")}]
+        {"study_id": "s", "id_hash": store_module.withdrawn_id_hash("leaver7")}]
     receipts = Withdrawals(store).receipts()
     assert [r["receipt"] for r in receipts] == [receipt] and receipts[0]["rater_id"] is None
     assert receipts[0]["requested_by"] == "participant" and receipts[0]["confirmed_by"] == "staff"
@@ -252,7 +252,7 @@ def test_a_crowd_participant_never_owns_a_pool_conversation_a_donor_owns_theirs(
     from datetime import datetime, timezone
 
     from sense7.data.conversations import Conversation, Message
-    from sense7.data.participation import conversation_owners
+    from sense7.privacy.participation import conversation_owners
 
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     messages = [Message("user", "hello"), Message("assistant", "hi")]

@@ -16,9 +16,8 @@ from stdnum import iban as stdnum_iban
 from stdnum import luhn
 
 from sense7.data.conversations import Conversation, Message
-from sense7.data.pii import (Identifiers, Numbering, RedactionReport, Scrubber, read_identifier_list,
-                             scrub_conversations)
-from sense7.data.formats import FormatError
+from sense7.privacy.pii import Identifiers, Numbering, RedactionReport, Scrubber, scrub_conversations
+from sense7.readers.formats import FormatError, read_identifier_list
 
 FIRST = ["Maria", "José", "Aoife", "Oluwaseun", "Katarzyna", "Jean-Luc", "Priya", "Björn", "Mei", "Tomasz"]
 LAST = ["Gonzalez", "Müller", "O'Brien", "Okafor", "Nowak", "Picard", "Raghunathan", "Lindqvist", "Chen", "Kowalski"]

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from sense7.data.conversations import Conversation, Message
-from sense7.data.raterpage import LinkBook, token_hash
-from sense7.data.release import SUPPRESSED, ReleaseError, build_release, k_anonymous_traits, write_release
-from sense7.data.release_check import Originals, check_release, originals_from_store
-from sense7.data.store import Store
+from sense7.privacy.release import SUPPRESSED, ReleaseError, build_release, k_anonymous_traits, write_release
+from sense7.privacy.release_check import Originals, check_release, originals_from_store
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import LinkBook, token_hash
 from tests.support.release import TAXONOMY, demo_like_study, fill_study, invoke, release_rows
 
 
@@ -184,7 +184,7 @@ def released(tmp_path_factory):
     release (written by `sense7 release`), shared by the planting tests below (each checks its own copy)."""
     from datetime import datetime, timezone
 
-    from sense7.data.store import crowd_completions
+    from sense7.store.tables import crowd_completions
 
     root = tmp_path_factory.mktemp("released")
     home = root / "home"

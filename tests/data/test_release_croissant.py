@@ -13,13 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data import store as tables
-from sense7.data import synth
-from sense7.data.croissant import CROISSANT_FILE
-from sense7.data.release import ReleaseError
-from sense7.data.release_check import check_release, originals_from_store
-from sense7.data.store import Store
-from sense7.data.study_design import StudyRecords
+from sense7.privacy.croissant import CROISSANT_FILE
+from sense7.privacy.release import ReleaseError
+from sense7.privacy.release_check import check_release, originals_from_store
+from sense7.store import tables
+from sense7.store.database import Store
+from sense7.store.study_design import StudyRecords
+from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()
@@ -111,6 +111,7 @@ def test_the_release_datasheet_and_croissant_agree(released):
     assert counts["conversations"] == len({r["conversations/conversation_id"] for r in _records(out, "conversations")})
     profile = re.search(r"^Profile \(the `raters` table\): (.*)\.$", readme, re.M).group(1)
     assert re.findall(r"(\w+) \([^)]*\)", profile) == [d.split(":")[0] for d in document["rai:annotatorDemographics"]]
+    assert f"`{CROISSANT_FILE}`" in readme  # the datasheet names its machine-readable twin
     protocol = " ".join(document["rai:dataAnnotationProtocol"])
     for dimension in (*TAXONOMY.dimensions, TAXONOMY.overall):
         assert f"**{dimension.key}** ({dimension.title}): {dimension.definition}" in readme

@@ -3,7 +3,7 @@
 import pandas as pd
 
 from sense7.data.conversations import Conversation, Message
-from sense7.data.store import Store
+from sense7.store.database import Store
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
@@ -60,9 +60,9 @@ def test_losing_the_create_table_race_is_retried_not_fatal(store_url, monkeypatc
     import pytest
     from sqlalchemy.exc import OperationalError
 
-    import sense7.data.store
+    import sense7.store
 
-    real, calls = sense7.data.store.metadata.create_all, []
+    real, calls = sense7.store.tables.metadata.create_all, []
 
     def racing(engine):
         calls.append(engine)
@@ -70,16 +70,16 @@ def test_losing_the_create_table_race_is_retried_not_fatal(store_url, monkeypatc
             raise OperationalError("CREATE TABLE raters", {}, Exception("table raters already exists"))
         return real(engine)
 
-    monkeypatch.setattr(sense7.data.store.metadata, "create_all", racing)
+    monkeypatch.setattr(sense7.store.tables.metadata, "create_all", racing)
     assert Store(store_url).counts()["raters"] == 0 and len(calls) == 2
-    monkeypatch.setattr(sense7.data.store.metadata, "create_all", lambda engine: (_ for _ in ()).throw(
+    monkeypatch.setattr(sense7.store.tables.metadata, "create_all", lambda engine: (_ for _ in ()).throw(
         OperationalError("x", {}, Exception("unable to open database file"))))
     with pytest.raises(OperationalError, match="unable to open"):
         Store(store_url)
 
 
 def test_the_outbox_hands_out_the_newest_undelivered_revision_per_task_oldest_first(tmp_path):
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
 
     outbox = Outbox(Store(f"sqlite:///{tmp_path / 'outbox.sqlite'}"))
     outbox.add_next("r1", "rating", 11, [], {"v": 1}, 3.0)

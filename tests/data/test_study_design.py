@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from sense7.data.store import Store
-from sense7.data.study_design import HIDDEN, REPEAT_SUFFIX, SHOWN, StudyRecords, draw_arm, plan
 from sense7.labelstudio.importer import import_conversations
 from sense7.settings import Settings, StudyDesign
+from sense7.store.database import Store
+from sense7.store.study_design import HIDDEN, REPEAT_SUFFIX, SHOWN, StudyRecords, draw_arm, plan
 from sense7.taxonomy import load_taxonomy
 from tests.support.release import labelstudio_settings, small_synthetic_study
 

@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from sense7.data import synth
-from sense7.data.formats import read_conversations, read_raters
-from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import import_conversations
+from sense7.readers.formats import read_conversations, read_raters
 from sense7.settings import Settings
+from sense7.store.database import Store
+from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
 from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
 
@@ -68,7 +68,7 @@ def preannotated_project(label_studio, tmp_path):
     live = [c for c in conversations if c.rater_id == rater][:1]
     import_conversations(client, project, live, store, taxonomy=TAXONOMY)
     # The model learns from the other conversations' ratings (an earlier batch).
-    from sense7.data.formats import read_ratings
+    from sense7.readers.formats import read_ratings
     earlier = read_ratings(tmp_path / "batch" / "ratings.csv", TAXONOMY)
     store.upsert_conversations(conversations)
     store.import_ratings(earlier[earlier.conversation_id != live[0].conversation_id])

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from sense7.data.raterpage import LinkBook
-from sense7.data.study_design import HIDDEN, SHOWN
 from sense7.labelstudio.protocol import connect_backend
 from sense7.processes import free_port
+from sense7.store.rater_page_tables import LinkBook
+from sense7.store.study_design import HIDDEN, SHOWN
 from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
 from tests.support.rater_page import import_randomized_study, start_page
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from sense7.data.store import annotations as annotations_table
-from sense7.data.store import ratings as ratings_table
+from sense7.store.tables import annotations as annotations_table, ratings as ratings_table
 from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
 from tests.support.jobs import wait_for
 from tests.support.rater_page import build

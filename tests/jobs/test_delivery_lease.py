@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from sense7.data.raterpage import Outbox
 from sense7.labelstudio.importer import import_conversations
 from sense7.labelstudio.protocol import rating_result
+from sense7.store.rater_page_tables import Outbox
 from sense7.tasks import delivery, names
 from sense7.tasks.broker import take_lease
 from tests.support.jobs import make_conversations, make_raters, wait_for

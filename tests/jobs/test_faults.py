@@ -8,10 +8,9 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from sense7.data.store import annotations as annotations_table
-from sense7.data.store import ratings as ratings_table
 from sense7.processes import free_port
 from sense7.settings import Settings
+from sense7.store.tables import annotations as annotations_table, ratings as ratings_table
 from tests.support.jobs import TcpProxy, annotate, project_tasks, wait_for
 from tests.support.jobs import seed, stored_raters
 

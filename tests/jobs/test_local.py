@@ -12,9 +12,9 @@ from urllib.parse import urlparse
 
 import pytest
 import redis
+from sense7.research.retraining import holdout_conversations
 from sense7.tasks.celery_app import celery_config
 from sense7.tasks.redis_local import ensure_redis, running_local_url, stop_local_redis
-from sense7.research.retraining import holdout_conversations
 
 from sense7.settings import JobSettings, Settings
 
@@ -81,9 +81,9 @@ def test_a_bad_served_model_option_is_named_and_the_cli_changes_nothing(tmp_path
 def test_sense7_retrain_fits_the_served_model_options(tmp_path, redis_server):
     """`sense7 retrain` (the retrain job's own code, sense7.tasks.training.run_retrain, under its Redis lock)
     fits a version with SENSE7_MODEL_RATER_RIDGE and records it."""
-    from sense7.data import synth
-    from sense7.data.formats import read_conversations, read_raters, read_ratings
-    from sense7.data.store import Store
+    from sense7.synthetic import synth
+    from sense7.readers.formats import read_conversations, read_raters, read_ratings
+    from sense7.store.database import Store
     from sense7.model.registry import ModelRegistry
     from sense7.taxonomy import load_taxonomy
 

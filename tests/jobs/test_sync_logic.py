@@ -8,10 +8,10 @@ import re
 import pytest
 from sense7.labelstudio.label_sync import LabelSync
 
-from sense7.data.store import Store
 from sense7.labelstudio.client import create_profile_project, create_rating_project
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 from sense7.labelstudio.protocol import iso_time
+from sense7.store.database import Store
 from sense7.taxonomy import PROFILE_OBJECT_TAG, load_taxonomy
 from tests.support.jobs import annotate, ensure_users, make_conversations, make_raters, project_tasks, rating_result
 

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
+from sense7.store.database import Store
 from tests.support.exports import chatgpt_conversation, write_chatgpt_zip
 
 pytestmark = pytest.mark.labelstudio

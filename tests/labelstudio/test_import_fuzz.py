@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data import synth
 from sense7.labelstudio import client as ls_client
+from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data import synth
-from sense7.data.formats import read_conversations
-from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
+from sense7.readers.formats import read_conversations
+from sense7.store.database import Store
+from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy, render_rating_config
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

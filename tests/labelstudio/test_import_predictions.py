@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import import_conversations
+from sense7.store.database import Store
 from sense7.taxonomy import load_taxonomy
 from tests.support.release import labelstudio_settings, small_synthetic_study
 

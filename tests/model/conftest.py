@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sense7.data.items import build_items
-from sense7.data.synth import generate
+from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

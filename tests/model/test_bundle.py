@@ -11,8 +11,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from sense7.data.synth import generate
 from sense7.model.bundle import BUNDLE_FILE, TEMP_PREFIX, BundleError, load_bundle, save_bundle, train_bundle
+from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sense7.data.dataset import load_native, trait_features
-from sense7.data.formats import FormatError
+from sense7.data.dataset import trait_features
 from sense7.data.items import build_items, items_from_tasks, task_columns, transcript_columns
-from sense7.data.synth import generate, write
 from sense7.labelstudio.protocol import rating_tasks
+from sense7.readers.formats import FormatError, load_native
+from sense7.synthetic.synth import generate, write
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

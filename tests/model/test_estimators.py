@@ -8,9 +8,9 @@ import pytest
 from sklearn.base import clone
 
 from sense7.data.items import build_items
-from sense7.data.synth import generate
 from sense7.model import ControlPrediction, GenericRater, PersonalizedRater
 from sense7.model.oracle import SynthOracle, compare_with_oracle
+from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

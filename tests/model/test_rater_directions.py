@@ -37,7 +37,7 @@ def test_rater_directions_learn_what_moves_each_rater_from_the_residuals():
     from sklearn.model_selection import GroupShuffleSplit
 
     from sense7.data.items import build_items
-    from sense7.data.synth import generate
+    from sense7.synthetic.synth import generate
     from sense7.model.estimators import PersonalizedRater
     from sense7.model.oracle import SynthOracle
     from sense7.research.perspectivist import within_group_spearman
@@ -82,7 +82,7 @@ def test_rater_directions_from_the_encoders_columns_only():
     from sklearn.model_selection import GroupShuffleSplit
 
     from sense7.data.items import build_items
-    from sense7.data.synth import generate
+    from sense7.synthetic.synth import generate
     from sense7.model.estimators import PersonalizedRater
     from sense7.model.oracle import SynthOracle
     from sense7.model.text import TextEncoder

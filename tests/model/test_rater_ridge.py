@@ -10,12 +10,12 @@ from sklearn.linear_model import Ridge
 from sklearn.model_selection import GroupShuffleSplit
 
 from sense7.data.items import build_items
-from sense7.data.synth import generate
 from sense7.model.estimators import PersonalizedRater
 from sense7.model.oracle import SynthOracle
 from sense7.model.rater_ridge import RaterResidualRidge, ridge_path
 from sense7.model.text import TextEncoder
 from sense7.research.perspectivist import within_group_spearman
+from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 
 from sense7.data.dataset import trait_features
-from sense7.data.synth import generate
-from sense7.labelstudio.importer import plan_tasks
 from sense7.data.items import items_from_tasks, task_columns
+from sense7.labelstudio.importer import plan_tasks
 from sense7.model import GenericRater, PersonalizedRater
 from sense7.model.bundle import load_bundle, save_bundle, train_bundle
 from sense7.model.features import TextEncoder
 from sense7.model.serving import CompiledBundle
+from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

@@ -7,8 +7,8 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-from sense7.data.dataset import load_native
-from sense7.data.synth import CUES, generate, write
+from sense7.readers.formats import load_native
+from sense7.synthetic.synth import CUES, generate, write
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

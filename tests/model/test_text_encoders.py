@@ -13,11 +13,11 @@ import scipy.sparse as sp
 from sklearn.base import clone
 
 from sense7.data.items import answered_texts, build_items
-from sense7.data.synth import generate
 from sense7.model import GenericRater, PersonalizedRater
 from sense7.model.embeddings import SentenceEmbeddingEncoder, embeddings_available
 from sense7.model.features import ENCODER_RELATIONAL_COLUMNS, ItemFeatures
 from sense7.model.text import BulkNgramVectorizer, TextEncoder
+from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()

@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from sense7.data.raterpage import Outbox
+from sense7.store.rater_page_tables import Outbox
 from sense7.tasks import delivery
 from tests.support.jobs import wait_for
 from tests.support.rater_page import build

@@ -10,8 +10,8 @@ import pytest
 import requests
 import yaml
 
-from sense7.data.raterpage import InstructedAnswers, Outbox
 from sense7.settings import QualityPolicy
+from sense7.store.rater_page_tables import InstructedAnswers, Outbox
 from sense7.taxonomy import DEFAULT_TAXONOMY_PATH
 from tests.support.jobs import wait_for
 from tests.support.rater_page import csrf_of, hidden, import_randomized_study, serve_study

@@ -8,7 +8,7 @@ import re
 import pytest
 import requests
 
-from sense7.data.raterpage import LinkBook, Outbox
+from sense7.store.rater_page_tables import LinkBook, Outbox
 from tests.support.rater_page import csrf_of, hidden
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
@@ -24,7 +24,7 @@ def _task_ids(html: str) -> set[int]:
 
 
 def test_a_stranger_and_rater_a_get_404_for_everything_not_theirs(page_stack):
-    from sense7.data.raterpage import RaterQueue
+    from sense7.store.rater_page_tables import RaterQueue
     from sense7.tasks.delivery import refresh_queues
 
     s = page_stack

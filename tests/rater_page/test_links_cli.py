@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sense7.data.raterpage import LinkBook
-from sense7.data.store import Store
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import LinkBook
 
 SENSE7 = str(Path(sys.executable).parent / "sense7")
 

@@ -11,13 +11,13 @@ import dataclasses
 import pytest
 
 from sense7.data.conversations import task_key
-from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.store import Store
-from sense7.data.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.model.registry import ModelRegistry
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings, StudyDesign
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import LinkBook, RaterQueue
+from sense7.store.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.taxonomy import load_taxonomy
 from tests.support.rater_page import NEW, answer_on_page, checked_levels, trained_version
 

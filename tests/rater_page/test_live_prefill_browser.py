@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.study_design import SHOWN, StudyRecords, live_version
 from sense7.processes import free_port
+from sense7.store.rater_page_tables import LinkBook, RaterQueue
+from sense7.store.study_design import SHOWN, StudyRecords, live_version
 from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
 from tests.support.rater_page import import_randomized_study, start_page
 

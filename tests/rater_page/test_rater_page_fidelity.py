@@ -8,10 +8,10 @@ from html.parser import HTMLParser
 
 import pytest
 
-from sense7.data.raterpage import LinkBook, RaterQueue
-from sense7.data.store import Store
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import LinkBook, RaterQueue
 from sense7.taxonomy import load_taxonomy, render_profile_config, render_rating_config
 
 

@@ -11,9 +11,9 @@ import subprocess
 import pytest
 from sqlalchemy import func, select
 
-from sense7.data.store import annotations
-from sense7.data.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.settings import QualityPolicy
+from sense7.store.study_design import HIDDEN, SHOWN, StudyRecords
+from sense7.store.tables import annotations
 from tests.support.stack import VENV_BIN
 from tests.support.jobs import wait_for
 from tests.support.rater_page import import_randomized_study, serve_study

@@ -8,9 +8,9 @@ import httpx
 import pytest
 import requests
 
-from sense7.data.raterpage import Outbox
 from sense7.labelstudio.rater_accounts import account_email
 from sense7.processes import free_port
+from sense7.store.rater_page_tables import Outbox
 from tests.support.jobs import TcpProxy, wait_for
 from tests.support.rater_page import build
 from tests.support.rater_page import answer_profile, label_studio_annotations, stored, stored_values, submit
@@ -25,7 +25,7 @@ def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_k
     # first visit makes for a single rater (a filtered query), and the page then needs no Label Studio.
     from sense7.tasks.delivery import refresh_queues
 
-    from sense7.data.raterpage import RaterQueue
+    from sense7.store.rater_page_tables import RaterQueue
     from sense7.labelstudio.rater_accounts import ensure_account, fetch_queue
 
     assert refresh_queues(rt, ["pg1", "pg2"]) == 2

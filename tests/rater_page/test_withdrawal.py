@@ -17,13 +17,13 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from sense7.data import store as tables
-from sense7.data.participation import ConversationChoices, Withdrawals
-from sense7.data.raterpage import LinkBook, RaterQueue, token_hash
-from sense7.data.toy_study import make_conversations, turn_level
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 from sense7.labelstudio.protocol import user_id
 from sense7.labelstudio.rater_accounts import account_email
+from sense7.privacy.participation import ConversationChoices, Withdrawals
+from sense7.store import tables
+from sense7.store.rater_page_tables import LinkBook, RaterQueue, token_hash
+from sense7.synthetic.toy_study import make_conversations, turn_level
 from tests.support.jobs import make_raters, wait_for
 from tests.support.rater_page import csrf_of, start_rating_services
 from tests.support.rater_page import answer_profile, submit

@@ -7,11 +7,11 @@ import pytest
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data.synth import generate, write
 from sense7.model.baselines import RaterMean
 from sense7.model.catalog import CATALOG, Catalog, ModelKind, UnknownModelError
 from sense7.research.evaluation import default_models, evaluate_items
 from sense7.research.report import render_report
+from sense7.synthetic.synth import generate, write
 
 from tests.support.research import planted_items
 from sense7.taxonomy import load_taxonomy

@@ -1,4 +1,4 @@
-"""ConvAbuse through `sense7 evaluate --convabuse` (sense7.data.convabuse), on a small file generated here in
+"""ConvAbuse through `sense7 evaluate --convabuse` (sense7.readers.convabuse), on a small file generated here in
 ConvAbuse's format (the real data is never needed by the tests)."""
 
 import csv
@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data.convabuse import CONTROL, FILE, SEVERITY_COLUMNS, load_convabuse
 from sense7.data.items import build_items
+from sense7.readers.convabuse import CONTROL, FILE, SEVERITY_COLUMNS, load_convabuse
 from sense7.taxonomy import load_taxonomy
 
 runner = CliRunner()

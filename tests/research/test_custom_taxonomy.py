@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data.synth import generate, write
 from sense7.settings import Settings
+from sense7.synthetic.synth import generate, write
 from sense7.taxonomy import load_taxonomy, render_rating_config, study_taxonomy
 from tests.support.taxonomy import SEVEN_POINT_CONTROLS
 

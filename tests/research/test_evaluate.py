@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from sense7.data.dataset import RatingData
-from sense7.data.synth import generate
 from sense7.model.baselines import GlobalMean, MajorityClass, RaterMean
 from sense7.research.evaluation import MODEL_ORDER, evaluate, evaluate_items
+from sense7.synthetic.synth import generate
 
 from tests.support.research import planted_items
 from sense7.taxonomy import load_taxonomy

@@ -20,8 +20,6 @@ from sense7.cli import app
 from sense7.data.conversations import Conversation, Message
 from sense7.data.dataset import RatingData
 from sense7.data.items import task_columns, trait_table
-from sense7.data.store import Store
-from sense7.data.synth import CUE_WEIGHT, CUES, generate
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.model import PersonalizedRater
 from sense7.model.bundle import train_bundle
@@ -37,6 +35,8 @@ from sense7.research.jury import (
     select_panel,
 )
 from sense7.research.jury_report import render_jury_report
+from sense7.store.database import Store
+from sense7.synthetic.synth import CUE_WEIGHT, CUES, generate
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

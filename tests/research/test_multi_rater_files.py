@@ -11,8 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data.dataset import load_native
-from sense7.data.formats import FormatError, read_conversations
+from sense7.readers.formats import FormatError, load_native, read_conversations
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

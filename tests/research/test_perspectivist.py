@@ -9,7 +9,6 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn.base import BaseEstimator
 
-from sense7.data.synth import generate
 from sense7.model.baselines import MajorityClass, RaterMean
 from sense7.model.catalog import CATALOG
 from sense7.research.evaluation import evaluate, evaluate_items
@@ -21,6 +20,7 @@ from sense7.research.perspectivist import (
     within_group_spearman,
 )
 from sense7.research.report import render_report
+from sense7.synthetic.synth import generate
 
 from tests.support.research import planted_items
 from sense7.taxonomy import load_taxonomy

@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data.croissant import CROISSANT_FILE
-from sense7.data.raterpage import token_hash
-from sense7.data.store import Store
+from sense7.privacy.croissant import CROISSANT_FILE
 from sense7.research.lewidi import anad, mean_soft_label_wasserstein
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import token_hash
 
 from tests.support.study_store import PLATFORM_ID, RATERS, TAXONOMY, WITHDRAWN, fill_study
 

@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from sense7.cli import app
 from sense7.data.items import build_items, trait_columns
-from sense7.data.synth import generate, write
 from sense7.model.baselines import RaterMean
 from sense7.research.report import render_report
 from sense7.research.trait_audit import audit_rating_data, trait_audit
+from sense7.synthetic.synth import generate, write
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

@@ -20,14 +20,14 @@ from typer.testing import CliRunner
 
 from sense7.cli import app
 from sense7.crowd.lifecycle import assignments_of, conversations_for
-from sense7.crowd.participants import Participants, Studies
-from sense7.data import synth
+from sense7.crowd.participants import Participants, Studies, valid_platform_id
 from sense7.data.conversations import Conversation, Message
-from sense7.data.store import Store
 from sense7.files import FORMULA_START
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.processes import free_port
 from sense7.research.jury import write_csv
+from sense7.store.database import Store
+from sense7.synthetic import synth
 from sense7.taxonomy import DEFAULT_TAXONOMY_PATH, load_taxonomy
 from tests.support.crowd import pool_lines, write_study
 
@@ -353,3 +353,12 @@ def test_a_release_and_a_jury_never_carry_a_formula_and_the_json_keeps_the_text(
     frame = pd.DataFrame({"conversation_id": [FORMULA, "c2"], "rater_id": ["+1+1", "r2"], "expected": [-0.5, 2.25]})
     jury = write_csv(frame, tmp_path / "jury.csv")
     assert formula_cells(jury) == [] and "-0.500000" in jury.read_text()
+
+
+@pytest.mark.parametrize("platform_id", ["-2+3", "-cmd", "=1", "+1", "@x", "", "a" * 65, "5f3c 2a9b", "x\x00"])
+def test_a_platform_id_a_spreadsheet_could_run_or_that_is_malformed_is_refused(platform_id):
+    assert not valid_platform_id(platform_id)
+
+
+def test_prolific_and_other_platforms_ids_are_accepted():
+    assert all(map(valid_platform_id, ["5f3c2a9b8e7d6c5b4a392817", "worker_17", "A-1", "a" * 64]))

@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from sense7.data.store import annotations as annotations_table
-from sense7.data.store import rater_tasks
 from sense7.labelstudio.importer import import_conversations
 from sense7.labelstudio.label_sync import LabelSync
 from sense7.labelstudio.protocol import user_id
 from sense7.labelstudio.rater_accounts import account_email, copy_queue, ensure_accounts, ensure_users
+from sense7.store.tables import annotations as annotations_table, rater_tasks
 from tests.support.jobs import annotate, make_conversations, make_raters, project_tasks
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data.store import Store
 from sense7.labelstudio import client as ls_client
+from sense7.store.database import Store
 
 pytestmark = pytest.mark.labelstudio
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data import synth
-from sense7.data.store import Store
+from sense7.store.database import Store
+from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

@@ -13,8 +13,9 @@ from sqlalchemy import select
 
 from sense7.crowd.lifecycle import conversations_for, install_study
 from sense7.crowd.participants import Studies, pseudonymous_id, study_secret
-from sense7.data.raterpage import RaterQueue
-from sense7.data.store import Store, metadata
+from sense7.store.rater_page_tables import RaterQueue
+from sense7.store.database import Store
+from sense7.store.tables import metadata
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
@@ -187,14 +188,14 @@ def until(condition, timeout: float = 120.0, what: str = "condition"):
 
 
 def participant_ids(store) -> list[str]:
-    from sense7.data.store import crowd_participants
+    from sense7.store.tables import crowd_participants
 
     with store.engine.connect() as conn:
         return [r.rater_id for r in conn.execute(select(crowd_participants.c.rater_id))]
 
 
 def participants_conversations(store, rater) -> list[str]:
-    from sense7.data.store import crowd_slots
+    from sense7.store.tables import crowd_slots
 
     with store.engine.connect() as conn:
         return [r.conversation_id for r in conn.execute(select(crowd_slots.c.conversation_id)

@@ -8,16 +8,16 @@ import time
 import numpy as np
 from sqlalchemy import select
 
-from sense7.data import synth, toy_study
-from sense7.data.formats import read_conversations, read_raters, read_ratings
-from sense7.data.store import Store
-from sense7.data.store import annotations as annotations_table
-from sense7.data.toy_study import COLD, WARM, make_conversations  # noqa: F401  (the tests' names)
 from sense7.labelstudio import protocol
 from sense7.labelstudio.importer import import_conversations
 from sense7.model.bundle import train_bundle
 from sense7.model.registry import ModelRegistry
+from sense7.readers.formats import read_conversations, read_raters, read_ratings
 from sense7.research.retraining import holdout_conversations
+from sense7.store.database import Store
+from sense7.store.tables import annotations as annotations_table
+from sense7.synthetic import synth, toy_study
+from sense7.synthetic.toy_study import COLD, WARM, make_conversations  # noqa: F401  (the tests' names)
 from sense7.taxonomy import load_taxonomy
 
 
@@ -59,7 +59,7 @@ def annotate(client, task, user_id: int, bias: int = 0, store=None, result: list
     result = result if result is not None else rating_result(task.data["turn"][0]["content"], bias)
     if store is None:
         return client.annotations.create(task.id, result=result, completed_by=user_id)
-    from sense7.data.raterpage import Outbox
+    from sense7.store.rater_page_tables import Outbox
     from sense7.labelstudio.rater_accounts import write_annotation
 
     outbox, rater = Outbox(store), task.data["rater_id"]

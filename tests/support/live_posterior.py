@@ -9,7 +9,7 @@ import pandas as pd
 
 from sense7.data.dataset import RatingData
 from sense7.data.items import trait_table, transcript_columns
-from sense7.data.synth import generate
+from sense7.synthetic.synth import generate
 from sense7.model import PersonalizedRater
 from sense7.model.bundle import train_bundle
 from sense7.taxonomy import load_taxonomy

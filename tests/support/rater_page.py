@@ -13,10 +13,10 @@ import pandas as pd
 import requests
 from sqlalchemy import select
 
-from sense7.data.raterpage import LinkBook
-from sense7.data.store import annotations as annotations_table
-from sense7.data.store import ratings as ratings_table
-from sense7.data.synth import generate
+from sense7.store.rater_page_tables import LinkBook
+from sense7.store.tables import annotations as annotations_table
+from sense7.store.tables import ratings as ratings_table
+from sense7.synthetic.synth import generate
 from sense7.labelstudio.importer import (
     import_conversations,
     import_profile_tasks,
@@ -30,6 +30,12 @@ from sense7.processes import ManagedProcess, free_port
 from sense7.taxonomy import load_taxonomy
 from tests.support.jobs import make_conversations, make_raters
 from tests.support.stack import VENV_BIN
+from contextlib import contextmanager
+from sense7.store.database import Store
+from sense7.store.tables import submissions
+import dataclasses
+from sense7.store.rater_page_tables import RaterQueue
+from sense7.taxonomy import InstructedItem
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
@@ -113,7 +119,7 @@ def import_randomized_study(stack, n_raters: int, prefix: str, per_rater: int, t
     """A served v1 (trained on a small synthetic study), then `n_raters` raters' conversations imported with
     its predictions under a randomized pre-fill policy (seed = prefix), with their questionnaire tasks.
     Returns (raters, conversations)."""
-    from sense7.data import synth
+    from sense7.synthetic import synth
     from sense7.ml_backend.model import build_model
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
@@ -237,3 +243,69 @@ def study_ratings(conversations, taxonomy, seed: int = 3) -> pd.DataFrame:
             rows.append((d["conversation_id"], d["turn_index"], d["rater_id"], control, rng.randint(1, 5)))
         rows.append((d["conversation_id"], d["turn_index"], d["rater_id"], taxonomy.expectation_key, rng.randint(1, 3)))
     return pd.DataFrame(rows, columns=["conversation_id", "turn_index", "rater_id", "dimension", "rating"])
+
+
+def rating_form(tax, level: str, **extra) -> dict:
+    form = {c: level for c in tax.controls}
+    form.update({tax.expectation_key: tax.expectation_values[1], tax.comment_key: "fine", **extra})
+    return form
+
+
+def stored_rows(store: Store) -> list[dict]:
+    with store.engine.connect() as conn:
+        return [dict(r) for r in conn.execute(select(submissions).order_by(submissions.c.key)).mappings()]
+
+
+@contextmanager
+def gunicorn_page(tmp_path, redis_url: str, **env: str):
+    """(url, store, tokens, process): the rater page under gunicorn on a fresh store with two raters (2
+    workers x 4 threads unless `env` says otherwise), stopped on leaving."""
+    store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    store = Store(store_url)
+    tokens = fill_queues(store)
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SENSE7_HOME": str(tmp_path / "home"),
+           "SENSE7_STORE_URL": store_url, "SENSE7_REDIS_URL": redis_url,
+           "SENSE7_RATER_PAGE_PORT": str(port), "SENSE7_RATER_PAGE_WORKERS": "2",
+           "SENSE7_RATER_PAGE_THREADS": "4", "SENSE7_LS_URL": f"http://127.0.0.1:{free_port()}", **env}
+    url = f"http://127.0.0.1:{port}"
+
+    def up():
+        try:
+            return requests.get(f"{url}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    proc = ManagedProcess("rater-page", tmp_path, up, startup_timeout=60)
+    proc.start([str(VENV_BIN / "gunicorn"), "--config", str(REPO / "sense7" / "rater_page" / "gunicorn_conf.py"),
+                "sense7.rater_page.wsgi:app_from_env()"], env, cwd=REPO)
+    try:
+        yield url, store, tokens, proc
+    finally:
+        proc.stop()
+
+
+CHECK = InstructedItem("attention_check", "To show you are reading, choose 2 here.", 2)
+
+
+TAXONOMY_WITH_CHECK = dataclasses.replace(load_taxonomy(), instructed_items=(CHECK,))
+
+
+def fill_queues(store: Store) -> dict[str, str]:
+    """Two raters (ha, hb), each with a questionnaire and ten turns (the second an attention check);
+    returns rater -> link secret."""
+    queue, book, tokens = RaterQueue(store), LinkBook(store), {}
+    for n, rater in enumerate(["ha", "hb"]):
+        items = [{"task_id": 100 * (n + 1), "kind": "profile", "position": -1, "conversation_id": None,
+                  "turn_index": None, "data": {"rater_id": rater}, "prediction": None, "answer": None}]
+        for t in range(10):
+            data = {"history": [{"role": "user", "content": f"{rater}'s own words, turn {t}"}],
+                    "turn": [{"role": "assistant", "content": f"a reply to {rater}, turn {t}"}]}
+            if t == 1:
+                data["instructed"] = CHECK.key
+            items.append({"task_id": 100 * (n + 1) + t + 1, "kind": "rating", "position": t,
+                          "conversation_id": f"c-{rater}", "turn_index": 2 * t + 1, "data": data,
+                          "prediction": None, "answer": None})
+        queue.replace(rater, items)
+        tokens[rater] = book.issue(rater)
+    return tokens

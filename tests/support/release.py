@@ -9,10 +9,10 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from sense7.cli import app
-from sense7.data import synth
+from sense7.synthetic import synth
 from sense7.data.conversations import Conversation, Message
-from sense7.data.raterpage import LinkBook
-from sense7.data.store import Store
+from sense7.store.rater_page_tables import LinkBook
+from sense7.store.database import Store
 from sense7.settings import Settings
 from sense7.taxonomy import load_taxonomy
 

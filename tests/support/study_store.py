@@ -11,12 +11,12 @@ from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 
-from sense7.data import store as tables
 from sense7.data.conversations import Conversation, Message, task_key
-from sense7.data.participation import ConversationChoices, Withdrawals
-from sense7.data.raterpage import InstructedAnswers, LinkBook, Outbox
-from sense7.data.store import Store
-from sense7.data.study_design import REPEAT_SUFFIX, StudyRecords, live_version
+from sense7.privacy.participation import ConversationChoices, Withdrawals
+from sense7.store import tables
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, Outbox
+from sense7.store.study_design import REPEAT_SUFFIX, StudyRecords, live_version
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()

@@ -15,7 +15,7 @@ import pandas as pd
 
 from sense7.data.conversations import Conversation, Message
 from sense7.data.dataset import RatingData
-from sense7.data.formats import RATING_COLUMNS
+from sense7.readers.formats import RATING_COLUMNS
 
 CONTROL = "perceived_empathy"
 SCALE = (1, 7)

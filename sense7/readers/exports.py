@@ -15,7 +15,7 @@ rater sees that something was there. The conversation's title and its times are 
 `assistant_ids` = the model of each assistant turn by its index).
 
 A malformed export is refused whole: every problem names the file, the conversation and the field
-(FormatError, as every reader of sense7.data.formats), and nothing is imported.
+(FormatError, as every reader of sense7.readers.formats), and nothing is imported.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sense7.data.conversations import Conversation, Message
-from sense7.data.formats import (MAX_CONTENT_CHARS, MAX_MESSAGES, FormatError, JSONTooDeep, Problem, id_problem,
-                                 parse_json)
-from sense7.data.pii import Identifiers
 from sense7.files import forbidden_character
+from sense7.privacy.pii import Identifiers
+from sense7.readers.formats import (MAX_CONTENT_CHARS, MAX_MESSAGES, FormatError, JSONTooDeep, Problem, id_problem,
+                                    parse_json)
 
 EXPORT_FORMATS = ("chatgpt", "claude", "sharegpt")
 MAX_EXPORT_BYTES = 2_000_000_000  # a ZIP member or file larger than this is refused, not read into memory

@@ -2,7 +2,7 @@
 
 `build_release(data, taxonomy, k)` turns the store's `RatingData` into release tables:
 - ratings: per turn (or whole conversation), every control and the expectation answer;
-- conversations: the texts, scrubbed again here (sense7.data.pii; a batch imported with --no-scrub too);
+- conversations: the texts, scrubbed again here (sense7.privacy.pii; a batch imported with --no-scrub too);
 - contexts: per (conversation, rater), the taxonomy's context fields, the assistant, the month it was held;
 - raters: the traits, generalized (values merged into bands) field by field until every combination of
   traits is shared by at least k raters; raters still alone after that have all their traits suppressed
@@ -12,10 +12,10 @@ e-mails, link secrets and Label Studio ids are not in it; excluded and withdrawn
 
 `write_release(release, out)` writes JSONL and CSV, a schema and a datasheet README whose YAML header is
 the layout the Hugging Face `datasets` loader reads (`load_dataset(DIR, "ratings")`), and croissant.json
-(Croissant 1.1 with the RAI fields: sense7.data.croissant). It writes into a
+(Croissant 1.1 with the RAI fields: sense7.privacy.croissant). It writes into a
 temporary sibling folder and renames it into place: a failure leaves nothing half-written.
 
-Its check (`sense7.data.release_check.check_release`) reads the whole folder: `write_release` calls it on
+Its check (`sense7.privacy.release_check.check_release`) reads the whole folder: `write_release` calls it on
 the staging folder before the rename.
 """
 
@@ -36,9 +36,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from sense7.data.croissant import CROISSANT_FILE, StudyFacts, release_document, write_croissant
-from sense7.data.pii import scrub_conversations
 from sense7.files import spreadsheet_cell, spreadsheet_rows
+from sense7.privacy.croissant import CROISSANT_FILE, StudyFacts, release_document, write_croissant
+from sense7.privacy.pii import scrub_conversations
 from sense7.taxonomy import Taxonomy
 
 SUPPRESSED = "*"
@@ -62,7 +62,7 @@ class Release:
     taxonomy: Taxonomy
     period: tuple[str, str] | None  # first and last month a conversation was held, when known
     redaction: dict = field(default_factory=dict)
-    study: StudyFacts | None = None  # the store's facts for the Croissant RAI fields (sense7.data.croissant)
+    study: StudyFacts | None = None  # the store's facts for the Croissant RAI fields (sense7.privacy.croissant)
 
     def counts(self) -> dict[str, int]:
         return {name: len(rows) for name, rows in self.tables.items()}
@@ -303,7 +303,9 @@ Released {datetime.now(timezone.utc).strftime("%Y-%m")} with `sense7 release`.
 Load a table with `datasets.load_dataset("<this folder>", "ratings")` (configs: {", ".join(TABLES)});
 the same tables are in `csv/` (where a text that a spreadsheet would run as a formula, one starting with
 `=`, `+`, `-` or `@`, starts with an apostrophe; `data/` holds every text exactly); `schema.json` describes
-every column.
+every column, and `croissant.json` describes the same tables as Croissant 1.1 metadata with its Responsible-AI
+fields (annotation protocol, platform, annotations per item, annotator demographics; `mlcroissant.Dataset`
+reads it).
 
 ## What was collected and how
 Participants rated the assistant turns of conversations (their own, donated from their assistants' data

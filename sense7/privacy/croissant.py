@@ -96,11 +96,11 @@ class StudyFacts:
 
 def study_facts(store, taxonomy=None, design=None) -> StudyFacts:
     """The pre-fill policies tasks drew, the model versions whose predictions were recorded, the crowd
-    studies' platforms and K (sense7.data.study_design, sense7.crowd), from the store. `design`: the
+    studies' platforms and K (sense7.store.study_design, sense7.crowd), from the store. `design`: the
     study's StudyDesign (settings.study), for the pre-fill rule (the store does not keep it)."""
     from sqlalchemy import func, select
 
-    from sense7.data.store import crowd_studies, recorded_predictions, task_arms
+    from sense7.store.tables import crowd_studies, recorded_predictions, task_arms
 
     with store.engine.connect() as conn:
         policies = conn.execute(select(task_arms.c.policy, task_arms.c.shown_share, func.count())
@@ -379,7 +379,7 @@ def _schema_type(declared: str) -> str:
 
 
 def release_document(release, folder: Path, schema: dict) -> dict:
-    """The Croissant document of a release written into `folder` (sense7.data.release.write_release): its
+    """The Croissant document of a release written into `folder` (sense7.privacy.release.write_release): its
     JSONL and CSV files with their checksums, one record set per table read from its CSV, and the RAI
     fields from the release's taxonomy, its ratings and the study's facts (`release.study`, when known)."""
     tax = release.taxonomy

@@ -13,8 +13,9 @@ from collections import defaultdict
 from sqlalchemy import func, select
 
 from sense7.data.conversations import task_key
-from sense7.data.raterpage import QueueItem
-from sense7.data.store import Store, submissions
+from sense7.store.database import Store
+from sense7.store.rater_page_tables import QueueItem
+from sense7.store.tables import submissions
 
 RATING = "rating"
 

@@ -1,6 +1,6 @@
 """The one way conversations come in (`sense7 import` and a crowd study's pool, `sense7 crowd init`): read and
-validated by the readers of user files (sense7.data.formats, or an assistant's data export:
-sense7.data.exports), scrubbed of personal details (sense7.data.pii), then compared with the texts the store
+validated by the readers of user files (sense7.readers.formats, or an assistant's data export:
+sense7.readers.exports), scrubbed of personal details (sense7.privacy.pii), then compared with the texts the store
 already holds, so that a conversation id never gets a second, different text (Label Studio would keep the
 first one). Nothing here writes: a caller stores the batch only once it was admitted."""
 
@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sense7.data.conversations import Conversation
-from sense7.data.exports import EXPORT_FORMATS, looks_like_export, parse_when, read_export
-from sense7.data.formats import FormatError, Problem, read_conversations
-from sense7.data.pii import Identifiers, RedactionReport, scrub_conversations
-from sense7.data.store import Store
+from sense7.privacy.pii import Identifiers, RedactionReport, scrub_conversations
+from sense7.readers.exports import EXPORT_FORMATS, looks_like_export, parse_when, read_export
+from sense7.readers.formats import FormatError, Problem, read_conversations
+from sense7.store.database import Store
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Batch:
 
 def read_batch(path: str | Path, taxonomy, fmt: str | None = None, rater: str | None = None,
                select=None, since: str | None = None, until: str | None = None) -> Batch:
-    """A file of sense7.data.formats (native JSONL, CSV, OpenAI-style JSONL) or an assistant's data export
+    """A file of sense7.readers.formats (native JSONL, CSV, OpenAI-style JSONL) or an assistant's data export
     (`select`, `since` and `until` apply to exports only). Raises FormatError (file:line: field: reason)
     or ValueError for options that do not fit the file; returns nothing partial."""
     path = Path(path)

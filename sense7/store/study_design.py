@@ -24,8 +24,9 @@ from datetime import datetime, timezone
 import pandas as pd
 from sqlalchemy import select
 
-from sense7.data.store import Store, recorded_predictions, study_values, task_arms
 from sense7.settings import StudyDesign
+from sense7.store.database import Store
+from sense7.store.tables import recorded_predictions, study_values, task_arms
 
 SHOWN, HIDDEN = "shown", "hidden"
 REPEAT_SUFFIX = "::repeat"

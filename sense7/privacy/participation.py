@@ -13,14 +13,14 @@
 - `ERASURE`: how every table of the store is erased. A table the plan does not name stops the erasure
   before anything is deleted (and its test), so a new table is never silently left holding a rater's rows.
 - A crowd participant's erasure keeps one thing: the SHA-256 of their pseudonymous id in `crowd_withdrawn`
-  (`withdrawn_id_hash`), so that the same platform id is never seated again (sense7.crowd.participants).
+  (`sense7.store.tables.withdrawn_id_hash`), so that the same platform id is never seated again
+  (sense7.crowd.participants).
   The receipt counts it (`crowd_withdrawn_kept`).
 """
 
 from __future__ import annotations
 
 import getpass
-import hashlib
 import re
 import secrets
 from dataclasses import dataclass
@@ -28,8 +28,8 @@ from datetime import datetime, timezone
 
 from sqlalchemy import delete, or_, select, update
 
-from sense7.data import store as tables
-from sense7.data.store import Store
+from sense7.store import tables
+from sense7.store.database import Store
 
 PARTICIPANT = "participant"  # requested_by of a withdrawal asked for on the rater page
 REDACTED = "[withdrawn]"
@@ -278,7 +278,7 @@ class Withdrawals:
                     conn.execute(update(t).where(t.c.receipt == row.receipt).values(model_versions=versions))
 
 
-# How each table is erased for one rater (sense7.data.store's tables, every one of them):
+# How each table is erased for one rater (sense7.store's tables, every one of them):
 #   rater: rows whose rater_id is theirs; annotation: rows of their annotations; conversation: conversations
 #   only they had; history: changes of their annotations or naming them; redact: their id replaced in place;
 #   none: holds nothing of a rater's; receipt: the withdrawal itself, turned into the receipt; tombstone:
@@ -295,16 +295,11 @@ ERASURE = {
 }
 
 
-def withdrawn_id_hash(rater_id: str) -> str:
-    """What `crowd_withdrawn` keeps of an erased crowd participant: the SHA-256 of their pseudonymous id."""
-    return hashlib.sha256(rater_id.encode()).hexdigest()
-
-
 def check_plan() -> None:
     missing = sorted(set(tables.metadata.tables) - set(ERASURE))
     if missing:
         raise RuntimeError(f"the erasure plan names no way to erase table(s) {', '.join(missing)}: "
-                           "add them to sense7.data.participation.ERASURE")
+                           "add them to sense7.privacy.participation.ERASURE")
 
 
 def _redact(value, pattern: re.Pattern):
@@ -362,7 +357,7 @@ def erase_rater_rows(store: Store, rater_id: str, account_id: int | None = None,
             tables.crowd_participants.c.rater_id == rater_id))}
         if studies:
             store.upsert_rows(conn, tables.crowd_withdrawn, [
-                {"study_id": sid, "id_hash": withdrawn_id_hash(rater_id)} for sid in sorted(studies)],
+                {"study_id": sid, "id_hash": tables.withdrawn_id_hash(rater_id)} for sid in sorted(studies)],
                 ["study_id", "id_hash"])
         counts["crowd_withdrawn_kept"] = len(studies)
         for table in by_rater:

@@ -4,9 +4,9 @@ The release's own layout is the allow-list (`LAYOUT`: what `write_release` write
 a symbolic link or a file that is not plain is refused, whatever its name or depth. Every file's text is
 scanned: each value of the JSONL tables (keys too), each CSV cell, each string of `schema.json` and each
 line of the README (its YAML front matter decoded as well, so an escape hides nothing), for:
-- e-mail addresses (sense7.data.pii's pattern, internationalized addresses included) and the store's own
+- e-mail addresses (sense7.privacy.pii's pattern, internationalized addresses included) and the store's own
   rater e-mails (exactly, case-insensitively, wherever they appear);
-- phone numbers, URLs, IP addresses, card numbers and IBANs (sense7.data.pii's detectors);
+- phone numbers, URLs, IP addresses, card numbers and IBANs (sense7.privacy.pii's detectors);
 - link secrets: a 43-character url-safe token whose SHA-256 the store holds (`rater_links`), or any token
   of that shape; and the stored hashes themselves (link and resume-code hashes);
 - the store's rater ids, conversation ids and platform ids (`crowd_completions`), inside texts too
@@ -34,10 +34,10 @@ from pathlib import Path
 import ahocorasick
 import yaml
 
-from sense7.data.croissant import CROISSANT_FILE, croissant_problems
-from sense7.data.pii import PLACEHOLDER, Scrubber
-from sense7.data.release import (CONVERSATION_ID, RATER_ID, SUPPRESSED, TABLES, ReleaseError, csv_header,
-                                 csv_rows_of)
+from sense7.privacy.croissant import CROISSANT_FILE, croissant_problems
+from sense7.privacy.pii import PLACEHOLDER, Scrubber
+from sense7.privacy.release import (CONVERSATION_ID, RATER_ID, SUPPRESSED, TABLES, ReleaseError, csv_header,
+                                    csv_rows_of)
 
 # What write_release writes, and nothing else.
 FOLDERS = ("data", "csv")
@@ -47,7 +47,7 @@ LAYOUT = {"schema.json", "README.md", CROISSANT_FILE, *(f"data/{name}.jsonl" for
 READ_ORDER = ("conversations", "raters", "contexts", "ratings")
 ID_COLUMNS = {"rater_id": RATER_ID, "conversation_id": CONVERSATION_ID}
 
-LINK_SECRET_LENGTH = 43  # secrets.token_urlsafe(32), sense7.data.raterpage.TOKEN_BYTES
+LINK_SECRET_LENGTH = 43  # secrets.token_urlsafe(32), sense7.store.rater_page_tables.TOKEN_BYTES
 URL_SAFE_RUN = re.compile(r"[A-Za-z0-9_-]{%d,}" % LINK_SECRET_LENGTH)
 MIN_ID_IN_TEXT = 4      # shorter store ids ("r1", "p07") are ordinary words: matched as whole id values only
 MIN_NUMERIC_ID_IN_TEXT = 8  # an id of digits only ("1234") is an ordinary number below this length
@@ -85,7 +85,7 @@ def originals_from_store(store) -> Originals:
     links and resume codes, and the platform ids of crowd studies (`crowd_completions`)."""
     from sqlalchemy import select
 
-    from sense7.data import store as tables
+    from sense7.store import tables
 
     found: dict[str, set] = {"rater_id": set(), "conversation_id": set()}
     with store.engine.connect() as conn:
@@ -601,7 +601,7 @@ def _check_readme(folder: Path, counts: dict[str, int], scanner: ReleaseScanner,
 
 def _check_croissant(folder: Path, scanner: ReleaseScanner, findings: Findings) -> None:
     """croissant.json describes this release (it parses, conforms to Croissant 1.1, carries the RAI fields,
-    names only the release's files with their checksums: sense7.data.croissant.croissant_problems), and its
+    names only the release's files with their checksums: sense7.privacy.croissant.croissant_problems), and its
     strings pass the same scan as every other file's, but for its vocabulary URLs (`@context`, `conformsTo`)
     and the files' `sha256` digests, which croissant_problems checks against the files themselves."""
     findings.problems += croissant_problems(folder)

@@ -1,6 +1,6 @@
 """Read and validate the files users give us: conversations (native JSONL, CSV, OpenAI-style JSONL),
 assignments, rater traits (raters.csv) and ratings (ratings.csv). This is the one reader of every user
-file: the importer, `sense7 evaluate`/`analyze` and the dataset layer (sense7.data.dataset) all call it.
+file: the importer, `sense7 evaluate`/`analyze` (through `load_native`) and the crowd pool all call it.
 
 The whole file is checked before anything is written anywhere. Every problem names the file, the line,
 the field and the reason; all problems are collected (up to a cap) so a user fixes a file in one pass.
@@ -15,10 +15,15 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sense7.data.conversations import ROLES, Conversation, Message
 from sense7.files import FORMULA_START, forbidden_character
 from sense7.taxonomy import Taxonomy
+
+if TYPE_CHECKING:  # imported where used: reading a file needs neither pandas nor the scrubber
+    from sense7.data.dataset import RatingData
+    from sense7.privacy.pii import Identifiers
 
 MAX_ID_CHARS = 200
 MAX_JSON_DEPTH = 64  # nested objects and lists in one JSON value; a conversation line needs 4
@@ -581,3 +586,69 @@ def read_ratings(path: str | Path, taxonomy: Taxonomy, conversations=None):
     frame["turn_index"] = frame["turn_index"].astype("Int64")
     frame["rating"] = frame["rating"].astype(int)
     return frame
+
+
+# ---------------------------------------------------------------------------------------------------
+# A study's native files as one RatingData, and a participant's list of identifiers to scrub
+
+
+def load_native(conversations_path, ratings_path, raters_path=None, *, taxonomy: Taxonomy,
+                assignments_path=None) -> RatingData:
+    """conversations.jsonl + ratings.csv (+ raters.csv) validated against the taxonomy. Raises FormatError
+    listing every problem of a file as file:line: field: reason.
+
+    Several raters per conversation: one line per conversation is enough (every rater in ratings.csv shares
+    its text), or `assignments_path` (conversation_id, rater_id, as `sense7 import --assignments`)."""
+    import pandas as pd
+
+    from sense7.data.dataset import RatingData
+
+    batch = read_conversations(conversations_path, taxonomy)
+    if assignments_path:
+        batch = read_assignments(assignments_path, batch)
+    conversations = {}
+    for conv in batch:
+        conversations[(conv.conversation_id, conv.rater_id)] = conv
+    if raters_path:
+        raters = raters_frame(read_raters(raters_path, taxonomy, extra_columns=True), taxonomy)
+    else:
+        raters = pd.DataFrame(index=pd.Index([], name="rater_id"))
+    ratings = read_ratings(ratings_path, taxonomy, conversations)
+    return RatingData(conversations, ratings, raters)
+
+
+def read_identifier_list(path) -> Identifiers:
+    """A per-participant list, one entry a line: a name (`Jane Doe`, the default), or `term: Acme Corp`,
+    `email: x@example.org`, `phone: +44 20 7946 0000`, `name: ...`. Blank lines and `#` comments are skipped.
+    Raises FormatError (file:line: field: reason) for an unknown prefix or an empty entry."""
+    from sense7.privacy.pii import Identifiers
+
+    path = Path(path)
+    kinds = {"name": [], "term": [], "email": [], "phone": []}
+    problems = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise FormatError([Problem(str(path), None, "file", f"cannot read: {exc.strerror}")]) from None
+    except UnicodeDecodeError as exc:
+        raise FormatError([Problem(str(path), None, "encoding", f"invalid UTF-8 at byte {exc.start}")]) from None
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        kind, sep, value = text.partition(":")
+        if sep and kind.strip().lower() in kinds:
+            kind, value = kind.strip().lower(), value.strip()
+        elif sep and " " not in kind.strip() and kind.strip().isalpha():
+            problems.append(Problem(str(path), number, "entry",
+                                    f"unknown kind {kind.strip()!r} (expected name, term, email or phone)"))
+            continue
+        else:
+            kind, value = "name", text
+        if not value:
+            problems.append(Problem(str(path), number, kind, "empty"))
+            continue
+        kinds[kind].append(value)
+    if problems:
+        raise FormatError(problems)
+    return Identifiers(tuple(kinds["name"]), tuple(kinds["term"]), tuple(kinds["email"]), tuple(kinds["phone"]))

@@ -115,7 +115,7 @@ class SynthData:
     taxonomy: Taxonomy = field(repr=False)  # the one it was generated for (its controls and scale)
 
     def rating_data(self):
-        """The same data as `sense7.data.dataset.load_native` would read from the written files."""
+        """The same data as `sense7.readers.formats.load_native` would read from the written files."""
         from sense7.data.dataset import RatingData
 
         raters = self.raters.set_index("rater_id")

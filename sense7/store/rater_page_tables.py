@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 
 from sqlalchemy import and_, func, select, update
 
-from sense7.data.participation import withdrawn_id_hash
-from sense7.data.store import (Store, conversation_choices, crowd_withdrawn, instructed_answers, rater_links,
-                               rater_tasks, submissions, withdrawals)
+from sense7.store.database import Store
+from sense7.store.tables import (conversation_choices, crowd_withdrawn, instructed_answers, rater_links, rater_tasks,
+                                 submissions, withdrawals, withdrawn_id_hash)
 
 TOKEN_BYTES = 32  # 256 random bits per link
 
@@ -116,7 +116,7 @@ class RaterQueue:
 
     def items(self, rater_id: str, left_out: bool = False) -> list[QueueItem]:
         """The rater's queue in order (profile first), each with its latest answer; turns of conversations the
-        rater left out of the study (sense7.data.participation) are not in it (`left_out=True`: they are)."""
+        rater left out of the study (sense7.privacy.participation) are not in it (`left_out=True`: they are)."""
         with self.store.engine.connect() as conn:
             rows = conn.execute(select(rater_tasks).where(rater_tasks.c.rater_id == rater_id)
                                 .order_by(rater_tasks.c.position)).mappings().all()

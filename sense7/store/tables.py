@@ -1,0 +1,340 @@
+"""The store's schema: every table of sense7's own store (SQLAlchemy Core), and what `crowd_withdrawn` keeps of
+an erased participant. The code that owns a table's rows lives beside it in this package (`database.Store`,
+`study_design`, `rater_page_tables`, `rater_answers`) or with its use (`sense7.crowd`, `sense7.privacy.participation`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from sqlalchemy import JSON, Boolean, Column, DateTime, Float, Integer, MetaData, String, Table, Text, UniqueConstraint
+
+metadata = MetaData()
+
+raters = Table(
+    "raters", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("email", String(320), nullable=True, unique=True),
+    Column("traits", JSON, nullable=False),  # raw profile answers, keys = taxonomy profile fields
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+conversations = Table(
+    "conversations", metadata,
+    Column("conversation_id", String(200), primary_key=True),
+    Column("messages", JSON, nullable=False),
+)
+
+contexts = Table(
+    "contexts", metadata,
+    Column("conversation_id", String(200), primary_key=True),
+    Column("rater_id", String(200), primary_key=True),
+    Column("context", JSON, nullable=False),
+)
+
+annotations = Table(
+    "annotations", metadata,
+    Column("annotation_id", Integer, primary_key=True, autoincrement=False),  # Label Studio's id
+    Column("task_id", Integer, nullable=False),
+    Column("conversation_id", String(200), nullable=False),
+    Column("turn_index", Integer, nullable=True),
+    Column("rater_id", String(200), nullable=True),
+    Column("updated_at", String(64), nullable=False),  # Label Studio's updated_at, ISO text, compared as is
+    Column("expectation", String(32), nullable=True),
+    Column("comment", Text, nullable=True),
+    Column("deleted", Boolean, nullable=False, default=False),
+    Column("author_id", Integer, nullable=True),  # Label Studio user id of whoever wrote it (completed_by)
+    # Why this annotation is not attributed to any rater (author not a known rater, not the task's rater):
+    # kept, listed and counted, but never trained on and never turned into traits.
+    Column("quarantine", String(300), nullable=True),
+    Column("lead_time", Float, nullable=True),      # seconds the rater spent on the task: what counts (see held)
+    Column("created_at", String(64), nullable=True),  # when Label Studio first had it, ISO text
+    # The task key of the turn this annotation rates again (a test-retest repeat, sense7.store.study_design): kept
+    # for rater quality, never trained on and never counted as a second rating of the turn.
+    Column("repeat_of", String(300), nullable=True),
+    # A version Label Studio holds that is not counted as the rater's (issue 23): written there, not by the
+    # rater page, and not accepted (`sense7 ratings accept`). {"rater_id" (the rater it claims), "values",
+    # "expectation", "comment", "lead_time", "cancelled", "author" (None: the rater's account; else whom a
+    # re-assigned completed_by names), "changed_by", "reason"} (issue 37: lead_time, cancelled and author
+    # too); the ratings rows and lead_time keep what counts (the delivered version), or the annotation is
+    # quarantined when nothing of the rater's stands behind it.
+    Column("held", JSON(none_as_null=True), nullable=True),
+)
+
+# Every change of a synced rating, oldest first: who (Label Studio user id), when, the state before and
+# after ({"values", "expectation", "comment", "rater_id", "quarantine", "author_id", "held", "lead_time"};
+# None = did not exist / deleted).
+rating_history = Table(
+    "rating_history", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("annotation_id", Integer, nullable=False, index=True),
+    Column("task_id", Integer, nullable=True),
+    Column("change", String(16), nullable=False),  # created, updated, deleted
+    Column("changed_by", Integer, nullable=True),
+    Column("changed_at", DateTime(timezone=True), nullable=False),
+    Column("ls_updated_at", String(64), nullable=True),
+    Column("old", JSON, nullable=True),
+    Column("new", JSON, nullable=True),
+    # Who wrote the change: "rater page" (a delivered submission stands behind it), "label studio" (staff,
+    # or anyone with a Label Studio account: changed_by is that user), "sense7 ratings accept".
+    Column("via", String(32), nullable=True),
+)
+
+# Label Studio versions staff accepted as the rater's own (`sense7 ratings accept`): the sync counts an
+# annotation whose result equals one of these, as it counts one a rater-page submission stands behind.
+accepted_versions = Table(
+    "accepted_versions", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("annotation_id", Integer, nullable=False, index=True),
+    Column("rater_id", String(200), nullable=False),
+    Column("version", JSON, nullable=False),  # {"values", "expectation", "comment", "lead_time", "cancelled", "author"}
+    Column("accepted_at", DateTime(timezone=True), nullable=False),
+    Column("actor", String(200), nullable=False),
+)
+
+ratings = Table(
+    "ratings", metadata,
+    Column("annotation_id", Integer, primary_key=True, autoincrement=False),
+    Column("control", String(100), primary_key=True),
+    Column("value", Integer, nullable=False),
+)
+
+# Ratings collected before or outside Label Studio (a pilot study, an earlier batch): kept apart from
+# synced annotations so that reconciling with Label Studio can never delete them.
+imported_ratings = Table(
+    "imported_ratings", metadata,
+    Column("conversation_id", String(200), primary_key=True),
+    Column("turn_index", Integer, primary_key=True),  # -1 = a rating of the whole conversation
+    Column("rater_id", String(200), primary_key=True),
+    Column("dimension", String(100), primary_key=True),
+    Column("rating", Integer, nullable=False),
+)
+
+# Explicit staff entries (ratings imported for raters, reverted changes): who ran what, when.
+staff_log = Table(
+    "staff_log", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("actor", String(200), nullable=False),  # the operating-system user who ran the command
+    Column("action", String(100), nullable=False),
+    Column("detail", JSON, nullable=False),        # counts, file names, ids: never traits or texts
+)
+
+# -- the rater page (sense7.store.rater_page_tables): private links, each rater's queue, submissions to deliver
+# One private link per rater: only a SHA-256 of its secret is kept (the secret is 256 random bits, so a
+# plain hash is as good as a slow one and lets a link be looked up in one indexed read).
+rater_links = Table(
+    "rater_links", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+# A copy of each rater's Label Studio tasks (refreshed from Label Studio when the rater opens the link),
+# so that every page is answered from the store and never reveals a task that is not on this list.
+rater_tasks = Table(
+    "rater_tasks", metadata,
+    Column("task_id", Integer, primary_key=True, autoincrement=False),  # Label Studio's id
+    Column("rater_id", String(200), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),         # rating | profile
+    Column("position", Integer, nullable=False),        # order in the rater's queue (profile: -1)
+    Column("conversation_id", String(200), nullable=True),
+    Column("turn_index", Integer, nullable=True),
+    Column("data", JSON, nullable=False),               # what the page shows: history, turn
+    Column("prediction", JSON, nullable=True),          # {"version", "values": {control: level}}
+    Column("answer", JSON, nullable=True),              # the rater's latest answer known to Label Studio
+)
+
+# Every submission from the rater page, kept until (and after) Label Studio has it: the durable outbox.
+# key = rater:kind:task:revision, so a form posted twice is stored once and delivered once.
+submissions = Table(
+    "submissions", metadata,
+    Column("key", String(300), primary_key=True),
+    Column("rater_id", String(200), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),
+    Column("task_id", Integer, nullable=False, index=True),
+    Column("revision", Integer, nullable=False),
+    Column("result", JSON, nullable=False),             # Label Studio result list
+    Column("answer", JSON, nullable=False),             # the same, as the page's form values
+    Column("lead_time", Float, nullable=True),          # seconds the rater spent on the page
+    Column("submitted_at", DateTime(timezone=True), nullable=False),
+    Column("delivered_at", DateTime(timezone=True), nullable=True),
+    Column("annotation_id", Integer, nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("last_error", String(300), nullable=True),
+)
+
+# -- the study's design (sense7.store.study_design): the pre-fill arm every task drew, and every prediction made
+# before its rater saw the task (shown or not), so that anchoring and live accuracy can be measured.
+task_arms = Table(
+    "task_arms", metadata,
+    Column("task_key", String(400), primary_key=True),
+    Column("conversation_id", String(200), nullable=False),
+    Column("turn_index", Integer, nullable=False),
+    Column("rater_id", String(200), nullable=False, index=True),
+    Column("arm", String(16), nullable=False),           # shown | hidden
+    Column("policy", String(16), nullable=False),        # shown | hidden | randomized
+    Column("shown_share", Float, nullable=False),
+    Column("seed", String(64), nullable=False),
+    Column("repeat_of", String(400), nullable=True),     # a test-retest repeat of this task key
+    Column("drawn_at", DateTime(timezone=True), nullable=False),
+)
+
+recorded_predictions = Table(
+    "recorded_predictions", metadata,
+    Column("task_key", String(400), primary_key=True),
+    Column("version", String(100), primary_key=True),
+    Column("rater_id", String(200), nullable=False, index=True),
+    Column("conversation_id", String(200), nullable=False),
+    Column("turn_index", Integer, nullable=False),
+    Column("arm", String(16), nullable=False),
+    Column("kind", String(16), nullable=False),          # personalized | traits | generic | live
+    Column("levels", JSON, nullable=False),              # {control: most likely level} (what is shown)
+    Column("expected", JSON, nullable=False),            # {control: expected rating}
+    Column("generic_levels", JSON, nullable=False),      # the generic model's, for the same task
+    Column("generic_expected", JSON, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    # kind live (the rater page, version "<served>+live"): how many of the rater's own answers moved it.
+    Column("own_ratings", Integer, nullable=True),
+)
+
+# Study-wide values drawn once and kept (the pre-fill seed when SENSE7_PREFILL_SEED is not given).
+study_values = Table(
+    "study_values", metadata,
+    Column("name", String(100), primary_key=True),
+    Column("value", String(300), nullable=False),
+)
+
+# Answers to the taxonomy's instructed-response items (attention checks) on the rater page: kept here only
+# (never in Label Studio, never trained on), the latest answer per (rater, task).
+instructed_answers = Table(
+    "instructed_answers", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("task_id", Integer, primary_key=True, autoincrement=False),
+    Column("item", String(100), nullable=False),
+    Column("answered", Integer, nullable=False),
+    Column("expected", Integer, nullable=False),
+    Column("answered_at", DateTime(timezone=True), nullable=False),
+)
+
+# -- participants' rights (sense7.privacy.participation) ------------------------------------------------
+# Each participant's choice per conversation of theirs, made on the rater page before (or while) rating:
+# out of the study (not rated, not trained on, not released) and/or out of a release (rated, not released).
+# The latest choice and when it was made; changeable at any time (README: participants' rights).
+conversation_choices = Table(
+    "conversation_choices", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("conversation_id", String(200), primary_key=True),
+    Column("in_study", Boolean, nullable=False),
+    Column("in_release", Boolean, nullable=False),
+    Column("chosen_at", DateTime(timezone=True), nullable=False),
+)
+
+# Withdrawals: requested (the rater page's button or `sense7 raters withdraw`), then erased. While pending,
+# rater_id says whom to erase; the erasure's last transaction sets it to NULL, so what remains is a receipt
+# without personal data: who asked (participant | the staff user), when, when erased, counts.
+withdrawals = Table(
+    "withdrawals", metadata,
+    Column("receipt", String(32), primary_key=True),      # random, names nobody
+    Column("rater_id", String(200), nullable=True, unique=True),
+    Column("requested_by", String(200), nullable=False),  # "participant" or the staff user who ran the command
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("confirmed_by", String(200), nullable=True),
+    Column("erased_at", DateTime(timezone=True), nullable=True),
+    Column("counts", JSON, nullable=True),                # rows deleted per table, Label Studio objects deleted
+    Column("model_versions", JSON, nullable=True),        # versions trained on their data, removed once replaced
+    Column("retrain", String(300), nullable=True),        # the retrain job queued, or why it was not
+)
+
+# -- crowd studies (sense7.crowd): strangers from a recruitment platform, under pseudonymous rater ids ------
+# A study as `sense7 crowd init` stored it (the validated study file, the consent text and its hash).
+crowd_studies = Table(
+    "crowd_studies", metadata,
+    Column("study_id", String(100), primary_key=True),
+    Column("config", JSON, nullable=False),
+    Column("is_open", Boolean, nullable=False, default=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# The study's pool: which conversations want K raters each (texts live in `conversations`).
+crowd_pool = Table(
+    "crowd_pool", metadata,
+    Column("study_id", String(100), primary_key=True),
+    Column("conversation_id", String(200), primary_key=True),
+    Column("turns", Integer, nullable=False),
+    Column("context", JSON, nullable=False),
+)
+
+# One row per participant, keyed by the pseudonymous rater id (a keyed hash of the platform id): never the
+# platform id itself. `seat` (unique per study, 0..cap-1) is how the participant cap is enforced atomically:
+# taken when the comprehension check is passed (two participants racing for the last seat cannot both set
+# it), NULL before that and again once the participant ends without completing.
+crowd_participants = Table(
+    "crowd_participants", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("study_id", String(100), nullable=False, index=True),
+    Column("state", String(20), nullable=False),   # declined | checking | rating | completed | screened_out |
+    Column("seat", Integer, nullable=True),        # abandoned | full | withdrawn
+    Column("consent", String(10), nullable=False),  # agreed | declined
+    Column("consent_version", String(64), nullable=False),  # sha256 of the consent text
+    Column("consent_at", DateTime(timezone=True), nullable=False),
+    Column("resume_hash", String(64), nullable=True, unique=True),
+    Column("check_attempts", Integer, nullable=False, default=0),
+    Column("lease_until", DateTime(timezone=True), nullable=True),  # checking: the reservation; rating: the lease
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("study_id", "seat"),
+)
+
+# Overlap control: one row per (conversation, slot) taken, slot in 0..K-1, so the primary key itself
+# refuses a K+1-th rater and a second taker of the same slot (compare-and-set, sense7.crowd.assignment).
+crowd_slots = Table(
+    "crowd_slots", metadata,
+    Column("study_id", String(100), primary_key=True),
+    Column("conversation_id", String(200), primary_key=True),
+    Column("slot", Integer, primary_key=True, autoincrement=False),
+    Column("rater_id", String(200), nullable=False, index=True),
+    Column("taken_at", DateTime(timezone=True), nullable=False),
+    Column("done_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("study_id", "conversation_id", "rater_id"),
+)
+
+# Slots given back (a lease expired, a participant abandoned): counted by `sense7 status`.
+crowd_released = Table(
+    "crowd_released", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("study_id", String(100), nullable=False, index=True),
+    Column("conversation_id", String(200), nullable=False),
+    Column("rater_id", String(200), nullable=False),
+    Column("released_at", DateTime(timezone=True), nullable=False),
+    Column("tasks_cleared_at", DateTime(timezone=True), nullable=True),  # its unanswered Label Studio tasks deleted
+)
+
+# The ONLY table holding platform ids: what the study team needs to approve payments
+# (`sense7 crowd completions`, written 0600). Nothing else in sense7 stores or logs them.
+crowd_completions = Table(
+    "crowd_completions", metadata,
+    Column("rater_id", String(200), primary_key=True),
+    Column("study_id", String(100), nullable=False, index=True),
+    Column("platform_id", String(100), nullable=False),
+    Column("platform_study", String(100), nullable=True),
+    Column("platform_session", String(100), nullable=True),
+    Column("outcome", String(20), nullable=False),  # entered | completed | screened_out | abandoned | full |
+                                                    # declined | withdrawn
+    Column("entered_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+)
+
+# What an erasure keeps of a withdrawn crowd participant: the SHA-256 of their pseudonymous id (itself a keyed
+# hash of the platform id), nothing else, so that the same platform id is never seated again (a withdrawal
+# is final). It names nobody without both the study's secret and the platform id.
+crowd_withdrawn = Table(
+    "crowd_withdrawn", metadata,
+    Column("study_id", String(100), primary_key=True),
+    Column("id_hash", String(64), primary_key=True),
+)
+
+
+def withdrawn_id_hash(rater_id: str) -> str:
+    """What `crowd_withdrawn` keeps of an erased crowd participant: the SHA-256 of their pseudonymous id."""
+    return hashlib.sha256(rater_id.encode()).hexdigest()
