@@ -75,11 +75,11 @@ PID_A, PID_B = "5f3a9c0d1e2b4a6c8d0e1f2a", "60b1c2d3e4f5a6b7c8d9e0f1"
 
 
 class Flow:
-    def __init__(self, tmp_path, cap=50, pool=6, k=2, n=2, env: dict | None = None, codes: str = ""):
+    def __init__(self, tmp_path, cap=50, pool=6, k=2, n=2, env: dict | None = None, codes: str = "", extra: str = ""):
         self.store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
         self.store = Store(self.store_url)
         self.study, _ = install_study(self.store, write_study(tmp_path / "s", cap=cap, pool=pool, k=k, n=n,
-                                                              codes=codes), TAX)
+                                                              codes=codes, extra=extra), TAX)
         Studies(self.store).set_open("pilot", True)
         self.settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_STORE_URL": self.store_url,
                                            **(env or {})})
