@@ -125,6 +125,7 @@ def test_compiled_equals_reference_for_non_default_models(study, served_tasks, p
     _compare(bundle, served_tasks)
 
 
+@pytest.mark.slow
 def test_compiled_from_a_saved_bundle(study, served_tasks, tmp_path):
     """Look-up tables are rebuilt on load (they are not stored in the file)."""
     save_bundle(train_bundle(study.rating_data(), "v3", TAXONOMY), tmp_path)

@@ -92,6 +92,7 @@ DEFAULT_SUMS = {
 }
 
 
+@pytest.mark.slow
 def test_the_default_ngram_encoder_predicts_as_before():
     synth = generate(40, 8, seed=5, taxonomy=TAXONOMY)
     X, Y = build_items(synth.rating_data(), TAXONOMY)
