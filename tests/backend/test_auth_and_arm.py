@@ -8,7 +8,7 @@ import base64
 import io
 import json
 
-from tests.backend.conftest import PASSWORD, USER, auth_headers, task
+from tests.support.backend import PASSWORD, USER, auth_headers, task
 
 
 def basic(text: str) -> dict:

@@ -10,8 +10,8 @@ import pytest
 from sense7.ml_backend.labels import rating_controls
 
 from sense7.taxonomy import load_taxonomy
-from tests.backend.conftest import PASSWORD, SECRET, USER, auth_headers, task
-from tests.backend.fakes import FakeBundle
+from tests.support.backend import PASSWORD, SECRET, USER, auth_headers, task
+from tests.support.fake_bundle import FakeBundle
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 

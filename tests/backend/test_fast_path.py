@@ -11,7 +11,7 @@ import json
 import pytest
 from sense7.ml_backend.fast_path import PredictFastPath
 
-from tests.backend.conftest import PASSWORD, USER, auth_headers, task
+from tests.support.backend import PASSWORD, USER, auth_headers, task
 
 GOOD = auth_headers()["Authorization"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.backend.conftest import auth_headers, task
-from tests.backend.fakes import FakeBundle
+from tests.support.backend import auth_headers, task
+from tests.support.fake_bundle import FakeBundle
 
 
 def _predict(client, label_config, n=1):

@@ -23,11 +23,17 @@ from sense7.store.database import Store
 from sense7.store.rater_page_tables import LinkBook, RaterQueue
 from sense7.store.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.taxonomy import load_taxonomy, render_rating_config
-from tests.backend.conftest import PASSWORD, SECRET, USER, auth_headers
-from tests.rater_page.test_live_prefill import NEW, answer_on_page, checked_levels, trained  # noqa: F401 (trained: the module's version)
+from tests.support.backend import PASSWORD, SECRET, USER, auth_headers
+from tests.support.rater_page import NEW, answer_on_page, checked_levels, trained_version
 
 TAXONOMY = load_taxonomy()
 HIDDEN_TURN = 4
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A version trained on a synthetic study; the newcomer gets 2 held-out conversations of its own."""
+    return trained_version(tmp_path_factory)
 
 
 def backend_cli(env, *args):
@@ -35,7 +41,7 @@ def backend_cli(env, *args):
     return subprocess.run([sense7, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
-def rater_page_study(tmp_path, trained):  # noqa: F811
+def rater_page_study(tmp_path, trained):
     """The newcomer's queue on the rater page (hidden arm: turn 4): (store URL, page app, link, task datas)."""
     model_dir, newcomer, profile = trained
     store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
@@ -58,7 +64,7 @@ def rater_page_study(tmp_path, trained):  # noqa: F811
 
 
 @pytest.fixture
-def study(tmp_path, trained):  # noqa: F811
+def study(tmp_path, trained):
     """The rater page's study and a running backend (`sense7 backend start`) on the same store."""
     store_url, page, token, datas = rater_page_study(tmp_path, trained)
     port = free_port()
@@ -121,7 +127,7 @@ def test_backend_uses_the_raters_newer_answers_like_the_rater_page(study):
     assert hidden_answer["result"] == [] and hidden_answer["kind"] == "hidden" and "own_ratings" not in hidden_answer
 
 
-def test_no_store_query_per_request_once_the_answers_are_known(tmp_path, trained):  # noqa: F811
+def test_no_store_query_per_request_once_the_answers_are_known(tmp_path, trained):
     """Between two looks at the outbox (at most one per `check_interval`), /predict reads nothing of the
     store: not for a rater without answers, not for one whose live posterior is already known."""
     from sqlalchemy import event

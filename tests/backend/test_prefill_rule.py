@@ -13,8 +13,8 @@ from sense7.ml_backend.rater_info import RaterInfoCache
 
 from sense7.model.serving import Predictions
 from sense7.settings import DEFAULT_PREFILL_RULE, Settings, StudyDesign
-from tests.backend.conftest import TAXONOMY, task
-from tests.backend.fakes import CONTROLS, FakeBundle
+from tests.support.backend import TAXONOMY, task
+from tests.support.fake_bundle import CONTROLS, FakeBundle
 
 # Mode the 1st level, median the 2nd (cumulative 0.3, 0.55): the two rules disagree on every control.
 SKEWED = np.array([0.3, 0.25, 0.25, 0.0, 0.2])

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from sense7.model.registry import ModelRegistry, RegistryError
-from tests.backend.fakes import FakeBundle, load_fake, save_fake
+from tests.support.fake_bundle import FakeBundle, load_fake, save_fake
 
 
 def test_add_promote_current_list(registry):

@@ -19,7 +19,7 @@ from sense7.model.registry import ModelRegistry
 from sense7.store.database import Store
 from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy, render_rating_config
-from tests.backend.conftest import auth_headers
+from tests.support.backend import auth_headers
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 

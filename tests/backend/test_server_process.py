@@ -12,7 +12,7 @@ import requests
 
 from sense7.processes import free_port
 from sense7.settings import BACKEND_HOST
-from tests.backend.conftest import PASSWORD, SECRET, USER
+from tests.support.backend import PASSWORD, SECRET, USER
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
@@ -88,7 +88,7 @@ def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
     from sense7.model.registry import ModelRegistry
     from sense7.settings import Settings
     from sense7.taxonomy import load_taxonomy, render_rating_config
-    from tests.backend.conftest import task
+    from tests.support.backend import task
 
     port = free_port()
     settings = Settings.from_env(_env(tmp_path, port))

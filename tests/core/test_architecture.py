@@ -336,10 +336,54 @@ def test_the_private_name_checker_lets_a_module_use_its_own_names():
     assert private_names_used(own, "sense7.cli") == []
 
 
-@pytest.mark.parametrize("source", ["from tests.jobs.helpers import make_raters\n", "import tests.conftest\n",
+@pytest.mark.parametrize("source", ["from tests.support.jobs import make_raters\n", "import tests.conftest\n",
                                     "def f():\n    from tests import conftest\n"])
 def test_the_scripts_checker_sees_a_planted_import_of_the_tests(source, monkeypatch):
     assert imports_of_the_test_tree(source)
     monkeypatch.setitem(SOURCES, "scripts/bench_planted.py", source)
     with pytest.raises(AssertionError):
         test_scripts_do_not_import_the_test_tree()
+
+
+# Tests stand alone: a test module (or a conftest) imports the test tree only through tests/support/, never
+# another test module or a conftest (fixtures reach tests through conftest.py files, not through imports).
+
+TEST_SOURCES = {str(path.relative_to(REPO)): path.read_text() for path in sorted((REPO / "tests").rglob("*.py"))}
+
+
+def imports_outside_test_support(source: str) -> list[str]:
+    """Imports of the test tree other than tests.support (relative imports included)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            found.append(f"line {node.lineno}: {'.' * node.level}{node.module or ''} (relative)")
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [f"tests.{a.name}" for a in node.names] if node.module == "tests" else [node.module or ""]
+        else:
+            continue
+        found += [f"line {node.lineno}: {name}" for name in names if name.split(".")[0] == "tests"
+                  and name != "tests.support" and not name.startswith("tests.support.")]
+    return found
+
+
+def test_tests_import_the_test_tree_only_through_support():
+    offenders = {path: imports_outside_test_support(source) for path, source in TEST_SOURCES.items()}
+    assert {path: uses for path, uses in offenders.items() if uses} == {}
+
+
+@pytest.mark.parametrize("source", ["from tests.jobs.conftest import job_stack\n", "from .conftest import planted_items\n",
+                                    "from tests.crowd.test_flow import Flow\n", "import tests.conftest\n",
+                                    "def f():\n    from tests import conftest\n", "from . import helpers\n"])
+def test_the_test_tree_checker_sees_a_planted_import(source, monkeypatch):
+    assert imports_outside_test_support(source)
+    monkeypatch.setitem(TEST_SOURCES, "tests/crowd/test_planted.py", source)
+    with pytest.raises(AssertionError):
+        test_tests_import_the_test_tree_only_through_support()
+
+
+def test_the_test_tree_checker_lets_tests_use_support():
+    allowed = "from tests.support.crowd import write_study\nfrom tests import support\nimport tests.support.jobs\n"
+    assert imports_outside_test_support(allowed) == []

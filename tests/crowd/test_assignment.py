@@ -14,7 +14,7 @@ from sense7.crowd.lifecycle import assignments_of, expire_leases, install_study,
 from sense7.crowd.participants import Participants, Studies
 from sense7.store.database import Store
 from sense7.taxonomy import load_taxonomy
-from tests.crowd.helpers import write_study
+from tests.support.crowd import write_study
 
 TAX = load_taxonomy()
 

@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sense7.crowd.lifecycle import start_rating
 from sense7.crowd.participants import Participants, Studies
 from sense7.store.database import Store
-from tests.crowd.helpers import write_study
+from tests.support.crowd import write_study
 
 SENSE7 = Path(sys.executable).parent / "sense7"
 
@@ -35,6 +37,7 @@ def test_a_bad_study_file_names_file_line_and_field_and_stores_nothing(tmp_path)
     assert Studies(Store(f"sqlite:///{tmp_path / 'store.db'}")).ids() == []
 
 
+@pytest.mark.slow
 def test_init_open_status_and_completions_0600_with_completed_participants_only(tmp_path):
     path = write_study(tmp_path / "s")
     init = _run(tmp_path, "crowd", "init", str(path))
@@ -63,6 +66,7 @@ def test_init_open_status_and_completions_0600_with_completed_participants_only(
     assert _run(tmp_path, "crowd", "close", "nosuch").returncode == 2
 
 
+@pytest.mark.slow
 def test_a_turn_budget_study_is_described_and_a_budget_below_the_longest_conversation_refused(tmp_path):
     good = _run(tmp_path, "crowd", "init", str(write_study(tmp_path / "s", turns=3, budget=7)))
     assert good.returncode == 0, good.stderr

@@ -10,8 +10,7 @@ import os
 
 import pytest
 
-from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)
-from tests.rater_page.conftest import start_rating_services
+from tests.support.rater_page import start_rating_services
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 

@@ -11,111 +11,14 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
-from urllib.parse import urlencode
 
-import pytest
 from sqlalchemy import select
 
-from sense7.crowd.lifecycle import assignments_of, conversations_for, expire_leases, install_study
-from sense7.crowd.participants import Participants, Studies, pseudonymous_id, study_secret
-from sense7.labelstudio.protocol import rating_tasks
-from sense7.rater_page.app import create_app
-from sense7.settings import Settings
-from sense7.store.database import Store
+from sense7.crowd.lifecycle import assignments_of, expire_leases
+from sense7.crowd.participants import Participants, Studies
 from sense7.store.rater_page_tables import LinkBook, RaterQueue
-from sense7.store.tables import crowd_completions, crowd_participants, crowd_released, crowd_slots, metadata
-from sense7.taxonomy import load_taxonomy
-from tests.crowd.helpers import write_study
-
-TAX = load_taxonomy()
-PID_A, PID_B = "5f3a9c0d1e2b4a6c8d0e1f2a", "60b1c2d3e4f5a6b7c8d9e0f1"
-
-
-class Flow:
-    def __init__(self, tmp_path, cap=50, pool=6, k=2, n=2, env: dict | None = None, codes: str = "", extra: str = ""):
-        self.store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-        self.store = Store(self.store_url)
-        self.study, _ = install_study(self.store, write_study(tmp_path / "s", cap=cap, pool=pool, k=k, n=n,
-                                                              codes=codes, extra=extra), TAX)
-        Studies(self.store).set_open("pilot", True)
-        self.settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_STORE_URL": self.store_url,
-                                           **(env or {})})
-        self.prepared: list[tuple[str, str]] = []
-        self.next_id = 1000
-        self.app = create_app(self.settings, taxonomy=TAX, store=self.store, request_prepare=self.prepare)
-        self.app.testing = True
-
-    def prepare(self, study_id: str, rater_id: str) -> None:
-        """What the worker's job leaves in the store: the queue copy of the participant's new tasks."""
-        self.prepared.append((study_id, rater_id))
-        items = [{"task_id": self.next_id, "kind": "profile", "position": -1, "conversation_id": None,
-                  "turn_index": None, "data": {}, "prediction": None, "answer": None}]
-        tasks = [t for c in conversations_for(self.store, self.study, rater_id) for t in rating_tasks(c)]
-        for position, task in enumerate(tasks, start=1):
-            d = task["data"]
-            items.append({"task_id": self.next_id + position, "kind": "rating", "position": position - 1,
-                          "conversation_id": d["conversation_id"], "turn_index": d["turn_index"],
-                          "data": {"history": d["history"], "turn": d["turn"], "repeat": False, "instructed": None},
-                          "prediction": None, "answer": None})
-        self.next_id += 100
-        RaterQueue(self.store).replace(rater_id, items)
-
-    def client(self, address="10.0.0.1"):
-        client = self.app.test_client()
-        client.environ_base["REMOTE_ADDR"] = address
-        return client
-
-    def rater(self, pid: str) -> str:
-        """The pseudonymous rater id of a platform id (as the page derives it)."""
-        return pseudonymous_id(study_secret(self.settings.home, "pilot"), "pilot", pid)
-
-
-def entry_url(pid, study="pilot", **extra) -> str:
-    return f"/s/{study}?" + urlencode({"PROLIFIC_PID": pid, "STUDY_ID": "65aa11bb22cc33dd44ee55ff",
-                                       "SESSION_ID": "sess" + pid[:8], **extra})
-
-
-def csrf(html: str) -> str:
-    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
-
-
-def enter_and_consent(client, pid) -> str:
-    page = client.get(entry_url(pid))
-    assert page.status_code == 200 and "I agree" in page.get_data(as_text=True)
-    answer = client.post("/s/pilot/consent", data={"csrf_token": csrf(page.get_data(as_text=True)), "consent": "agree"})
-    assert answer.status_code == 303 and answer.headers["Location"].endswith("/s/pilot/check")
-    return client.get("/s/pilot/check").get_data(as_text=True)
-
-
-def pass_check(client, html, right=True):
-    form = {"csrf_token": csrf(html), "q1": "1" if right else "2", "q2": "2"}
-    return client.post("/s/pilot/check", data=form)
-
-
-def rate_everything(client) -> list[int]:
-    """Questionnaire then every turn through the ordinary rater page; the task ids rated."""
-    rated = []
-    response = client.get("/")
-    for _ in range(50):
-        location = response.headers.get("Location", "")
-        if "/profile" in location:
-            html = client.get("/profile").get_data(as_text=True)
-            form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1"}
-            for fld in TAX.profile_fields:
-                form[fld.key] = str(fld.choices[0] if fld.type == "choice" else fld.min)
-            response = client.post("/profile", data=form)
-        elif "/task/" in location:
-            task_id = int(location.rsplit("/", 1)[1])
-            html = client.get(f"/task/{task_id}").get_data(as_text=True)
-            form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
-                    TAX.expectation_key: TAX.expectation_values[-1], **{c: "3" for c in TAX.controls}}
-            response = client.post(f"/task/{task_id}", data=form)
-            rated.append(task_id)
-        else:
-            return rated
-        assert response.status_code == 303
-        response = client.get("/")
-    raise AssertionError("never finished")
+from sense7.store.tables import crowd_completions, crowd_participants, crowd_released, crowd_slots
+from tests.support.crowd import Flow, PID_A, PID_B, TAX, csrf, dump_without_completions, enter_and_consent, entry_url, pass_check, rate_everything
 
 
 def test_a_participant_consents_fails_once_passes_rates_and_returns_with_the_code(tmp_path):
@@ -156,15 +59,6 @@ def test_a_participant_consents_fails_once_passes_rates_and_returns_with_the_cod
     # The platform id is in the completions table and nowhere else in the store.
     assert PID_A not in dump_without_completions(flow.store)
     assert code not in dump_without_completions(flow.store)  # only the resume code's hash is kept
-
-
-def dump_without_completions(store) -> str:
-    out = []
-    with store.engine.connect() as conn:
-        for table in metadata.sorted_tables:
-            if table.name != "crowd_completions":
-                out += [repr(tuple(r)) for r in conn.execute(select(table))]
-    return "\n".join(out)
 
 
 def test_decline_records_only_the_answer_and_ends_with_the_no_consent_code(tmp_path):

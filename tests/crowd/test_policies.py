@@ -13,7 +13,7 @@ from sense7.crowd.policies import POLICIES, conversation_state, item_levels, mak
 from sense7.crowd.replay import planted_disagreement, replay
 from sense7.crowd.study import load_study
 from sense7.readers.formats import FormatError
-from tests.crowd.helpers import write_study
+from tests.support.crowd import write_study
 
 NAMES = sorted(POLICIES)
 

@@ -14,7 +14,7 @@ from sense7.crowd.lifecycle import assignments_of, status
 from sense7.crowd.participants import Participants
 from sense7.store.rater_page_tables import LinkBook
 from sense7.store.tables import annotations, crowd_slots, rater_links, ratings
-from tests.crowd.test_flow import TAX, Flow, enter_and_consent, entry_url, pass_check
+from tests.support.crowd import TAX, Flow, enter_and_consent, entry_url, pass_check
 
 PIDS = ["%024x" % (0xA5516E000 + i) for i in range(8)]
 

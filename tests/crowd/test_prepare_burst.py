@@ -9,31 +9,16 @@ import ast
 import re
 
 import pytest
-import requests
 
 from sense7.crowd.lifecycle import install_study, waiting_for_tasks
 from sense7.crowd.participants import Studies
 from sense7.store.rater_page_tables import RaterQueue
-from tests.crowd.helpers import write_study
-from tests.crowd.test_real_stack import _csrf, _participant_ids, _until, participants_conversations
-from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)
-from tests.rater_page.conftest import start_page
+from tests.support.crowd import write_study
+from tests.support.crowd import participant_ids, participants_conversations, until
+from tests.support.crowd import consent_session
+from tests.support.rater_page import start_page_url
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
-
-
-def _consent(url: str, pid: str, passed: bool = True) -> requests.Session:
-    """Enter and agree; then (`passed`) pass the check: a seat and the slots, the tasks asked for."""
-    browser = requests.Session()
-    consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={pid}", timeout=30)
-    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": _csrf(consent.text), "consent": "agree"},
-                         timeout=30)
-    assert "resume-code" in check.text  # at the check: a reservation, nothing held
-    if passed:
-        done = browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "1", "q2": "2"},
-                            timeout=30, allow_redirects=False)
-        assert done.headers["Location"].endswith("/s/pilot/wait")
-    return browser
 
 
 class ImportCalls:
@@ -75,13 +60,13 @@ def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_p
     rt = stack.runtime()
     study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=12, turns=2, k=2, n=2), rt.taxonomy)
     Studies(rt.store).set_open(study.study_id, True)
-    port_url = _page(stack)
+    port_url = start_page_url(stack)
 
     # 1. Four participants pass the check at once; one prepare pass (in this process, counting requests) makes
     #    all their tasks in one rating import and one questionnaire import.
     for i in range(4):
-        _consent(port_url, f"a1b2c3d4e5f6a7b8c9d0e1{i:02d}")
-    first = _participant_ids(rt.store)
+        consent_session(port_url, f"a1b2c3d4e5f6a7b8c9d0e1{i:02d}")
+    first = participant_ids(rt.store)
     assert sorted(r for _, r in waiting_for_tasks(rt.store)) == sorted(first)
     from sense7.tasks.crowd_jobs import prepare_waiting
 
@@ -97,8 +82,8 @@ def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_p
     for rater in first[:2]:
         RaterQueue(rt.store).replace(rater, [])
     for i in range(2):
-        _consent(port_url, f"b1b2c3d4e5f6a7b8c9d0e1{i:02d}")
-    second = [r for r in _participant_ids(rt.store) if r not in first]
+        consent_session(port_url, f"b1b2c3d4e5f6a7b8c9d0e1{i:02d}")
+    second = [r for r in participant_ids(rt.store) if r not in first]
     imports.calls.clear()
     result = prepare_waiting(rt)
     assert result["rounds"] == 1 and result["participants"] == 4
@@ -110,8 +95,8 @@ def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_p
     #    queued, the flag set), and the queued job is lost with its worker (the flag stays, as a killed
     #    worker leaves it: new asks queue nothing). A starting worker resumes: the four in one round.
     for i in range(4):
-        _consent(port_url, f"c1b2c3d4e5f6a7b8c9d0e1{i:02d}")
-    third = [r for r in _participant_ids(rt.store) if r not in first + second]
+        consent_session(port_url, f"c1b2c3d4e5f6a7b8c9d0e1{i:02d}")
+    third = [r for r in participant_ids(rt.store) if r not in first + second]
     assert len(third) == 4
     import redis
 
@@ -121,20 +106,12 @@ def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_p
     assert broker.llen("sense7.crowd") == 1 and broker.exists(SCHEDULED_KEY)
     broker.delete("sense7.crowd")  # the job is gone; only the worker's start-up can bring it back
     worker = stack.start_worker()
-    _until(lambda: not waiting_for_tasks(rt.store), what="the burst's tasks")
+    until(lambda: not waiting_for_tasks(rt.store), what="the burst's tasks")
     _assert_exactly_assigned(rt, first + second + third)
-    _until(lambda: _prepare_results(worker.log_file.read_text(errors="replace")), what="the job's result line")
+    until(lambda: _prepare_results(worker.log_file.read_text(errors="replace")), what="the job's result line")
     results = _prepare_results(worker.log_file.read_text(errors="replace"))
     assert sum(r["participants"] for r in results) == 4
     assert sum(r["rounds"] for r in results) == 1  # one bulk import for the four (a second job finds nobody)
-
-
-def _page(stack) -> str:
-    from sense7.processes import free_port
-
-    port = free_port()
-    start_page(stack, port)
-    return f"http://127.0.0.1:{port}"
 
 
 def _prepare_results(log: str) -> list[dict]:

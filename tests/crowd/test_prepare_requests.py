@@ -7,7 +7,6 @@ from __future__ import annotations
 import redis
 
 from sense7.settings import Settings
-from tests.jobs.conftest import redis_server  # noqa: F401  (fixture)
 
 
 def test_one_prepare_job_is_queued_for_a_burst_of_participants(tmp_path, redis_server):

@@ -17,8 +17,8 @@ from sense7.crowd.lifecycle import assignments_of
 from sense7.crowd.participants import Participants
 from sense7.crowd.prolific import ProlificClient
 from sense7.store.tables import crowd_slots
-from tests.crowd.test_flow import Flow, enter_and_consent, entry_url, pass_check
-from tests.crowd.test_safe_to_pay import rows
+from tests.support.crowd import Flow, enter_and_consent, entry_url, pass_check
+from tests.support.crowd import table_rows
 
 TOKEN = "stand-in-token-7f3a"
 STUDY = "65aa11bb22cc33dd44ee55ff"  # the STUDY_ID tests.crowd.test_flow.entry_url sends
@@ -138,7 +138,7 @@ def test_prolific_down_lets_entries_in_at_once_and_they_still_hold_nothing(tmp_p
     # The first entry asked and met the outage; the next ones did not wait on it again (a pause).
     assert len(stand_in.requests) == 1
     participants = Participants(flow.store, flow.study)
-    assert participants.counts()["checking"] == 3 and participants.seated() == 0 and rows(flow.store, crowd_slots) == []
+    assert participants.counts()["checking"] == 3 and participants.seated() == 0 and table_rows(flow.store, crowd_slots) == []
     # A token Prolific refuses is an outage too (the study is not blocked by a mistyped token), not a refusal.
     (tmp_path / "other").mkdir()
     refused_token = Flow(tmp_path / "other", env={"SENSE7_PROLIFIC_TOKEN": "wrong",

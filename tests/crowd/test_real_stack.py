@@ -7,8 +7,6 @@ Studio's database and task data, the store's tables but the completions table, e
 
 from __future__ import annotations
 
-import re
-import time
 from pathlib import Path
 
 import pytest
@@ -19,28 +17,14 @@ from sense7.crowd.lifecycle import install_study
 from sense7.crowd.participants import Participants, Studies
 from sense7.store.study_design import SHOWN, arm_of
 from sense7.store.tables import annotations
-from tests.crowd.helpers import write_study
-from tests.crowd.test_flow import dump_without_completions
-from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)
-from tests.rater_page.conftest import start_rating_services
+from tests.support.crowd import write_study
+from tests.support.crowd import dump_without_completions
+from tests.support.rater_page import start_rating_services
+from tests.support.crowd import csrf, participant_ids, participants_conversations, until
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
 PID = "6a1b2c3d4e5f60718293a4b5"
-
-
-def _csrf(html: str) -> str:
-    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
-
-
-def _until(condition, timeout: float = 120.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real_stack(job_stack, tmp_path):
@@ -62,22 +46,22 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
     consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={PID}&STUDY_ID=65aa11bb22cc33dd44ee55ff&SESSION_ID=s1",
                           timeout=30)
     assert consent.status_code == 200 and "Consent" in consent.text
-    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": _csrf(consent.text), "consent": "agree"},
+    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": csrf(consent.text), "consent": "agree"},
                          timeout=30)
     assert "resume-code" in check.text
     participants = Participants(rt.store, study)
-    (rater,) = _participant_ids(rt.store)
+    (rater,) = participant_ids(rt.store)
     # Consent holds a reservation only (issue 37): no slot, no link, and no Label Studio task for an entry
     # at the check; the worker is asked for the tasks when the check is passed.
     assert participants.get(rater).state == "checking" and participants_conversations(rt.store, rater) == []
     assert not [t for t in rt.client.tasks.list(project=rt.rating_project, include="id,data", page_size=1000)
                 if t.data["rater_id"] == rater]
-    waiting = browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "1", "q2": "2"},
+    waiting = browser.post(f"{url}/s/pilot/check", data={"csrf_token": csrf(check.text), "q1": "1", "q2": "2"},
                            timeout=30, allow_redirects=False)
     assert waiting.headers["Location"].endswith("/s/pilot/wait")
     assert participants.get(rater).state == "rating" and len(participants_conversations(rt.store, rater)) == 2
     # "Preparing" until the worker made the tasks and copied the queue, then the rater page.
-    _until(lambda: browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers.get(
+    until(lambda: browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers.get(
         "Location", "").endswith("/"), what="the tasks, made once the check is passed")
     response = browser.get(f"{url}/", timeout=30, allow_redirects=False)
     rated = []
@@ -85,13 +69,13 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
         location = response.headers.get("Location", "")
         if location.endswith("/profile"):
             html = browser.get(f"{url}/profile", timeout=30).text
-            form = {"csrf_token": _csrf(html), "revision": "1", "rendered_at": "1",
+            form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
                     **{f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in tax.profile_fields}}
             response = browser.post(f"{url}/profile", data=form, timeout=30, allow_redirects=False)
         elif "/task/" in location:
             task_id = int(location.rsplit("/", 1)[1])
             html = browser.get(f"{url}/task/{task_id}", timeout=30).text
-            form = {"csrf_token": _csrf(html), "revision": "1", "rendered_at": "1",
+            form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
                     tax.expectation_key: tax.expectation_values[-1], **{c: "4" for c in tax.controls}}
             response = browser.post(f"{url}/task/{task_id}", data=form, timeout=30, allow_redirects=False)
             rated.append(task_id)
@@ -114,20 +98,20 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
     # Pre-annotations, as the importer makes them: on the shown arm's tasks only. (Each task draws its arm,
     # so all of this participant's may be hidden: asserting "some task has one" failed 1 run in ~16.)
     assert [bool(t.predictions) for t in mine] == [arm_of(t.data) == SHOWN for t in mine]
-    _until(lambda: all(len(rt.client.tasks.get(t.id).annotations or []) == 1 for t in mine),
+    until(lambda: all(len(rt.client.tasks.get(t.id).annotations or []) == 1 for t in mine),
            what="delivery to Label Studio")
     # The store: the synced ratings, all credited to the pseudonym.
     def synced():
         with rt.store.engine.connect() as conn:
             return [r for r in conn.execute(select(annotations.c.rater_id, annotations.c.task_id))]
-    rows = _until(lambda: (lambda r: r if len(r) == len(mine) else None)(synced()), what="sync into the store")
+    rows = until(lambda: (lambda r: r if len(r) == len(mine) else None)(synced()), what="sync into the store")
     assert {r.rater_id for r in rows} == {rater} and {r.task_id for r in rows} == {t.id for t in mine}
 
     # A participant who abandons: their lease ends, their conversations go to the next participant, whose
     # tasks are created in Label Studio; the abandoned one's replayed form is refused.
     gone_browser, gone = _enter_and_pass(url, "7b2c3d4e5f60718293a4b5c6")
-    gone_rater = next(r for r in _participant_ids(rt.store) if r not in (rater,) and participants.get(r).state == "rating")
-    _until(lambda: gone_browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers.get(
+    gone_rater = next(r for r in participant_ids(rt.store) if r not in (rater,) and participants.get(r).state == "rating")
+    until(lambda: gone_browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers.get(
         "Location", "").endswith("/"), what="the second participant's tasks")
     first_task = gone_browser.get(f"{url}/", timeout=30, allow_redirects=False)
     profile_page = gone_browser.get(f"{url}/profile", timeout=30).text
@@ -139,13 +123,13 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
     assert expire_leases(rt.store, datetime.now(timezone.utc) + timedelta(minutes=study.lease_minutes + 1)
                          ).participants == 1
     assert participants.get(gone_rater).state == "abandoned" and first_task.status_code == 303
-    replay = gone_browser.post(f"{url}/profile", data={"csrf_token": _csrf(profile_page), "revision": "1"},
+    replay = gone_browser.post(f"{url}/profile", data={"csrf_token": csrf(profile_page), "revision": "1"},
                                timeout=30, allow_redirects=False)
     assert replay.status_code == 404
     _, _ = _enter_and_pass(url, "8c3d4e5f60718293a4b5c6d7")
-    next_rater = next(r for r in _participant_ids(rt.store) if participants.get(r).state == "rating")
+    next_rater = next(r for r in participant_ids(rt.store) if participants.get(r).state == "rating")
     assert set(participants_conversations(rt.store, next_rater)) == given_up  # the given-back slots, reused
-    _until(lambda: {t.data["conversation_id"] for t in rt.client.tasks.list(
+    until(lambda: {t.data["conversation_id"] for t in rt.client.tasks.list(
         project=rt.rating_project, include="id,data", page_size=1000) if t.data["rater_id"] == next_rater} == given_up,
         what="the next participant's tasks")
     # The job again (a retry): the participant's existing tasks are found (a lookup among theirs), none twice.
@@ -193,24 +177,11 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
 def _enter_and_pass(url: str, pid: str) -> tuple[requests.Session, requests.Response]:
     browser = requests.Session()
     consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={pid}", timeout=30)
-    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": _csrf(consent.text), "consent": "agree"},
+    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": csrf(consent.text), "consent": "agree"},
                          timeout=30)
-    passed = browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "1", "q2": "2"},
+    passed = browser.post(f"{url}/s/pilot/check", data={"csrf_token": csrf(check.text), "q1": "1", "q2": "2"},
                           timeout=30, allow_redirects=False)
     assert passed.headers["Location"].endswith("/s/pilot/wait")
     return browser, passed
 
 
-def _participant_ids(store) -> list[str]:
-    from sense7.store.tables import crowd_participants
-
-    with store.engine.connect() as conn:
-        return [r.rater_id for r in conn.execute(select(crowd_participants.c.rater_id))]
-
-
-def participants_conversations(store, rater) -> list[str]:
-    from sense7.store.tables import crowd_slots
-
-    with store.engine.connect() as conn:
-        return [r.conversation_id for r in conn.execute(select(crowd_slots.c.conversation_id)
-                                                        .where(crowd_slots.c.rater_id == rater))]

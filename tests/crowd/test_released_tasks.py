@@ -12,10 +12,10 @@ import pytest
 from sense7.crowd.lifecycle import expire_leases, install_study
 from sense7.crowd.participants import Participants, Studies
 from sense7.store.rater_page_tables import RaterQueue
-from tests.crowd.helpers import write_study
-from tests.crowd.test_prepare_burst import _consent, _page
-from tests.crowd.test_real_stack import _csrf, _participant_ids
-from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)
+from tests.support.crowd import write_study
+from tests.support.crowd import consent_session
+from tests.support.rater_page import start_page_url
+from tests.support.crowd import csrf, participant_ids
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -36,16 +36,16 @@ def test_an_abandoned_or_screened_out_participants_unrated_tasks_are_deleted(job
     tax = rt.taxonomy
     study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=6, turns=2, k=1, n=2), tax)
     Studies(rt.store).set_open(study.study_id, True)
-    url = _page(stack)
+    url = start_page_url(stack)
     participants = Participants(rt.store, study)
 
     # A consents and passes the check; their tasks are made; they answer the questionnaire, every turn of
     # their first conversation and the first turn of the second, then walk away.
-    browser = _consent(url, "d1b2c3d4e5f6a7b8c9d0e100")
-    (walker,) = _participant_ids(rt.store)
+    browser = consent_session(url, "d1b2c3d4e5f6a7b8c9d0e100")
+    (walker,) = participant_ids(rt.store)
     assert prepare_waiting(rt)["participants"] == 1
     html = browser.get(f"{url}/profile", timeout=30).text
-    profile = {"csrf_token": _csrf(html), "revision": "1", "rendered_at": "1",
+    profile = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
                **{f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in tax.profile_fields}}
     assert browser.post(f"{url}/profile", data=profile, timeout=30, allow_redirects=False).status_code == 303
     items = [i for i in RaterQueue(rt.store).items(walker) if i.kind == "rating" and not i.data.get("repeat")]
@@ -54,7 +54,7 @@ def test_an_abandoned_or_screened_out_participants_unrated_tasks_are_deleted(job
         min((i for i in items if i.conversation_id == second), key=lambda i: i.turn_index)]
     for item in answer:
         html = browser.get(f"{url}/task/{item.task_id}", timeout=30).text
-        form = {"csrf_token": _csrf(html), "revision": "1", "rendered_at": "1",
+        form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
                 tax.expectation_key: tax.expectation_values[-1], **{c: "4" for c in tax.controls}}
         assert browser.post(f"{url}/task/{item.task_id}", data=form, timeout=30,
                             allow_redirects=False).status_code == 303
@@ -82,12 +82,12 @@ def test_an_abandoned_or_screened_out_participants_unrated_tasks_are_deleted(job
     assert clear_released_tasks(rt) == 0  # nothing left to clear: a second pass deletes nothing
 
     # B consents and fails the check twice: no task was ever made for them (none while at the check).
-    browser = _consent(url, "e1b2c3d4e5f6a7b8c9d0e100", passed=False)
-    (failer,) = [r for r in _participant_ids(rt.store) if r != walker]
+    browser = consent_session(url, "e1b2c3d4e5f6a7b8c9d0e100", passed=False)
+    (failer,) = [r for r in participant_ids(rt.store) if r != walker]
     assert prepare_waiting(rt)["participants"] == 0
     for _ in range(2):
         check = browser.get(f"{url}/s/pilot/check", timeout=30)
-        browser.post(f"{url}/s/pilot/check", data={"csrf_token": _csrf(check.text), "q1": "2", "q2": "2"},
+        browser.post(f"{url}/s/pilot/check", data={"csrf_token": csrf(check.text), "q1": "2", "q2": "2"},
                      timeout=30)
     assert participants.get(failer).state == "screened_out"
     assert prepare_waiting(rt)["participants"] == 0 and clear_released_tasks(rt) == 0

@@ -11,7 +11,7 @@ import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from sqlalchemy import select
+import pytest
 
 from sense7.crowd.lifecycle import assignments_of, expire_leases, start_rating, status
 from sense7.crowd.participants import AlreadyEntered, Participants
@@ -19,8 +19,8 @@ from sense7.privacy.participation import ConversationChoices, Withdrawals, erase
 from sense7.store.rater_page_tables import LinkBook, RaterQueue
 from sense7.store.tables import (crowd_completions, crowd_participants, crowd_released, crowd_slots, rater_links,
                                  raters, submissions)
-from tests.crowd.test_flow import (PID_A, PID_B, TAX, Flow, csrf, dump_without_completions, enter_and_consent,
-                                   entry_url, pass_check, rate_everything)
+from tests.support.crowd import Flow, PID_A, PID_B, TAX, csrf, dump_without_completions, enter_and_consent, entry_url, pass_check, rate_everything
+from tests.support.crowd import table_rows as rows
 
 PIDS = ["%024x" % (0xC0FFEE000 + i) for i in range(12)]
 
@@ -54,11 +54,6 @@ def resume(client, code: str):
 
 def resume_code(html: str) -> str:
     return re.search(r'id="resume-code">(\w+)<', html).group(1)
-
-
-def rows(store, table) -> list[dict]:
-    with store.engine.connect() as conn:
-        return [dict(r) for r in conn.execute(select(table)).mappings()]
 
 
 def rating_items(store, rater: str):
@@ -380,6 +375,7 @@ def test_a_half_rated_conversations_lease_expiry_keeps_the_rated_one_and_gives_b
 
 # -- monitoring reads one document -------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_crowd_status_carries_each_pool_conversations_coverage(tmp_path):
     import os
     import sys
@@ -423,7 +419,7 @@ def test_check_minutes_and_the_full_code_are_validated_like_the_other_settings(t
 
     from sense7.crowd.study import load_study
     from sense7.readers.formats import FormatError
-    from tests.crowd.helpers import write_study
+    from tests.support.crowd import write_study
 
     assert load_study(write_study(tmp_path / "default")).check_minutes == 10
     assert load_study(write_study(tmp_path / "five", extra="check_minutes: 5\n")).check_minutes == 5

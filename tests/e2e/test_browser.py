@@ -8,9 +8,7 @@ change two answers and submit; the sync job then brings exactly that annotation 
 from __future__ import annotations
 
 import re
-import shutil
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,16 +19,11 @@ from sense7.settings import Settings
 from sense7.store.database import Store
 from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
+from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 
-NEEDS_CHROMIUM = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                    reason="Debian's chromium is not installed (./run test and .ci/run install it)")
 pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, NEEDS_CHROMIUM]
 
 RATER_EMAIL = "browser-rater@sense7.test"

@@ -12,9 +12,9 @@ import pytest
 
 from sense7.crowd.lifecycle import install_study
 from sense7.crowd.participants import Participants, Studies
-from tests.crowd.helpers import write_study
-from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
-from tests.rater_page.conftest import start_rating_services
+from tests.support.crowd import write_study
+from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
+from tests.support.rater_page import start_rating_services
 
 pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow, NEEDS_CHROMIUM]
 
@@ -94,7 +94,7 @@ def test_participant_consents_fails_once_passes_rates_and_is_sent_back_with_the_
     assert (counts["completed"], counts["declined"], counts["screened_out"]) == (1, 1, 1)
     outcomes = {r["platform_id"]: r["outcome"] for r in participants.completions()}
     assert outcomes == {"aaaaaaaaaaaaaaaaaaaaaaa1": "completed", "ccccccccccccccccccccccc3": "screened_out"}
-    from tests.crowd.test_real_stack import participants_conversations
+    from tests.support.crowd import participants_conversations
     from sense7.crowd.participants import pseudonymous_id, study_secret
 
     secret = study_secret(rt.settings.home, study.study_id)

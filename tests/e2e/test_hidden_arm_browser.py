@@ -10,8 +10,8 @@ from sense7.labelstudio.protocol import connect_backend
 from sense7.processes import free_port
 from sense7.store.rater_page_tables import LinkBook
 from sense7.store.study_design import HIDDEN, SHOWN
-from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
-from tests.rater_page.conftest import import_randomized_study, start_page
+from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
+from tests.support.rater_page import import_randomized_study, start_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow, NEEDS_CHROMIUM]
 

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import select
 
 from sense7.store.tables import annotations as annotations_table, ratings as ratings_table
-from tests.e2e.test_browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
-from tests.jobs.helpers import wait_for
-from tests.rater_page.conftest import build
+from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
+from tests.support.jobs import wait_for
+from tests.support.rater_page import build
 
 pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow, NEEDS_CHROMIUM]
 

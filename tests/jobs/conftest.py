@@ -1,163 +1,27 @@
-"""Fixtures for the jobs tests: a private redis-server, real Celery worker processes, the ML backend
-(gunicorn, wired to the jobs) and a per-test stack environment on top of the session's Label Studio.
-
-Everything runs as real processes on free ports; nothing is mocked.
-"""
+"""Fixtures of the jobs tests (the stack's own, job_stack and redis_server, are in tests/conftest.py): two
+fresh PostgreSQL databases for Label Studio and the store, skipped without a server."""
 
 from __future__ import annotations
 
-import itertools
-import os
-import secrets
-import subprocess
-import sys
-from dataclasses import dataclass, field
-from pathlib import Path
+import uuid
 
 import pytest
-import requests
-from sense7.tasks.redis_local import start_redis_server
 
-from sense7.processes import ManagedProcess, free_port
-from sense7.settings import BACKEND_HOST
-from sense7.stack import worker_command, worker_process
-
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
-_counter = itertools.count(1)
-
-
-@dataclass
-class RedisHandle:
-    directory: Path
-    port: int
-    proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc, _ = start_redis_server(self.directory, self.port)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: redis-server flushes its AOF and exits
-            self.proc.wait(timeout=20)
-        self.proc = None
+from tests.support.jobs import PG, pg_admin
 
 
 @pytest.fixture
-def redis_server(tmp_path) -> RedisHandle:
-    handle = RedisHandle(tmp_path / "redis", free_port())
-    handle.start()
-    yield handle
-    handle.stop()
+def pg_databases():
+    import psycopg2
 
-
-@dataclass
-class JobStack:
-    """One test's stack: own Label Studio projects, store, model dir and Redis; processes on demand, each a
-    ManagedProcess with its pid file and log under the test's tmp folder, stopped in reverse at the end."""
-
-    env: dict
-    tmp: Path
-    redis: RedisHandle
-    procs: list[ManagedProcess] = field(default_factory=list)
-    backend_url: str | None = None
-
-    def start(self, proc: ManagedProcess, cmd: list[str], env: dict) -> ManagedProcess:
-        self.procs.append(proc)
-        proc.start(cmd, env, cwd=REPO)  # waits until healthy; the error carries the log's tail
-        return proc
-
-    def start_worker(self, name: str = "worker", beat: bool = False, extra_env: dict | None = None) -> ManagedProcess:
-        """A worker as sense7.stack starts one (concurrency 1, its own host name), healthy when it answers a
-        ping on this stack's broker."""
-        cmd = worker_command(self.tmp / f"{name}-beat-schedule" if beat else None, concurrency=1, loglevel="INFO",
-                             extra_args=("--pool", "prefork", "--hostname", f"{name}-{next(_counter)}@%h",
-                                         "--without-gossip", "--without-mingle"))
-        return self.start(worker_process(self.tmp, name, app=self.celery()), cmd, {**self.env, **(extra_env or {})})
-
-    def start_backend(self) -> ManagedProcess:
-        port = int(self.env["SENSE7_BACKEND_PORT"])
-        # The backend's own entry point, wired to the jobs the way docker-compose wires it.
-        args = [str(VENV_BIN / "gunicorn"), "--config", str(REPO / "ml_backend" / "gunicorn_conf.py"),
-                "--workers", "1", "--bind", f"{BACKEND_HOST}:{port}", "sense7.ml_backend.wsgi:app_from_env()"]
-        env = {**self.env, "SENSE7_BACKEND_ON_EVENT": "sense7.tasks.sync:on_event"}
-        self.backend_url = f"http://{BACKEND_HOST}:{port}"
-
-        def up() -> bool:
-            try:
-                return requests.get(f"{self.backend_url}/health", auth=self.backend_auth, timeout=1).status_code == 200
-            except requests.RequestException:
-                return False
-
-        return self.start(ManagedProcess("backend", self.tmp, up, startup_timeout=90), args, env)
-
-    @property
-    def backend_auth(self) -> tuple[str, str]:
-        return self.env["SENSE7_BACKEND_USER"], self.env["SENSE7_BACKEND_PASSWORD"]
-
-    def celery(self):
-        """A Celery client on this stack's broker (the test process's own, not sense7.tasks.celery_app.app)."""
-        from celery import Celery
-
-        if not hasattr(self, "_celery"):
-            self._celery = Celery("sense7-test", broker=self.redis.url, backend=self.redis.url)
-        return self._celery
-
-    def run(self, task: str, timeout: float = 300.0, **kwargs):
-        """Enqueue a job on the stack's worker and wait for its result."""
-        return self.celery().send_task(task, kwargs=kwargs).get(timeout=timeout)
-
-    def runtime(self):
-        """A Runtime with this stack's settings, for reading the store / registry from the test."""
-        from sense7.tasks.runtime import Runtime
-
-        saved = dict(os.environ)
-        os.environ.update(self.env)
-        try:
-            return Runtime.from_env()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-
-    def close(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
-        if hasattr(self, "_celery"):
-            self._celery.close()
-
-
-@pytest.fixture
-def job_stack(label_studio, redis_server, tmp_path) -> JobStack:
-    """Environment for one test's processes: the session's Label Studio, a fresh store and model dir,
-    its own two Label Studio projects (unique titles), this test's Redis."""
-    # A random part too: this fixture is imported by other folders' conftests, and a module imported
-    # twice would count from 1 again and hand a later test a project that already has annotations.
-    n = f"{next(_counter)}-{secrets.token_hex(3)}"
-    backend_port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
-    env.update(label_studio.settings_env())
-    env.update({
-        "SENSE7_STORE_URL": f"sqlite:///{tmp_path / 'store.sqlite'}",
-        "SENSE7_MODEL_DIR": str(tmp_path / "models"),
-        "SENSE7_REDIS_URL": redis_server.url,
-        "SENSE7_BACKEND_PORT": str(backend_port),
-        "SENSE7_BACKEND_URL": f"http://{BACKEND_HOST}:{backend_port}",
-        "SENSE7_BACKEND_USER": "sense7-test",
-        "SENSE7_BACKEND_PASSWORD": secrets.token_hex(12),
-        "SENSE7_RATING_PROJECT_TITLE": f"jobs rating {n} {os.getpid()}",
-        "SENSE7_PROFILE_PROJECT_TITLE": f"jobs profile {n} {os.getpid()}",
-        # Fast retries so fault tests recover in seconds (production default: 2 s doubling to 300 s).
-        "SENSE7_RETRY_BACKOFF": "1",
-        "SENSE7_RETRY_BACKOFF_MAX": "4",
-        "SENSE7_MAX_RETRIES": "20",
-        "SENSE7_RETRAIN_EVERY": "0",
-        "SENSE7_PREANNOTATE_AFTER_PROMOTE": "0",
-        "PYTHONUNBUFFERED": "1",
-    })
-    stack = JobStack(env, tmp_path, redis_server)
-    yield stack
-    stack.close()
+    try:
+        psycopg2.connect(f"{PG}/postgres", connect_timeout=3).close()
+    except psycopg2.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432: {exc}")
+    suffix = uuid.uuid4().hex[:10]
+    names = {"ls": f"sense7_jobs_ls_{suffix}", "store": f"sense7_jobs_store_{suffix}"}
+    for name in names.values():
+        pg_admin(f'CREATE DATABASE "{name}"')
+    yield names
+    for name in names.values():
+        pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -16,8 +16,8 @@ import redis
 
 from sense7.tasks import delivery, sync
 from sense7.tasks.broker import LEASE_TTL, take_lease
-from tests.jobs.helpers import annotate, project_tasks, wait_for
-from tests.jobs.test_pipeline import seed
+from tests.support.jobs import annotate, project_tasks, wait_for
+from tests.support.jobs import seed
 
 HOLDER = """
 import sys, time
@@ -54,6 +54,7 @@ def test_a_lease_outlives_its_ttl_while_the_holder_lives_and_dies_with_it(redis_
             holder.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_the_delivery_and_sync_locks_are_leases_a_new_worker_takes_over(redis_server):
     """The delivery job's own lock, held by a process that is then killed: the next delivery job (which waits
     one lease for it) gets it; with the old 120 s TTL it would have skipped for two minutes."""

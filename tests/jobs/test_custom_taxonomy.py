@@ -14,8 +14,8 @@ import requests
 
 from sense7.model.registry import ModelRegistry
 from sense7.taxonomy import TURN_TAG, load_taxonomy
-from tests.conftest import SEVEN_POINT_CONTROLS, write_seven_point_taxonomy
-from tests.jobs.helpers import WARM, annotate, ensure_users, make_conversations, make_raters, project_tasks, wait_for
+from tests.support.taxonomy import SEVEN_POINT_CONTROLS, write_seven_point_taxonomy
+from tests.support.jobs import WARM, annotate, ensure_users, make_conversations, make_raters, project_tasks, wait_for
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 

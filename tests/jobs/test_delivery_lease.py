@@ -13,8 +13,8 @@ from sense7.labelstudio.protocol import rating_result
 from sense7.store.rater_page_tables import Outbox
 from sense7.tasks import delivery, names
 from sense7.tasks.broker import take_lease
-from tests.jobs.helpers import make_conversations, make_raters, wait_for
-from tests.rater_page.test_submissions import label_studio_annotations
+from tests.support.jobs import make_conversations, make_raters, wait_for
+from tests.support.rater_page import label_studio_annotations
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 

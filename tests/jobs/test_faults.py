@@ -11,8 +11,8 @@ from sqlalchemy import select
 from sense7.processes import free_port
 from sense7.settings import Settings
 from sense7.store.tables import annotations as annotations_table, ratings as ratings_table
-from tests.jobs.helpers import TcpProxy, annotate, project_tasks, wait_for
-from tests.jobs.test_pipeline import seed, stored_raters
+from tests.support.jobs import TcpProxy, annotate, project_tasks, wait_for
+from tests.support.jobs import seed, stored_raters
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -115,7 +115,7 @@ def _fill_store(store, n_conversations: int, raters: list[str], turns: int = 4, 
     """Rated conversations written straight into the store (a retrain reads only the store)."""
     from sense7.labelstudio.protocol import parse_annotation
     from sense7.taxonomy import load_taxonomy
-    from tests.jobs.helpers import make_conversations, rating_result
+    from tests.support.jobs import make_conversations, rating_result
 
     tax = load_taxonomy()
     convs = make_conversations(raters, per_rater=n_conversations // len(raters), turns=turns, seed=seed,

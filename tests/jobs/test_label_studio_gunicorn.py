@@ -13,7 +13,7 @@ import pytest
 
 from sense7.processes import free_port, pid_alive, port_is_free
 from sense7.settings import Settings, SettingsError
-from tests.jobs.test_postgres import PG, pg_databases  # noqa: F401  (a fixture)
+from tests.support.jobs import PG
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 

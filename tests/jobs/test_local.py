@@ -65,6 +65,7 @@ def test_bad_job_setting_is_named_and_the_cli_changes_nothing(tmp_path):
     ("SENSE7_MODEL_RATER_RIDGE", "lots", "expected cv, cv_rater, cv_rater_1se or a penalty, got 'lots'"),
     ("SENSE7_MODEL_ALPHA", "-1", "a penalty must be a finite number above 0, got '-1'"),
 ])
+@pytest.mark.slow
 def test_a_bad_served_model_option_is_named_and_the_cli_changes_nothing(tmp_path, variable, value, expected):
     env = {**os.environ, "SENSE7_HOME": str(tmp_path), variable: value}
     env.pop("SENSE7_REDIS_URL", None)
@@ -76,6 +77,7 @@ def test_a_bad_served_model_option_is_named_and_the_cli_changes_nothing(tmp_path
         assert sorted(p.name for p in tmp_path.iterdir()) == ["secrets"], command  # nothing started or made
 
 
+@pytest.mark.slow
 def test_sense7_retrain_fits_the_served_model_options(tmp_path, redis_server):
     """`sense7 retrain` (the retrain job's own code, sense7.tasks.training.run_retrain, under its Redis lock)
     fits a version with SENSE7_MODEL_RATER_RIDGE and records it."""
@@ -163,13 +165,14 @@ def test_on_event_without_redis_fails_clearly(tmp_path):
     assert done.returncode != 0 and "RedisUnavailable" in done.stderr and "SENSE7_REDIS_URL" in done.stderr
 
 
+@pytest.mark.slow
 def test_sense7_worker_on_a_fresh_machine_starts_its_own_redis(tmp_path):
     """No SENSE7_REDIS_URL: `sense7 worker` starts a private redis-server under SENSE7_HOME and serves jobs."""
     import signal
 
     from celery import Celery
 
-    from tests.jobs.helpers import wait_for
+    from tests.support.jobs import wait_for
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
     env.update({"SENSE7_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"})

@@ -10,33 +10,13 @@ from pathlib import Path
 
 import pytest
 from sense7.labelstudio.label_sync import LabelSync
-from sqlalchemy import select
 
-from sense7.labelstudio.importer import import_conversations
 from sense7.labelstudio.protocol import webhook_headers
 from sense7.model.registry import ModelRegistry
-from sense7.store.tables import annotations as annotations_table
-from tests.jobs.helpers import annotate, ensure_users, make_conversations, make_raters, project_tasks, wait_for
+from tests.support.jobs import annotate, project_tasks, wait_for
+from tests.support.jobs import seed, stored_raters
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
-
-
-def seed(stack, prefix="r"):
-    """Raters in the store, their conversations imported as tasks, Label Studio users for them."""
-    rt = stack.runtime()
-    raters = make_raters(3, prefix=prefix)
-    rt.store.upsert_raters(raters)
-    convs = make_conversations([r["rater_id"] for r in raters], prefix=prefix)
-    import_conversations(rt.client, rt.rating_project, convs, rt.store, taxonomy=rt.taxonomy)
-    users = ensure_users(rt.client, raters)
-    return rt, raters, users
-
-
-def stored_raters(store) -> dict[int, str]:
-    with store.engine.connect() as conn:
-        rows = conn.execute(select(annotations_table.c.annotation_id, annotations_table.c.rater_id)
-                            .where(annotations_table.c.deleted.is_(False))).all()
-    return dict(rows)
 
 
 def test_webhook_sync_retrain_and_preannotate(job_stack):

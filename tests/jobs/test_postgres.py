@@ -5,48 +5,17 @@ from __future__ import annotations
 
 import os
 import secrets
-import uuid
 
 import pytest
 
 from sense7.processes import free_port
 from sense7.settings import BACKEND_HOST, Settings
-from tests.jobs.conftest import JobStack, RedisHandle
-from tests.jobs.helpers import annotate, project_tasks, rating_result, wait_for
-from tests.jobs.test_pipeline import seed, stored_raters
+from tests.support.stack import JobStack, RedisHandle
+from tests.support.jobs import annotate, project_tasks, rating_result, wait_for
+from tests.support.jobs import seed, stored_raters
+from tests.support.jobs import PG
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
-
-PG = "postgresql://postgres@127.0.0.1:5432"
-
-
-def _admin(sql: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(f"{PG}/postgres")
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-    finally:
-        conn.close()
-
-
-@pytest.fixture
-def pg_databases():
-    import psycopg2
-
-    try:
-        psycopg2.connect(f"{PG}/postgres", connect_timeout=3).close()
-    except psycopg2.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432: {exc}")
-    suffix = uuid.uuid4().hex[:10]
-    names = {"ls": f"sense7_jobs_ls_{suffix}", "store": f"sense7_jobs_store_{suffix}"}
-    for name in names.values():
-        _admin(f'CREATE DATABASE "{name}"')
-    yield names
-    for name in names.values():
-        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

@@ -6,36 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sense7.retraining import Retrainer, holdout_conversations
+from sense7.retraining import Retrainer
 
-from sense7.model.bundle import train_bundle
-from sense7.model.registry import ModelRegistry
-from sense7.readers.formats import read_conversations, read_raters, read_ratings
-from sense7.store.database import Store
-from sense7.synthetic import synth
-from sense7.taxonomy import load_taxonomy
+from tests.support.jobs import served_and_spoiled_store
+
+
+pytestmark = pytest.mark.slow  # each test trains and retrains models
 
 
 @pytest.fixture
 def served_and_spoiled(tmp_path):
-    """v1 trained on clean ratings and served; then every rating outside the held-out conversations is
-    shuffled, so whatever is trained next learns noise while v1 still knows the held-out raters' ways."""
-    tax = load_taxonomy()
-    synth.write(synth.generate(60, 6, seed=5, taxonomy=tax), tmp_path / "data")
-    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
-    store.upsert_raters(read_raters(tmp_path / "data" / "raters.csv", tax))
-    store.upsert_conversations(read_conversations(tmp_path / "data" / "conversations.jsonl", taxonomy=tax))
-    ratings = read_ratings(tmp_path / "data" / "ratings.csv", tax)
-    store.import_ratings(ratings)
-    registry = ModelRegistry(tmp_path / "models")
-    registry.add(train_bundle(store.rating_data(tax), "v1", tax), "v1")
-    registry.promote("v1")
-    held = holdout_conversations(ratings["conversation_id"])
-    spoiled = ratings.copy()
-    outside = ~spoiled["conversation_id"].isin(held)
-    spoiled.loc[outside, "rating"] = np.random.default_rng(0).permutation(spoiled.loc[outside, "rating"].to_numpy())
-    store.import_ratings(spoiled)
-    return store, registry, tax
+    return served_and_spoiled_store(tmp_path)
 
 
 def test_a_candidate_worse_than_the_served_version_is_kept_out(served_and_spoiled):

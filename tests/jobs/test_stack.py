@@ -16,6 +16,7 @@ from sense7.stack import Stack
 QUIET_WORKER = ("--without-gossip", "--without-mingle")
 
 
+@pytest.mark.slow
 def test_a_stack_stops_what_it_started_in_reverse(tmp_path):
     cfg = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home")})
     with Stack(cfg) as stack:
@@ -52,6 +53,7 @@ def test_the_stacks_processes_need_its_broker(tmp_path):
     assert stack.worker.pid() is None and stack.started() == []
 
 
+@pytest.mark.slow
 def test_down_stops_a_worker_started_by_hand_and_a_second_worker_is_refused(tmp_path, redis_server):
     """Issue 23 item 3: `sense7 worker` started from a script (sharing its parent's process group, no pid
     file of the demo's) is stopped by `sense7 down`; a second `sense7 worker` for the home is refused."""
@@ -113,12 +115,13 @@ def _children_of(pid: int, at_least: int) -> list:
     """The worker's children (its pool and its beat) once it has `at_least` of them."""
     import psutil
 
-    from tests.jobs.helpers import wait_for
+    from tests.support.jobs import wait_for
 
     return wait_for(lambda: [c for c in psutil.Process(pid).children() if c.status() != psutil.STATUS_ZOMBIE]
                     if len(psutil.Process(pid).children()) >= at_least else None, what=f"{at_least} children of {pid}")
 
 
+@pytest.mark.slow
 def test_a_killed_worker_leaves_nothing_behind(tmp_path, redis_server):
     """Issue 37 item 11: the Celery worker's main process killed with SIGKILL leaves its beat (and pool
     children) running, re-parented, in no pid file. `sense7 down` stops them: after a worker the stack
@@ -132,7 +135,7 @@ def test_a_killed_worker_leaves_nothing_behind(tmp_path, redis_server):
     import psutil
 
     from sense7.stack import worker_process
-    from tests.jobs.helpers import wait_for
+    from tests.support.jobs import wait_for
 
     home = tmp_path / "home"
     env = {**os.environ, "SENSE7_HOME": str(home), "SENSE7_REDIS_URL": redis_server.url}

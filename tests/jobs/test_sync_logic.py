@@ -13,7 +13,7 @@ from sense7.labelstudio.importer import import_conversations, import_profile_tas
 from sense7.labelstudio.protocol import iso_time
 from sense7.store.database import Store
 from sense7.taxonomy import PROFILE_OBJECT_TAG, load_taxonomy
-from tests.jobs.helpers import annotate, ensure_users, make_conversations, make_raters, project_tasks, rating_result
+from tests.support.jobs import annotate, ensure_users, make_conversations, make_raters, project_tasks, rating_result
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 

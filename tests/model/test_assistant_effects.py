@@ -32,6 +32,7 @@ def _with_assistants(small_items, n_few=2, n_many=50):
 
 @pytest.mark.parametrize("model", [GenericRater(assistant_effects=True), PersonalizedRater(assistant_effects=True)],
                          ids=["generic", "personalized"])
+@pytest.mark.slow
 def test_assistant_effect_is_shrunk_and_unseen_assistants_get_zero(model, small_items):
     X, Y = _with_assistants(small_items)
     j = list(Y.columns).index("overall")
@@ -50,6 +51,7 @@ def test_assistant_effect_is_shrunk_and_unseen_assistants_get_zero(model, small_
     assert clone(fitted).get_params()["assistant_effects"] is True
 
 
+@pytest.mark.slow
 def test_assistant_effect_is_learned_from_training_rows_only(small_items):
     X, Y = _with_assistants(small_items)
     many = (X["assistant_id"] == "many").to_numpy()

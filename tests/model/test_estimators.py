@@ -66,6 +66,7 @@ def test_shrinkage_few_ratings_barely_move_a_rater(small_items):
     assert effects.loc["few", "trait_offset"] == pytest.approx(effects.loc["many", "trait_offset"])
 
 
+@pytest.mark.slow
 def test_unseen_rater_gets_the_trait_prediction():
     synth = generate(300, 120, seed=21, taxonomy=TAXONOMY)  # many raters: the trait -> leniency map needs them
     X, Y = build_items(synth.rating_data(), TAXONOMY)
@@ -91,6 +92,7 @@ def test_unseen_rater_gets_the_trait_prediction():
 
 
 @pytest.mark.parametrize("model", [GenericRater(), PersonalizedRater()], ids=["generic", "personalized"])
+@pytest.mark.slow
 def test_contract_proba_levels_controls_and_determinism(model, small_items):
     X, Y = small_items
     fitted = clone(model).fit(X, Y)
@@ -113,6 +115,7 @@ def test_contract_proba_levels_controls_and_determinism(model, small_items):
     assert pred.expected == pytest.approx(float(np.dot(pred.probs, np.arange(1, 6))))
 
 
+@pytest.mark.slow
 def test_clone_keeps_params_and_drops_fitted_state(small_items):
     X, Y = small_items
     model = PersonalizedRater(alpha=3.0, slopes=False, text_features="none").fit(X, Y)
@@ -154,6 +157,7 @@ def test_bad_input_is_rejected(small_items):
         GenericRater().fit(X, Y * np.nan)
 
 
+@pytest.mark.slow
 def test_to_generic_equals_a_separately_fitted_generic(small_items):
     X, Y = small_items
     shared = PersonalizedRater(backfit=0).fit(X, Y).to_generic()

@@ -7,61 +7,19 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from sense7.data.dataset import RatingData
-from sense7.data.items import trait_table, transcript_columns
-from sense7.model import PersonalizedRater
-from sense7.model.bundle import train_bundle
+from sense7.data.items import transcript_columns
 from sense7.model.live_posterior import LiveUnsupported, LivePredictor, OnlinePosterior, batch_posterior, check_live
-from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
+from tests.support.live_posterior import VARIANTS, held_items, trained_without_held
 
 TAXONOMY = load_taxonomy()
 
 
-@pytest.fixture(scope="module", params=["default", "rater-ridge", "rater-directions"])
+@pytest.fixture(scope="module", params=VARIANTS)
 def setup(request):
-    """A version trained without: the last 3 conversations of a known rater, every rating of a rater with
-    traits (`traits`) and of one whose traits are unknown (`unknown`). rater-ridge: a version that gives each
-    known rater content weights of their own (kept as the version has them while their leniency moves).
-    rater-directions: each rater also has slopes on two learned directions, which move live too."""
-    synth = copy.deepcopy(generate(80, 12, seed=5, taxonomy=TAXONOMY))
-    for i, conv in enumerate(synth.conversations):  # named assistants: their effects are in the residual
-        conv.context = dict(conv.context, assistant_id=f"model-{i % 3}")
-    data = synth.rating_data()
-    counts = data.ratings.groupby("rater_id")["conversation_id"].nunique().sort_values(ascending=False)
-    known, with_traits, unknown = counts.index[:3]
-    known_convs = sorted({c.conversation_id for c in synth.conversations if c.rater_id == known})[-3:]
-    held = (data.ratings["rater_id"].isin([with_traits, unknown])
-            | ((data.ratings["rater_id"] == known) & data.ratings["conversation_id"].isin(known_convs)))
-    raw = data.raters.drop(columns=["email"], errors="ignore")
-    train = RatingData(data.conversations, data.ratings[~held], raw.drop(index=[unknown]))
-    own_weights = request.param == "rater-ridge"
-    personalized = {"default": None, "rater-ridge": PersonalizedRater(rater_ridge=3.0, rater_ridge_from="text"),
-                    "rater-directions": PersonalizedRater(rater_directions=2)}[request.param]
-    bundle = train_bundle(train, "v1", TAXONOMY, personalized=personalized)
-    assert (bundle.personalized.rater_ridges_ is not None) == own_weights
-    assert bundle.personalized.rater_coef_.shape[2] == (4 if request.param == "rater-directions" else 2)
-    compiled = bundle.compile()
-    traits = trait_table(raw.drop(index=[unknown]), TAXONOMY)
-    return synth, data, compiled, traits, {"known": (known, known_convs), "traits": (with_traits, None),
-                                           "unknown": (unknown, None)}
-
-
-def _held_items(setup, who):
-    """(item columns, ratings (n, controls)) of the rater's turns the version did not train on."""
-    synth, data, compiled, _, raters = setup
-    rater, convs = raters[who]
-    conversations = [c for c in synth.conversations if c.rater_id == rater
-                     and (convs is None or c.conversation_id in convs)]
-    columns = transcript_columns(conversations, TAXONOMY)
-    wide = data.ratings.dropna(subset=["turn_index"]).pivot_table(
-        index=["conversation_id", "turn_index", "rater_id"], columns="dimension", values="rating")
-    keys = list(zip(columns["conversation_id"], map(int, columns["turn_index"]), columns["rater_id"]))
-    ratings = wide.reindex(pd.MultiIndex.from_tuples(keys)).reindex(columns=compiled.controls).to_numpy(float).copy()
-    return columns, ratings
+    return trained_without_held(request.param)
 
 
 def _conditioned(effects, prior_mean, prior_cov, g, targets, shift, sigma2, extra=None):
@@ -81,7 +39,7 @@ def test_online_equals_batch_equals_conditioning(setup, who):
     _, _, compiled, traits, raters = setup
     model = compiled.personalized
     rater = raters[who][0]
-    columns, ratings = _held_items(setup, who)
+    columns, ratings = held_items(setup, who)
     assert len(ratings) >= 8 and np.isfinite(ratings).any()
     ratings[1, :3] = np.nan  # a turn with some controls unrated
     g = compiled.text_scores(columns)
@@ -136,14 +94,14 @@ def test_no_new_answer_keeps_the_static_prediction(setup):
     trained_convs = [c for c in synth.conversations if c.rater_id == known
                      and c.conversation_id not in raters["known"][1]]
     trained = transcript_columns(trained_convs, TAXONOMY)
-    columns, ratings = _held_items(setup, "known")
+    columns, ratings = held_items(setup, "known")
     empty = {name: [] for name in columns}
     assert live.predict(columns, known, traits, empty, np.zeros((0, len(compiled.controls)))) is None
     trained_ratings = np.full((len(trained["rater_id"]), len(compiled.controls)), 5.0)
     assert live.predict(columns, known, traits, trained, trained_ratings) is None  # counted once, in training
     for who in ("traits", "unknown"):
         rater = raters[who][0]
-        cols, values = _held_items(setup, who)
+        cols, values = held_items(setup, who)
         got = live.predict(cols, rater, traits, cols, np.full_like(values, 5.0))
         assert got is not None and got.own_ratings == len(values) and set(got.predictions.kinds) == {"live"}
         static = compiled.predict(cols, compiled.rater_table(traits))
@@ -170,7 +128,7 @@ def test_live_predictions_meet_the_served_ones_at_both_ends(setup):
     static_table = compiled.rater_table(traits)
     for who in ("traits", "unknown"):
         rater = raters[who][0]
-        columns, _ = _held_items(setup, who)
+        columns, _ = held_items(setup, who)
         state = OnlinePosterior(compiled.personalized, rater, traits)
         assert (state.information_share() == 0).all()
         expected = compiled.predict(columns, static_table) if who == "traits" else None
@@ -179,7 +137,7 @@ def test_live_predictions_meet_the_served_ones_at_both_ends(setup):
             np.testing.assert_allclose(got.probs, expected.probs, rtol=0, atol=1e-12)
             assert got.kinds == expected.kinds
     rater = raters["known"][0]
-    columns, ratings = _held_items(setup, "known")
+    columns, ratings = held_items(setup, "known")
     state = live.posterior(rater, traits, columns, ratings)
     assert state.n_ratings == len(ratings)
     # The predictor's path (text scores cached per rated turn) is the batch posterior; a second call (all
@@ -199,7 +157,7 @@ def test_live_predictions_meet_the_served_ones_at_both_ends(setup):
                                rtol=0, atol=1e-12)
     # A new rater's ratings inform them part of the way: the share grows with every rating, below 1.
     rater = raters["traits"][0]
-    cols, values = _held_items(setup, "traits")
+    cols, values = held_items(setup, "traits")
     shares = [live.posterior(rater, traits, {k: v[:n] for k, v in cols.items()}, values[:n]).information_share()
               for n in (1, 5, 40)]
     assert (shares[0] <= shares[1]).all() and (shares[1] <= shares[2]).all() and (shares[2] < 1).all()

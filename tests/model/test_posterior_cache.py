@@ -12,7 +12,12 @@ from sklearn.base import clone
 from sense7.model.bundle import train_bundle
 from sense7.data.dataset import RatingData
 from sense7.model.live_posterior import LivePredictor, batch_posterior
-from tests.model.test_live_posterior import TAXONOMY, _held_items, setup  # noqa: F401  (fixture)
+from tests.support.live_posterior import TAXONOMY, VARIANTS, held_items, trained_without_held
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def setup(request):
+    return trained_without_held(request.param)
 
 
 def _batch(compiled, rater, traits, columns, ratings):
@@ -26,10 +31,10 @@ def _first(columns, n):
 
 
 @pytest.mark.parametrize("who", ["known", "traits", "unknown"])
-def test_a_new_or_changed_answer_is_never_a_stale_hit(setup, who):  # noqa: F811
+def test_a_new_or_changed_answer_is_never_a_stale_hit(setup, who):
     _, _, compiled, traits, raters = setup
     rater = raters[who][0]
-    columns, ratings = _held_items(setup, who)
+    columns, ratings = held_items(setup, who)
     live = LivePredictor(compiled)
     cache = live.posteriors
 
@@ -61,12 +66,12 @@ def test_a_new_or_changed_answer_is_never_a_stale_hit(setup, who):  # noqa: F811
     np.testing.assert_array_equal(live.posterior(rater, traits, _first(columns, 3), ratings[:3]).coef(), again.coef())
 
 
-def test_columns_and_traits_are_made_only_on_a_miss(setup):  # noqa: F811
+def test_columns_and_traits_are_made_only_on_a_miss(setup):
     """The rater page passes functions: the trait features and the rated turns' columns are made only when
     the cache lacks the rater's start or a turn's text scores (a page after a new answer scores that turn)."""
     _, _, compiled, traits, raters = setup
     rater = raters["traits"][0]
-    columns, ratings = _held_items(setup, "traits")
+    columns, ratings = held_items(setup, "traits")
     live = LivePredictor(compiled)
     made = {"traits": 0, "columns": 0}
 
@@ -93,11 +98,12 @@ def test_columns_and_traits_are_made_only_on_a_miss(setup):  # noqa: F811
     assert not np.allclose(other.coef(), state.coef())
 
 
-def test_another_served_version_has_its_own_posteriors(setup):  # noqa: F811
+@pytest.mark.slow
+def test_another_served_version_has_its_own_posteriors(setup):
     """A promotion builds a new LivePredictor, hence a new cache: never the previous version's posterior."""
     synth, data, compiled, traits, raters = setup
     rater = raters["traits"][0]
-    columns, ratings = _held_items(setup, "traits")
+    columns, ratings = held_items(setup, "traits")
     first = LivePredictor(compiled).posterior(rater, traits, columns, ratings)
     raw = data.raters.drop(columns=["email"], errors="ignore")
     held = data.ratings["rater_id"].isin([raters["traits"][0], raters["unknown"][0]])

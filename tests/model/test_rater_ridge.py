@@ -118,6 +118,7 @@ def _within_rater(model, X, Y, train, test) -> float:
         for c in Y.columns])))
 
 
+@pytest.mark.slow
 def test_rater_ridge_learns_what_moves_each_rater_where_leniency_and_one_direction_cannot():
     X, Y = _planted(150, seed=7)
     train, test = next(GroupShuffleSplit(1, test_size=0.3, random_state=0).split(X, groups=X["conversation_id"]))

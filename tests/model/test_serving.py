@@ -119,11 +119,13 @@ def test_compiled_equals_reference_for_every_kind_of_rater(study, served_tasks):
 ], ids=["pooled-no-slopes-separate-generic", "char-ngrams", "tfidf-weighting", "relational", "text-encoder",
         "text-encoder-relational", "rater-directions-from-the-encoder",
         "rater-directions", "rater-directions-no-slopes", "rater-ridge", "rater-ridge-text-encoder"])
+@pytest.mark.slow
 def test_compiled_equals_reference_for_non_default_models(study, served_tasks, personalized, generic):
     bundle = train_bundle(study.rating_data(), "v2", TAXONOMY, personalized=personalized, generic=generic)
     _compare(bundle, served_tasks)
 
 
+@pytest.mark.slow
 def test_compiled_from_a_saved_bundle(study, served_tasks, tmp_path):
     """Look-up tables are rebuilt on load (they are not stored in the file)."""
     save_bundle(train_bundle(study.rating_data(), "v3", TAXONOMY), tmp_path)

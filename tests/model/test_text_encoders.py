@@ -97,8 +97,9 @@ DEFAULT_SUMS = {
 }
 
 
+@pytest.mark.slow
 def test_the_ngram_only_model_predicts_as_before():
-    """`text_encoder=None, relational_weight=0`: the model before the static encoder became the default."""
+    """`text_encoder=None, relational_weight=0`: the n-gram model, the compiled serving path's."""
     synth = generate(40, 8, seed=5, taxonomy=TAXONOMY)
     X, Y = build_items(synth.rating_data(), TAXONOMY)
     for model in (GenericRater(text_encoder=None, relational_weight=0.0),

@@ -3,96 +3,10 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-import requests
 
-from sense7.labelstudio.importer import import_conversations, import_profile_tasks
-from sense7.labelstudio.label_sync import LabelSync
-from sense7.labelstudio.protocol import webhook_headers
-from sense7.processes import ManagedProcess, free_port
-from sense7.store.rater_page_tables import LinkBook
-from tests.jobs.conftest import VENV_BIN, job_stack, redis_server  # noqa: F401  (fixtures)
-from tests.jobs.helpers import make_conversations, make_raters
-from sense7.taxonomy import load_taxonomy
-
-TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class RaterPageStack:
-    stack: object        # tests.jobs.conftest.JobStack
-    rt: object           # its Runtime
-    url: str
-    links: dict          # rater_id -> full link URL
-    raters: list[dict]
-    page: ManagedProcess
-
-    def session_for(self, rater_id: str) -> requests.Session:
-        """A browser-like session that has opened `rater_id`'s link."""
-        session = requests.Session()
-        opened = session.get(self.links[rater_id], timeout=30)
-        assert opened.status_code == 200, opened.status_code
-        return session
-
-    def rating_tasks(self, rater_id: str) -> list:
-        return [t for t in self.rt.client.tasks.list(project=self.rt.rating_project, include="id,data",
-                                                     page_size=1000) if t.data["rater_id"] == rater_id]
-
-
-def csrf_of(html: str) -> str:
-    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
-
-
-def hidden(html: str, name: str) -> str:
-    return re.search(rf'name="{name}" value="([^"]*)"', html).group(1)
-
-
-def start_page(stack, port: int, extra_env: dict | None = None) -> ManagedProcess:
-    env = {**stack.env, "SENSE7_RATER_PAGE_PORT": str(port), "SENSE7_RATER_PAGE_WORKERS": "1",
-           "SENSE7_RATER_PAGE_THREADS": "4", **(extra_env or {})}
-
-    def up() -> bool:
-        try:
-            return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
-
-    cmd = [str(VENV_BIN / "gunicorn"), "--config", str(REPO / "sense7" / "rater_page" / "gunicorn_conf.py"),
-           "sense7.rater_page.wsgi:app_from_env()"]
-    return stack.start(ManagedProcess("rater-page", stack.tmp, up, startup_timeout=60), cmd, env)
-
-
-def start_rating_services(stack, rt, worker_env: dict | None = None,
-                          page_env: dict | None = None) -> tuple[str, ManagedProcess]:
-    """The ML backend with Label Studio's webhooks, a worker with beat delivering every 2 s, and a rater page
-    on a free port: (its URL, its process)."""
-    stack.start_backend()
-    LabelSync.from_runtime(rt).ensure_webhooks(f"{stack.backend_url}/webhook", webhook_headers(rt.settings))
-    stack.start_worker(beat=True, extra_env={"SENSE7_DELIVER_INTERVAL": "2", **(worker_env or {})})
-    port = free_port()
-    return f"http://127.0.0.1:{port}", start_page(stack, port, page_env)
-
-
-def build(stack, per_rater: int = 2, turns: int = 3, worker_env: dict | None = None,
-          page_env: dict | None = None) -> RaterPageStack:
-    """Two raters (a1, b1) with conversations in Label Studio, questionnaire tasks, webhooks, a worker,
-    the backend, the rater page and one link each."""
-    rt = stack.runtime()
-    raters = make_raters(2, prefix="pg")
-    rt.store.upsert_raters(raters)
-    convs = make_conversations([r["rater_id"] for r in raters], per_rater=per_rater, turns=turns, prefix="pg")
-    import_conversations(rt.client, rt.rating_project, convs, rt.store, taxonomy=rt.taxonomy)
-    import_profile_tasks(rt.client, rt.profile_project, [r["rater_id"] for r in raters])
-    url, page = start_rating_services(stack, rt, worker_env, page_env)
-    book = LinkBook(rt.store)
-    links = {r["rater_id"]: f"{url}/r/{book.issue(r['rater_id'])}" for r in raters}
-    return RaterPageStack(stack, rt, url, links, raters, page)
+from tests.support.rater_page import RaterPageStack, build
 
 
 @pytest.fixture
@@ -100,43 +14,3 @@ def page_stack(request) -> RaterPageStack:
     return build(request.getfixturevalue("job_stack"))
 
 
-def import_randomized_study(stack, n_raters: int, prefix: str, per_rater: int, turns: int,
-                            repeat_share: float) -> tuple[list[dict], list]:
-    """A served v1 (trained on a small synthetic study), then `n_raters` raters' conversations imported with
-    its predictions under a randomized pre-fill policy (seed = prefix), with their questionnaire tasks.
-    Returns (raters, conversations)."""
-    from sense7.ml_backend.model import build_model
-
-    from sense7.synthetic import synth
-    from sense7.model.bundle import train_bundle
-    from sense7.model.registry import ModelRegistry
-    from sense7.settings import StudyDesign
-
-    rt = stack.runtime()
-    registry = ModelRegistry(rt.settings.model_dir)
-    registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=TAXONOMY).rating_data(), "v1", TAXONOMY), "v1")
-    registry.promote("v1")
-    raters = make_raters(n_raters, prefix=prefix)
-    ids = [r["rater_id"] for r in raters]
-    rt.store.upsert_raters(raters)
-    convs = make_conversations(ids, per_rater=per_rater, turns=turns, prefix=prefix)
-    label_config = rt.client.projects.get(rt.rating_project).label_config
-    import_conversations(rt.client, rt.rating_project, convs, rt.store,
-                         predict=build_model(rt.settings).import_predictor(label_config),
-                         design=StudyDesign("randomized", shown_share=0.5, seed=prefix, repeat_share=repeat_share),
-                         taxonomy=rt.taxonomy)
-    import_profile_tasks(rt.client, rt.profile_project, ids)
-    return raters, convs
-
-
-def serve_study(stack, rater_ids: list[str]) -> tuple[str, dict[str, str]]:
-    """The backend receiving webhooks, a worker with beat, the rater page and a link per rater, their
-    queues copied: (page URL, rater_id -> link)."""
-    from sense7.tasks.delivery import refresh_queues
-
-    rt = stack.runtime()
-    url, _ = start_rating_services(stack, rt)
-    book = LinkBook(rt.store)
-    links = {r: f"{url}/r/{book.issue(r)}" for r in rater_ids}
-    refresh_queues(rt, rater_ids)
-    return url, links

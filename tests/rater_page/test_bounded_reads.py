@@ -14,9 +14,7 @@ import time
 import pytest
 import requests
 
-from tests.rater_page.conftest import build, csrf_of, hidden
-from tests.rater_page.test_hardening import TAXONOMY, gunicorn_page, rating_form, stored_rows
-from tests.jobs.conftest import redis_server  # noqa: F401  (fixture)
+from tests.support.rater_page import TAXONOMY_WITH_CHECK, build, csrf_of, gunicorn_page, hidden, rating_form, stored_rows
 
 HELD, DRIPPING = 20, 3
 
@@ -128,7 +126,7 @@ def test_a_short_body_gets_408_and_the_worker_then_serves_others(tmp_path, redis
         assert session.get(f"{url}/r/{tokens['ha']}", timeout=30).status_code == 200
         page = session.get(f"{url}/task/101", timeout=30).text
         form = {"csrf_token": csrf_of(page), "revision": hidden(page, "revision"),
-                "rendered_at": hidden(page, "rendered_at"), **rating_form(TAXONOMY, "4")}
+                "rendered_at": hidden(page, "rendered_at"), **rating_form(TAXONOMY_WITH_CHECK, "4")}
         body = "&".join(f"{k}={v}" for k, v in form.items()).encode()
         cookie = "; ".join(f"{k}={v}" for k, v in session.cookies.get_dict().items())
         head = (f"POST /task/101 HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"

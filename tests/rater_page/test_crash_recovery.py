@@ -13,9 +13,9 @@ import redis
 
 from sense7.store.rater_page_tables import Outbox
 from sense7.tasks import delivery
-from tests.jobs.helpers import wait_for
-from tests.rater_page.conftest import build
-from tests.rater_page.test_submissions import label_studio_annotations, stored, submit
+from tests.support.jobs import wait_for
+from tests.support.rater_page import build
+from tests.support.rater_page import label_studio_annotations, stored, submit
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 

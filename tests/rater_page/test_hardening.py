@@ -7,60 +7,22 @@ per-request checks, as the same Flask app in the test process."""
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import requests
-from sqlalchemy import select
 
-from sense7.processes import ManagedProcess, free_port
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
 from sense7.store.database import Store
-from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, RaterQueue
-from sense7.store.tables import submissions
-from sense7.taxonomy import InstructedItem, load_taxonomy
-from tests.jobs.conftest import VENV_BIN, redis_server  # noqa: F401  (fixture)
-from tests.rater_page.conftest import csrf_of, hidden
+from sense7.store.rater_page_tables import InstructedAnswers
+from tests.support.rater_page import csrf_of, hidden
+from tests.support.rater_page import gunicorn_page, rating_form, stored_rows
+from tests.support.rater_page import CHECK, TAXONOMY_WITH_CHECK, fill_queues
 
 REPO = Path(__file__).resolve().parents[2]
-CHECK = InstructedItem("attention_check", "To show you are reading, choose 2 here.", 2)
-TAXONOMY = dataclasses.replace(load_taxonomy(), instructed_items=(CHECK,))
-
-
-def fill_queues(store: Store) -> dict[str, str]:
-    """Two raters (ha, hb), each with a questionnaire and ten turns (the second an attention check);
-    returns rater -> link secret."""
-    queue, book, tokens = RaterQueue(store), LinkBook(store), {}
-    for n, rater in enumerate(["ha", "hb"]):
-        items = [{"task_id": 100 * (n + 1), "kind": "profile", "position": -1, "conversation_id": None,
-                  "turn_index": None, "data": {"rater_id": rater}, "prediction": None, "answer": None}]
-        for t in range(10):
-            data = {"history": [{"role": "user", "content": f"{rater}'s own words, turn {t}"}],
-                    "turn": [{"role": "assistant", "content": f"a reply to {rater}, turn {t}"}]}
-            if t == 1:
-                data["instructed"] = CHECK.key
-            items.append({"task_id": 100 * (n + 1) + t + 1, "kind": "rating", "position": t,
-                          "conversation_id": f"c-{rater}", "turn_index": 2 * t + 1, "data": data,
-                          "prediction": None, "answer": None})
-        queue.replace(rater, items)
-        tokens[rater] = book.issue(rater)
-    return tokens
-
-
-def rating_form(tax, level: str, **extra) -> dict:
-    form = {c: level for c in tax.controls}
-    form.update({tax.expectation_key: tax.expectation_values[1], tax.comment_key: "fine", **extra})
-    return form
-
-
-def stored_rows(store: Store) -> list[dict]:
-    with store.engine.connect() as conn:
-        return [dict(r) for r in conn.execute(select(submissions).order_by(submissions.c.key)).mappings()]
 
 
 # -- the app in the test process --------------------------------------------------------------------
@@ -74,7 +36,7 @@ def page(tmp_path):
 
     def make_app(**env):
         settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_STORE_URL": store_url, **env})
-        app = create_app(settings, taxonomy=TAXONOMY, store=store)
+        app = create_app(settings, taxonomy=TAXONOMY_WITH_CHECK, store=store)
         app.testing = True
         return app
 
@@ -95,17 +57,17 @@ def test_every_level_is_ascii_digits_in_range_else_422(page, value):
     make_app, store, tokens = page
     client = opened(make_app(), tokens["ha"])
     csrf = csrf_of(client.get("/task/101").text)
-    plain = client.post("/task/101", data={"csrf_token": csrf, "revision": "1", **rating_form(TAXONOMY, value)})
+    plain = client.post("/task/101", data={"csrf_token": csrf, "revision": "1", **rating_form(TAXONOMY_WITH_CHECK, value)})
     assert plain.status_code == 422
     checked = client.post("/task/102", data={"csrf_token": csrf, "revision": "1", CHECK.key: value,
-                                             **rating_form(TAXONOMY, "3")})
+                                             **rating_form(TAXONOMY_WITH_CHECK, "3")})
     assert checked.status_code == 422
     assert b"Traceback" not in checked.data
     assert stored_rows(store) == [] and InstructedAnswers(store).frame().empty
     # The same forms with ASCII levels are stored, each value as given.
     assert client.post("/task/102", data={"csrf_token": csrf, "revision": "1", CHECK.key: "2",
-                                          **rating_form(TAXONOMY, "3")}).status_code == 303
-    assert [r["answer"]["values"] for r in stored_rows(store)] == [{c: 3 for c in TAXONOMY.controls}]
+                                          **rating_form(TAXONOMY_WITH_CHECK, "3")}).status_code == 303
+    assert [r["answer"]["values"] for r in stored_rows(store)] == [{c: 3 for c in TAXONOMY_WITH_CHECK.controls}]
     assert InstructedAnswers(store).frame()["answered"].tolist() == [2]
 
 
@@ -113,8 +75,8 @@ def test_profile_numbers_go_through_the_same_parser(page):
     make_app, store, tokens = page
     client = opened(make_app(), tokens["hb"])
     csrf = csrf_of(client.get("/profile").text)
-    traits = {f.key: (f.choices[0] if f.type == "choice" else str(f.max)) for f in TAXONOMY.profile_fields}
-    number = next(f for f in TAXONOMY.profile_fields if f.type == "int")
+    traits = {f.key: (f.choices[0] if f.type == "choice" else str(f.max)) for f in TAXONOMY_WITH_CHECK.profile_fields}
+    number = next(f for f in TAXONOMY_WITH_CHECK.profile_fields if f.type == "int")
     for bad in ["\u0663", "\u00b3", f" {number.max}", "1e1"]:
         response = client.post("/profile", data={"csrf_token": csrf, "revision": "1", **traits, number.key: bad})
         assert response.status_code == 422, bad
@@ -130,7 +92,7 @@ def test_hidden_fields_out_of_form_never_break_a_submission(page):
     csrf = csrf_of(client.get("/task/101").text)
     for revision, rendered_at in [("\u00b3", "inf"), ("\u0663", "nan"), ("-5", "1e400"), ("1", "\u0661\u0662")]:
         response = client.post("/task/101", data={"csrf_token": csrf, "revision": revision,
-                                                  "rendered_at": rendered_at, **rating_form(TAXONOMY, "4")})
+                                                  "rendered_at": rendered_at, **rating_form(TAXONOMY_WITH_CHECK, "4")})
         assert response.status_code == 303
     rows = stored_rows(store)
     assert len(rows) == 1 and rows[0]["revision"] == 1 and rows[0]["lead_time"] is None
@@ -200,34 +162,6 @@ def test_a_malformed_trusted_proxies_setting_is_one_clear_error(tmp_path):
 
 # -- the page under gunicorn -------------------------------------------------------------------------
 
-@contextmanager
-def gunicorn_page(tmp_path, redis_url: str, **env: str):
-    """(url, store, tokens, process): the rater page under gunicorn on a fresh store with two raters (2
-    workers x 4 threads unless `env` says otherwise), stopped on leaving."""
-    store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    store = Store(store_url)
-    tokens = fill_queues(store)
-    port = free_port()
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SENSE7_HOME": str(tmp_path / "home"),
-           "SENSE7_STORE_URL": store_url, "SENSE7_REDIS_URL": redis_url,
-           "SENSE7_RATER_PAGE_PORT": str(port), "SENSE7_RATER_PAGE_WORKERS": "2",
-           "SENSE7_RATER_PAGE_THREADS": "4", "SENSE7_LS_URL": f"http://127.0.0.1:{free_port()}", **env}
-    url = f"http://127.0.0.1:{port}"
-
-    def up():
-        try:
-            return requests.get(f"{url}/healthz", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
-
-    proc = ManagedProcess("rater-page", tmp_path, up, startup_timeout=60)
-    proc.start([str(VENV_BIN / "gunicorn"), "--config", str(REPO / "sense7" / "rater_page" / "gunicorn_conf.py"),
-                "sense7.rater_page.wsgi:app_from_env()"], env, cwd=REPO)
-    try:
-        yield url, store, tokens, proc
-    finally:
-        proc.stop()
-
 
 @pytest.fixture
 def served_page(tmp_path, redis_server):
@@ -247,7 +181,7 @@ def test_eight_identical_concurrent_submits_store_one_revision(served_page):
     for task in tasks:
         page = session.get(f"{url}/task/{task}", timeout=30).text
         forms[task] = {"csrf_token": csrf_of(page), "revision": hidden(page, "revision"),
-                       "rendered_at": hidden(page, "rendered_at"), **rating_form(TAXONOMY, "4")}
+                       "rendered_at": hidden(page, "rendered_at"), **rating_form(TAXONOMY_WITH_CHECK, "4")}
     for task in tasks:
         start, answers = threading.Barrier(8), []
 
@@ -266,7 +200,7 @@ def test_eight_identical_concurrent_submits_store_one_revision(served_page):
     assert sorted((r["task_id"], r["revision"]) for r in rows) == [(t, 1) for t in tasks]
     # A different answer is the next revision; the first one posted again after it is the one after that.
     for level, expected in [("2", [1, 2]), ("4", [1, 2, 3])]:
-        assert requests.post(f"{url}/task/101", data={**forms[101], **rating_form(TAXONOMY, level)},
+        assert requests.post(f"{url}/task/101", data={**forms[101], **rating_form(TAXONOMY_WITH_CHECK, level)},
                              cookies=cookies, timeout=60, allow_redirects=False).status_code == 303
         assert sorted(r["revision"] for r in stored_rows(store) if r["task_id"] == 101) == expected
 
@@ -298,11 +232,11 @@ def test_chunked_bodies_over_the_limit_are_413_and_nothing_is_stored(served_page
     assert session.get(f"{url}/r/{tokens['ha']}", timeout=30).status_code == 200
     page = session.get(f"{url}/task/101", timeout=30).text
     fields = {"csrf_token": csrf_of(page), "revision": "1", "rendered_at": hidden(page, "rendered_at"),
-              **rating_form(TAXONOMY, "4")}
+              **rating_form(TAXONOMY_WITH_CHECK, "4")}
     encoded = "&".join(f"{k}={v}" for k, v in fields.items())
     cookies = session.cookies.get_dict()
     for size in (300_000, 3_000_000):
-        padded = (encoded + "&" + TAXONOMY.comment_key + "=" + "x" * size).encode()
+        padded = (encoded + "&" + TAXONOMY_WITH_CHECK.comment_key + "=" + "x" * size).encode()
         assert _chunked_post(url, "/task/101", cookies, padded) == 413
     assert stored_rows(store) == []
     # A small chunked form is fine.

@@ -13,8 +13,8 @@ import yaml
 from sense7.settings import QualityPolicy
 from sense7.store.rater_page_tables import InstructedAnswers, Outbox
 from sense7.taxonomy import DEFAULT_TAXONOMY_PATH
-from tests.jobs.helpers import wait_for
-from tests.rater_page.conftest import csrf_of, hidden, import_randomized_study, serve_study
+from tests.support.jobs import wait_for
+from tests.support.rater_page import csrf_of, hidden, import_randomized_study, serve_study
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -26,7 +26,7 @@ def test_instructed_items_are_asked_kept_apart_and_flag_the_inattentive_rater(jo
 
     from sense7.rater_page.simulate import RaterBehaviour, rate_through_page
     from sense7.research.study_analysis import analyze_study
-    from tests.rater_page.test_study_quality import _ratings
+    from tests.support.rater_page import study_ratings
 
     raw = yaml.safe_load(DEFAULT_TAXONOMY_PATH.read_text())
     raw["instructed"] = {"share": 0.5, "items": ITEMS}
@@ -66,7 +66,7 @@ def test_instructed_items_are_asked_kept_apart_and_flag_the_inattentive_rater(jo
     assert Outbox(rt.store).counts()["submissions"] == 0 and InstructedAnswers(rt.store).frame().empty
 
     traits = {r["rater_id"]: r["traits"] for r in raters}
-    rated = rate_through_page(links, _ratings(convs, tax), traits, tax, 1.0,
+    rated = rate_through_page(links, study_ratings(convs, tax), traits, tax, 1.0,
                               behaviours={"ia2": RaterBehaviour(attentive=False)}, seed=4)
     assert rated == 16
     wait_for(lambda: rt.store.counts()["annotations"] == 16, timeout=300, what="every rating in the store")

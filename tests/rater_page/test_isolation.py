@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from sense7.store.rater_page_tables import LinkBook, Outbox
-from tests.rater_page.conftest import csrf_of, hidden
+from tests.support.rater_page import csrf_of, hidden
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 

@@ -6,45 +6,28 @@ test client), a SQLite store and a model registry with a trained version."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import re
 
 import pytest
 
 from sense7.data.conversations import task_key
 from sense7.labelstudio.protocol import rating_tasks
-from sense7.model.bundle import train_bundle
 from sense7.model.registry import ModelRegistry
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings, StudyDesign
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import LinkBook, RaterQueue
 from sense7.store.study_design import HIDDEN, SHOWN, StudyRecords
-from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
+from tests.support.rater_page import NEW, answer_on_page, checked_levels, trained_version
 
 TAXONOMY = load_taxonomy()
-NEW = "new-rater"
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A version trained on a synthetic study; the newcomer gets 2 held-out conversations of its own."""
-    synth = copy.deepcopy(generate(60, 10, seed=11, taxonomy=TAXONOMY))
-    data = synth.rating_data()
-    held = sorted({c.conversation_id for c in synth.conversations})[-2:]
-    data.ratings = data.ratings[~data.ratings["conversation_id"].isin(held)]
-    data.conversations = {k: v for k, v in data.conversations.items() if k[0] not in held}
-    bundle = train_bundle(data, "v1", TAXONOMY)
-    model_dir = tmp_path_factory.mktemp("models")
-    registry = ModelRegistry(model_dir)
-    registry.promote(registry.add(bundle, "v1").name)
-    newcomer = [copy.deepcopy(c) for c in synth.conversations if c.conversation_id in held]
-    for conv in newcomer:
-        conv.rater_id = NEW
-    profile = synth.raters.drop(columns=["rater_id", "email"]).iloc[0].to_dict()
-    return model_dir, newcomer, profile
+    return trained_version(tmp_path_factory)
 
 
 def _page(tmp_path, trained, static_values, hidden_turn):
@@ -77,21 +60,6 @@ def _page(tmp_path, trained, static_values, hidden_turn):
 
 def _turns(hidden) -> set:
     return set(hidden) if isinstance(hidden, (set, list, tuple)) else {hidden}
-
-
-def checked_levels(html: str) -> dict:
-    return {name: int(value) for name, value in
-            re.findall(r'<input type="radio" name="(\w+)" value="(\d+)" required checked>', html)}
-
-
-def answer_on_page(client, task_id: int, level: int):
-    html = client.get(f"/task/{task_id}").get_data(as_text=True)
-    form = {"csrf_token": re.search(r'name="csrf_token" value="([^"]+)"', html).group(1),
-            "revision": re.search(r'name="revision" value="([^"]*)"', html).group(1),
-            "rendered_at": re.search(r'name="rendered_at" value="([^"]*)"', html).group(1),
-            TAXONOMY.expectation_key: TAXONOMY.expectation_values[-1]}
-    form.update({c: str(level) for c in TAXONOMY.controls})
-    assert client.post(f"/task/{task_id}", data=form).status_code == 303
 
 
 def test_answers_move_the_next_prefill_and_are_recorded_first(tmp_path, trained):

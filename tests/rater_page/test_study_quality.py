@@ -6,36 +6,22 @@ counts what the store holds."""
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 
-import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
-from sense7.labelstudio.importer import plan_tasks
 from sense7.settings import QualityPolicy
 from sense7.store.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.store.tables import annotations
-from tests.jobs.conftest import VENV_BIN
-from tests.jobs.helpers import wait_for
-from tests.rater_page.conftest import import_randomized_study, serve_study
+from tests.support.stack import VENV_BIN
+from tests.support.jobs import wait_for
+from tests.support.rater_page import import_randomized_study, serve_study
+from tests.support.rater_page import study_ratings
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
 RUSHING, STRAIGHT = "qs1", "qs2"
-
-
-def _ratings(conversations, taxonomy, seed: int = 3) -> pd.DataFrame:
-    """Honest synthetic answers: levels that vary across controls and turns."""
-    rng = random.Random(seed)
-    rows = []
-    for task in plan_tasks(conversations):
-        d = task["data"]
-        for control in taxonomy.controls:
-            rows.append((d["conversation_id"], d["turn_index"], d["rater_id"], control, rng.randint(1, 5)))
-        rows.append((d["conversation_id"], d["turn_index"], d["rater_id"], taxonomy.expectation_key, rng.randint(1, 3)))
-    return pd.DataFrame(rows, columns=["conversation_id", "turn_index", "rater_id", "dimension", "rating"])
 
 
 def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports_status(job_stack):
@@ -70,7 +56,7 @@ def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports
 
     behaviours = {RUSHING: RaterBehaviour(seconds=(1.0, 2.0)), STRAIGHT: RaterBehaviour(straight_line=3)}
     traits = {r["rater_id"]: r["traits"] for r in raters}
-    rated = rate_through_page(links, _ratings(convs, tax), traits, tax, 1.0, behaviours=behaviours,
+    rated = rate_through_page(links, study_ratings(convs, tax), traits, tax, 1.0, behaviours=behaviours,
                               default=RaterBehaviour(copy_probability=0.5), seed=1)
     assigned = 6 * 12 + 6 * 3  # 12 turns each, plus ceil(0.2 x 12) = 3 repeats each
     assert rated == assigned

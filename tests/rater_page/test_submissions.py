@@ -7,50 +7,15 @@ from __future__ import annotations
 import httpx
 import pytest
 import requests
-from sqlalchemy import select
 
 from sense7.labelstudio.rater_accounts import account_email
 from sense7.processes import free_port
 from sense7.store.rater_page_tables import Outbox
-from sense7.store.tables import annotations as annotations_table, ratings as ratings_table
-from tests.jobs.helpers import TcpProxy, wait_for
-from tests.rater_page.conftest import build, csrf_of, hidden
+from tests.support.jobs import TcpProxy, wait_for
+from tests.support.rater_page import build
+from tests.support.rater_page import answer_profile, label_studio_annotations, stored, stored_values, submit
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
-
-
-def submit(session, url: str, task_id: int, tax, level: int) -> requests.Response:
-    page = session.get(f"{url}/task/{task_id}", timeout=30)
-    assert page.status_code == 200
-    form = {"csrf_token": csrf_of(page.text), "revision": hidden(page.text, "revision"),
-            "rendered_at": hidden(page.text, "rendered_at"), tax.expectation_key: tax.expectation_values[1],
-            tax.comment_key: f"level {level}"}
-    form.update({c: str(level) for c in tax.controls})
-    return session.post(f"{url}/task/{task_id}", data=form, timeout=30, allow_redirects=False)
-
-
-def answer_profile(session, url: str, tax, traits: dict) -> None:
-    page = session.get(f"{url}/profile", timeout=30)
-    form = {"csrf_token": csrf_of(page.text), "revision": hidden(page.text, "revision"),
-            "rendered_at": hidden(page.text, "rendered_at"), **{k: str(v) for k, v in traits.items()}}
-    assert session.post(f"{url}/profile", data=form, timeout=30, allow_redirects=False).status_code == 303
-
-
-def label_studio_annotations(rt, project: int) -> list[dict]:
-    return [dict(a, task=t.id) for t in rt.client.tasks.list(project=project, fields="all", page_size=1000)
-            for a in (dict(x) for x in (t.annotations or []))]
-
-
-def stored(rt) -> dict[int, tuple]:
-    with rt.store.engine.connect() as conn:
-        return {r.task_id: (r.rater_id, r.annotation_id) for r in conn.execute(
-            select(annotations_table).where(annotations_table.c.deleted.is_(False)))}
-
-
-def stored_values(rt, annotation_id: int) -> dict[str, int]:
-    with rt.store.engine.connect() as conn:
-        return dict(conn.execute(select(ratings_table.c.control, ratings_table.c.value)
-                                 .where(ratings_table.c.annotation_id == annotation_id)).all())
 
 
 def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_keep_history(page_stack):
@@ -176,7 +141,7 @@ def test_a_delivery_whose_answer_was_lost_is_not_created_twice(job_stack):
     from sense7.labelstudio.importer import import_conversations
     from sense7.labelstudio.protocol import rating_result
     from sense7.tasks.delivery import deliver_outbox
-    from tests.jobs.helpers import make_conversations, make_raters
+    from tests.support.jobs import make_conversations, make_raters
 
     rt = job_stack.runtime()
     tax = rt.taxonomy

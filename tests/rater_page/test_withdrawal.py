@@ -24,9 +24,9 @@ from sense7.privacy.participation import ConversationChoices, Withdrawals
 from sense7.store import tables
 from sense7.store.rater_page_tables import LinkBook, RaterQueue, token_hash
 from sense7.synthetic.toy_study import make_conversations, turn_level
-from tests.jobs.helpers import make_raters, wait_for
-from tests.rater_page.conftest import csrf_of, start_rating_services
-from tests.rater_page.test_submissions import answer_profile, submit
+from tests.support.jobs import make_raters, wait_for
+from tests.support.rater_page import csrf_of, start_rating_services
+from tests.support.rater_page import answer_profile, submit
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from sense7.research import evaluation
 from sense7.research.evaluation import SPLITS, _bootstrap_spearman, evaluate_items
 from sense7.research.metrics import percentile_ci, spearman
 
-from .conftest import planted_items
+from tests.support.research import planted_items
 
 
 def _clustered(n_clusters=30, per_cluster=10, offset_sd=1.0, noise_sd=0.5, seed=0):

@@ -88,6 +88,7 @@ def test_bad_severity_names_file_line_and_field(tmp_path):
     assert result.exit_code == 2 and "file not found" in result.output
 
 
+@pytest.mark.slow
 def test_evaluate_convabuse_reports_lewidi_scores(tmp_path):
     write_convabuse(tmp_path, n_conversations=16)
     out = tmp_path / "result.json"

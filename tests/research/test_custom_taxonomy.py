@@ -9,7 +9,7 @@ from sense7.cli import app
 from sense7.settings import Settings
 from sense7.synthetic.synth import generate, write
 from sense7.taxonomy import load_taxonomy, render_rating_config, study_taxonomy
-from tests.conftest import SEVEN_POINT_CONTROLS
+from tests.support.taxonomy import SEVEN_POINT_CONTROLS
 
 runner = CliRunner()
 

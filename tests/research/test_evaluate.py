@@ -11,7 +11,7 @@ from sense7.model.baselines import GlobalMean, MajorityClass, RaterMean
 from sense7.research.evaluation import MODEL_ORDER, evaluate, evaluate_items
 from sense7.synthetic.synth import generate
 
-from .conftest import planted_items
+from tests.support.research import planted_items
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it

@@ -7,7 +7,7 @@ import pytest
 from sense7.model.baselines import GlobalMean, MajorityClass, RaterMean
 from sense7.research.evaluation import cross_val_predictions, evaluate_items, make_folds
 
-from .conftest import planted_items
+from tests.support.research import planted_items
 
 
 @pytest.mark.parametrize("split, column", [("known_rater", "conversation_id"), ("cold_start", "rater_id")])

@@ -86,6 +86,7 @@ def planted_expected(synth, jury: JuryResult, truth=None) -> np.ndarray:
 # The served model, vectorized over the panel
 
 @pytest.mark.parametrize("own_weights", [False, True], ids=["default", "rater-ridge"])
+@pytest.mark.slow
 def test_predict_panel_equals_predict_on_the_replicated_items(study, own_weights):
     """own_weights: a model that gives each known rater content weights of their own (rater_ridge)."""
     bundle = train_bundle(study.train, "v2", TAXONOMY, personalized=PersonalizedRater(

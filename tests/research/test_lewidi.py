@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator
 from sense7.research.evaluation import evaluate_items
 from sense7.research.lewidi import anad, item_anad, mean_soft_label_wasserstein, soft_label_wasserstein
 
-from .conftest import planted_items
+from tests.support.research import planted_items
 
 
 def test_anad_worked_example_divides_by_the_number_of_levels_and_averages_over_items():

@@ -22,7 +22,7 @@ from sense7.research.perspectivist import (
 from sense7.research.report import render_report
 from sense7.synthetic.synth import generate
 
-from .conftest import planted_items
+from tests.support.research import planted_items
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
@@ -162,6 +162,7 @@ def test_repeated_gain_pools_each_raters_folds_over_the_assignments_by_hand():
     assert repeated_gain([none], seeds=[0], n_boot=10, seed=0) is None
 
 
+@pytest.mark.slow
 def test_repeats_add_the_same_models_on_further_fold_assignments():
     data = generate(24, 12, seed=5, raters_per_conversation=3, taxonomy=TAXONOMY).rating_data()
     models = CATALOG.make(["generic", "personalized"])

@@ -19,7 +19,7 @@ from sense7.research.lewidi import anad, mean_soft_label_wasserstein
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import token_hash
 
-from .study_store import PLATFORM_ID, RATERS, TAXONOMY, WITHDRAWN, fill_study
+from tests.support.study_store import PLATFORM_ID, RATERS, TAXONOMY, WITHDRAWN, fill_study
 
 runner = CliRunner()
 CONTROLS = TAXONOMY.controls

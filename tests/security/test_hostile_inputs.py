@@ -29,7 +29,7 @@ from sense7.research.jury import write_csv
 from sense7.store.database import Store
 from sense7.synthetic import synth
 from sense7.taxonomy import DEFAULT_TAXONOMY_PATH, load_taxonomy
-from tests.crowd.helpers import pool_lines, write_study
+from tests.support.crowd import pool_lines, write_study
 
 SENSE7 = Path(sys.executable).parent / "sense7"
 TAXONOMY = load_taxonomy()

@@ -19,8 +19,7 @@ from sense7.labelstudio.label_sync import LabelSync
 from sense7.labelstudio.protocol import user_id
 from sense7.labelstudio.rater_accounts import account_email, copy_queue, ensure_accounts, ensure_users
 from sense7.store.tables import annotations as annotations_table, rater_tasks
-from tests.jobs.conftest import job_stack, redis_server  # noqa: F401  (fixtures)
-from tests.jobs.helpers import annotate, make_conversations, make_raters, project_tasks
+from tests.support.jobs import annotate, make_conversations, make_raters, project_tasks
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 

@@ -12,14 +12,18 @@ from sense7.labelstudio.importer import import_conversations
 from sense7.settings import Settings, StudyDesign
 from sense7.store.database import Store
 from sense7.store.study_design import HIDDEN, REPEAT_SUFFIX, SHOWN, StudyRecords, draw_arm, plan
-from tests.core import test_import_predictions as shared
 from sense7.taxonomy import load_taxonomy
+from tests.support.release import labelstudio_settings, small_synthetic_study
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 pytestmark = pytest.mark.labelstudio
 
-study, _settings = shared.study, shared._settings  # the same small synthetic study and isolated settings
+
+
+@pytest.fixture(scope="module")
+def study():
+    return small_synthetic_study()  # the small synthetic study of test_import_predictions
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +72,7 @@ def test_randomized_import_records_both_arms_and_label_studio_holds_only_shown_p
 
     from sense7.model.registry import ModelRegistry
 
-    settings = _settings(label_studio, tmp_path)
+    settings = labelstudio_settings(label_studio, tmp_path)
     registry = ModelRegistry(settings.model_dir)
     registry.add(bundles[0], "v1")
     registry.promote("v1")

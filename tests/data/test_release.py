@@ -9,57 +9,19 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from sense7.cli import app
 from sense7.data.conversations import Conversation, Message
 from sense7.privacy.release import SUPPRESSED, ReleaseError, build_release, k_anonymous_traits, write_release
 from sense7.privacy.release_check import Originals, check_release, originals_from_store
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import LinkBook, token_hash
-from sense7.synthetic import synth
-from sense7.taxonomy import load_taxonomy
-
-TAXONOMY = load_taxonomy()
-runner = CliRunner()
-
-
-def _fill(store: Store, n_conversations: int, n_raters: int, seed: int = 5):
-    data = synth.generate(n_conversations, n_raters, seed=seed, taxonomy=TAXONOMY)
-    rows = [{"rater_id": r["rater_id"], "email": r["email"],
-             "traits": {k: v for k, v in r.items() if k not in ("rater_id", "email")}}
-            for r in data.raters.to_dict("records")]
-    store.upsert_raters(rows)
-    owner = data.conversations[0]
-    # A conversation imported with --no-scrub: the release scrubs it again.
-    data.conversations[0] = Conversation(owner.conversation_id, owner.rater_id, [
-        Message("user", "I'm Sam, write me at sam.rivers@mail.example or +1 415 555 0132 " + owner.messages[0].content),
-        *owner.messages[1:]], dict(owner.context, created="2025-03-14T10:00:00+00:00", title="Sam's dog"))
-    store.upsert_conversations(data.conversations)
-    store.import_ratings(data.ratings)
-    return data
+from tests.support.release import TAXONOMY, demo_like_study, fill_study, invoke, release_rows
 
 
 @pytest.fixture
 def study(tmp_path, monkeypatch):
     """A demo-like study (the demo's 6 raters, 40 conversations, one link issued) in this test's home."""
-    home = tmp_path / "home"
-    home.mkdir()
-    for name in ("SENSE7_STORE_URL", "SENSE7_MODEL_DIR", "SENSE7_TAXONOMY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SENSE7_HOME", str(home))
-    store = Store(f"sqlite:///{home / 'store.sqlite'}")
-    data = _fill(store, 40, 6)
-    secret = LinkBook(store).issue("r001")
-    return store, data, secret
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def _rows(folder: Path, name: str) -> list[dict]:
-    return [json.loads(line) for line in (folder / "data" / f"{name}.jsonl").read_text().splitlines()]
+    return demo_like_study(tmp_path, monkeypatch)
 
 
 def test_demo_like_study_release_passes_its_check_and_holds_nothing_identifying(study, tmp_path):
@@ -74,7 +36,7 @@ def test_demo_like_study_release_passes_its_check_and_holds_nothing_identifying(
     stricter = invoke("release", "--check", out, "--k", "6")
     assert stricter.exit_code == 2 and "claims k=5, less than the 6 asked for" in " ".join(stricter.output.split())
 
-    ratings, raters = _rows(out, "ratings"), _rows(out, "raters")
+    ratings, raters = release_rows(out, "ratings"), release_rows(out, "raters")
     assert len(ratings) == len(data.ratings)  # every control and the expectation answer of every turn
     assert Counter(r["dimension"] for r in ratings) == Counter(data.ratings["dimension"])
     assert len(raters) == 6 and not {r["rater_id"] for r in raters} & set(data.raters["rater_id"])
@@ -83,7 +45,7 @@ def test_demo_like_study_release_passes_its_check_and_holds_nothing_identifying(
     blob = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert "sam.rivers" not in blob and "555 0132" not in blob and "[EMAIL_1]" in blob and "[PHONE_1]" in blob
     assert "@example.org" not in blob and secret not in blob and "c0001" not in blob and "Sam's dog" not in blob
-    contexts = _rows(out, "contexts")
+    contexts = release_rows(out, "contexts")
     assert "2025-03" in {c["month"] for c in contexts} and all("created" not in c for c in contexts)
     schema = json.loads((out / "schema.json").read_text())
     assert schema["files"]["ratings"]["rows"] == len(ratings) and schema["k"] == 5
@@ -98,13 +60,13 @@ def test_the_datasets_loader_reads_the_release(study, tmp_path):
     assert invoke("release", "--out", out).exit_code == 0
     ratings = datasets.load_dataset(str(out), "ratings", split="train", cache_dir=str(tmp_path / "hf-cache"))
     conversations = datasets.load_dataset(str(out), "conversations", split="train", cache_dir=str(tmp_path / "hf-cache"))
-    assert ratings.num_rows == len(_rows(out, "ratings")) and set(ratings.column_names) >= {"rating", "rater_id"}
-    assert conversations.num_rows == len(_rows(out, "conversations"))
+    assert ratings.num_rows == len(release_rows(out, "ratings")) and set(ratings.column_names) >= {"rating", "rater_id"}
+    assert conversations.num_rows == len(release_rows(out, "conversations"))
 
 
 def test_generalization_keeps_what_k_allows_in_a_larger_study(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 's.sqlite'}")
-    data = _fill(store, 150, 60, seed=11)
+    data = fill_study(store, 150, 60, seed=11)
     release = build_release(store.rating_data(TAXONOMY), TAXONOMY, k=3)
     raters = release.tables["raters"]
     assert release.suppressed_raters <= 0.1 * len(raters)  # at most 10 % suppressed
@@ -140,7 +102,7 @@ def test_check_catches_pii_ids_k_and_counts_without_printing_values(study, tmp_p
 
     def edit_rows(name, change):
         def edit(folder):
-            rows = _rows(folder, name)
+            rows = release_rows(folder, name)
             change(rows)
             (folder / "data" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         return edit
@@ -232,7 +194,7 @@ def released(tmp_path_factory):
             mp.delenv(name, raising=False)
         mp.setenv("SENSE7_HOME", str(home))
         store = Store(f"sqlite:///{home / 'store.sqlite'}")
-        data = _fill(store, 40, 6)
+        data = fill_study(store, 40, 6)
         secret = LinkBook(store).issue("r001")
         traits = next({k: v for k, v in r.items() if k not in ("rater_id", "email")}
                       for r in data.raters.to_dict("records") if r["rater_id"] == "r002")
@@ -274,7 +236,7 @@ def _replace_in(folder: Path, rel: str, old: str, new: str) -> None:
 
 
 def _plant_message(folder: Path, text: str) -> None:
-    rows = _rows(folder, "conversations")
+    rows = release_rows(folder, "conversations")
     rows[0]["messages"][0]["content"] += text
     (folder / "data" / "conversations.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
@@ -319,7 +281,7 @@ PLANTED = {
                       (f / "data" / "raters.jsonl").symlink_to(f.parent / "home" / "store.sqlite")),
         ["data/raters.jsonl: a symbolic link"], []),
     "a store rater id in csv/raters.csv": (
-        lambda f, s: _replace_in(f, "csv/raters.csv", "\n" + _rows(f, "raters")[0]["rater_id"] + ",", "\nr001,"),
+        lambda f, s: _replace_in(f, "csv/raters.csv", "\n" + release_rows(f, "raters")[0]["rater_id"] + ",", "\nr001,"),
         ["csv/raters.csv:2: rater_id: holds a rater id of the store"], []),
     "an original rater id inside a text": (
         lambda f, s: _plant_message(f, " (as r003 told me)"),

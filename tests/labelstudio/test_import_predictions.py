@@ -6,10 +6,9 @@ import pytest
 
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.importer import import_conversations
-from sense7.settings import Settings
 from sense7.store.database import Store
-from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
+from tests.support.release import labelstudio_settings, small_synthetic_study
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
@@ -18,7 +17,7 @@ pytestmark = pytest.mark.labelstudio
 
 @pytest.fixture(scope="module")
 def study():
-    return synth.generate(40, 8, seed=5, taxonomy=TAXONOMY)
+    return small_synthetic_study()
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +27,6 @@ def bundle(study):
     return train_bundle(study.rating_data(), "v1", TAXONOMY)
 
 
-def _settings(label_studio, tmp_path) -> Settings:
-    return Settings.from_env({**label_studio.settings_env(), "SENSE7_HOME": str(tmp_path / "home"),
-                              "SENSE7_STORE_URL": f"sqlite:///{tmp_path / 'store.sqlite'}",
-                              "SENSE7_MODEL_DIR": str(tmp_path / "models")})
-
-
 def test_import_with_a_served_model_creates_tasks_with_their_predictions(label_studio, rating_project, study,
                                                                         bundle, tmp_path, monkeypatch):
     from sense7.ml_backend.model import build_model
@@ -41,7 +34,7 @@ def test_import_with_a_served_model_creates_tasks_with_their_predictions(label_s
 
     from sense7.model.registry import ModelRegistry
 
-    settings = _settings(label_studio, tmp_path)
+    settings = labelstudio_settings(label_studio, tmp_path)
     registry = ModelRegistry(settings.model_dir)
     registry.add(bundle, "v1")
     registry.promote("v1")
@@ -77,7 +70,7 @@ def test_import_with_a_served_model_creates_tasks_with_their_predictions(label_s
 def test_import_without_a_served_model_imports_plain_tasks(label_studio, rating_project, study, tmp_path):
     from sense7.ml_backend.model import import_predictor
 
-    settings = _settings(label_studio, tmp_path)
+    settings = labelstudio_settings(label_studio, tmp_path)
     client = label_studio.client
     assert import_predictor(settings, client.projects.get(rating_project).label_config) is None
     result = import_conversations(client, rating_project, study.conversations[:3], Store(settings.store_url),

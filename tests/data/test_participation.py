@@ -15,7 +15,14 @@ from sense7.store import tables as store_module
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, Outbox, RaterQueue, token_hash
 from sense7.store.study_design import StudyRecords
-from tests.core.test_release import _rows, invoke, study  # noqa: F401  (fixture)
+from tests.support.jobs import served_and_spoiled_store
+from tests.support.release import demo_like_study, invoke, release_rows
+
+
+@pytest.fixture
+def study(tmp_path, monkeypatch):
+    """A demo-like study (the demo's 6 raters, 40 conversations, one link issued) in this test's home."""
+    return demo_like_study(tmp_path, monkeypatch)
 
 
 def test_the_erasure_plan_names_every_store_table_and_refuses_an_unnamed_one():
@@ -160,7 +167,7 @@ def test_left_out_conversations_are_not_trained_on_nor_released_and_withdrawn_ra
     out = tmp_path / "release"
     result = invoke("release", "--out", out, "--k", "2")
     assert result.exit_code == 0, result.output
-    released = _rows(out, "ratings")
+    released = release_rows(out, "ratings")
     expected = ratings[~ratings["conversation_id"].isin({first.conversation_id, second.conversation_id})
                        & (ratings["rater_id"] != withdrawn)]
     assert len(released) == len(expected)
@@ -168,14 +175,13 @@ def test_left_out_conversations_are_not_trained_on_nor_released_and_withdrawn_ra
     assert third.conversation_id in set(expected["conversation_id"])
 
 
+@pytest.mark.slow
 def test_a_served_version_trained_on_an_erased_rater_is_replaced_whatever_the_gate_and_then_removed(tmp_path):
     """The promotion gate keeps a worse candidate out (tests/jobs/test_promotion_gate.py); a served version
     named on a withdrawal's receipt is replaced anyway, then deleted."""
-    from tests.jobs.test_promotion_gate import served_and_spoiled  # the gate test's own setup
-
     from sense7.retraining import Retrainer
 
-    store, registry, tax = served_and_spoiled.__wrapped__(tmp_path)
+    store, registry, tax = served_and_spoiled_store(tmp_path)
     registry.add(registry.load("v1"), "v0")  # an older version trained on them too, not served
     Withdrawals(store).request("r002", "participant")
     erase_rater_rows(store, "r002", confirmed_by="staff", model_versions=["v1", "v0"])
@@ -197,7 +203,7 @@ def _also_rated_by(store: Store, ratings, conversation_id: str, rater_id: str) -
 
 
 def _released(out) -> tuple[int, int]:
-    return len(_rows(out, "conversations")), len(_rows(out, "ratings"))
+    return len(release_rows(out, "conversations")), len(release_rows(out, "ratings"))
 
 
 def test_a_release_choice_of_someone_elses_conversation_drops_only_their_ratings_the_owners_drops_all(study, tmp_path):

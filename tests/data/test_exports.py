@@ -13,7 +13,7 @@ from sense7.cli import app
 from sense7.readers.exports import parse_when, read_export
 from sense7.readers.formats import FormatError
 from sense7.store.database import Store
-from tests.core.export_fixtures import (BASE_TIME, CLAUDE_USERS, chatgpt_conversation, claude_conversation,
+from tests.support.exports import (BASE_TIME, CLAUDE_USERS, chatgpt_conversation, claude_conversation,
                                         sharegpt_conversation, write_chatgpt_zip, write_json)
 
 runner = CliRunner()

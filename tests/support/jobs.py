@@ -5,8 +5,18 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+from sqlalchemy import select
+
 from sense7.labelstudio import protocol
-from sense7.synthetic import toy_study
+from sense7.labelstudio.importer import import_conversations
+from sense7.model.bundle import train_bundle
+from sense7.model.registry import ModelRegistry
+from sense7.readers.formats import read_conversations, read_raters, read_ratings
+from sense7.retraining import holdout_conversations
+from sense7.store.database import Store
+from sense7.store.tables import annotations as annotations_table
+from sense7.synthetic import synth, toy_study
 from sense7.synthetic.toy_study import COLD, WARM, make_conversations  # noqa: F401  (the tests' names)
 from sense7.taxonomy import load_taxonomy
 
@@ -125,3 +135,57 @@ class TcpProxy:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def seed(stack, prefix="r"):
+    """Raters in the store, their conversations imported as tasks, Label Studio users for them."""
+    rt = stack.runtime()
+    raters = make_raters(3, prefix=prefix)
+    rt.store.upsert_raters(raters)
+    convs = make_conversations([r["rater_id"] for r in raters], prefix=prefix)
+    import_conversations(rt.client, rt.rating_project, convs, rt.store, taxonomy=rt.taxonomy)
+    users = ensure_users(rt.client, raters)
+    return rt, raters, users
+
+
+def stored_raters(store) -> dict[int, str]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(annotations_table.c.annotation_id, annotations_table.c.rater_id)
+                            .where(annotations_table.c.deleted.is_(False))).all()
+    return dict(rows)
+
+
+PG = "postgresql://postgres@127.0.0.1:5432"
+
+
+def served_and_spoiled_store(tmp_path):
+    """v1 trained on clean ratings and served; then every rating outside the held-out conversations is
+    shuffled, so whatever is trained next learns noise while v1 still knows the held-out raters' ways."""
+    tax = load_taxonomy()
+    synth.write(synth.generate(60, 6, seed=5, taxonomy=tax), tmp_path / "data")
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    store.upsert_raters(read_raters(tmp_path / "data" / "raters.csv", tax))
+    store.upsert_conversations(read_conversations(tmp_path / "data" / "conversations.jsonl", taxonomy=tax))
+    ratings = read_ratings(tmp_path / "data" / "ratings.csv", tax)
+    store.import_ratings(ratings)
+    registry = ModelRegistry(tmp_path / "models")
+    registry.add(train_bundle(store.rating_data(tax), "v1", tax), "v1")
+    registry.promote("v1")
+    held = holdout_conversations(ratings["conversation_id"])
+    spoiled = ratings.copy()
+    outside = ~spoiled["conversation_id"].isin(held)
+    spoiled.loc[outside, "rating"] = np.random.default_rng(0).permutation(spoiled.loc[outside, "rating"].to_numpy())
+    store.import_ratings(spoiled)
+    return store, registry, tax
+
+
+def pg_admin(sql: str) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(f"{PG}/postgres")
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    finally:
+        conn.close()

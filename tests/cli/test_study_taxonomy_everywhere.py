@@ -32,7 +32,7 @@ from sense7.processes import free_port
 from sense7.readers.formats import load_native
 from sense7.synthetic.synth import generate, write
 from sense7.taxonomy import load_taxonomy, render_rating_config
-from tests.conftest import SEVEN_POINT_CONTROLS, write_seven_point_taxonomy
+from tests.support.taxonomy import SEVEN_POINT_CONTROLS, write_seven_point_taxonomy
 
 runner = CliRunner()
 _titles = itertools.count(1)

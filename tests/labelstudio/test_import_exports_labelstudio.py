@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from sense7.cli import app
 from sense7.labelstudio import client as ls_client
 from sense7.store.database import Store
-from tests.core.export_fixtures import chatgpt_conversation, write_chatgpt_zip
+from tests.support.exports import chatgpt_conversation, write_chatgpt_zip
 
 pytestmark = pytest.mark.labelstudio
 runner = CliRunner()
