@@ -24,10 +24,8 @@ from sense7.processes import free_port
 from sense7.settings import BACKEND_HOST, Settings
 from sense7.store.migrations import head_revision
 from sense7.synthetic import synth
-from tests.jobs.conftest import JobStack, RedisHandle, job_stack, redis_server  # noqa: F401  (fixtures)
-from tests.jobs.helpers import wait_for
-from tests.rater_page.conftest import build, hidden, start_rating_services
-from tests.rater_page.test_submissions import answer_profile, stored, submit
+from tests.support.jobs import wait_for
+from tests.support.rater_page import answer_profile, build, hidden, start_rating_services, stored, submit
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 """The store's versioned migrations (issue 40 item 2): a fresh store is exactly `sense7.store.tables`; stores
-made before migrations (fixtures written by that code, tests/core/store_fixtures/) upgrade with every row
+made before migrations (fixtures written by that code, tests/support/store_fixtures/) upgrade with every row
 intact; processes opening one store at once upgrade it once; a store newer than the code is refused in one
 line and left untouched. On SQLite and, when it is there, on PostgreSQL (127.0.0.1:5432)."""
 
@@ -21,9 +21,9 @@ from sense7.store.database import Store
 from sense7.store.migrations import (StoreTooNewError, current_revision, head_revision, known_revisions,
                                      revision_status)
 from sense7.store.tables import metadata, staff_log
-from tests.core.store_fixtures.make_old_stores import ADDED_COLUMNS_OF_7820ADD, fill
+from tests.support.store_fixtures.make_old_stores import ADDED_COLUMNS_OF_7820ADD, fill
 
-FIXTURES = Path(__file__).resolve().parent / "store_fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "support" / "store_fixtures"
 OLD_STORES = ["store-7820add.sql", "store-before-added-columns.sql"]
 PG = "postgresql://postgres@127.0.0.1:5432"
 SENSE7 = str(Path(sys.executable).parent / "sense7")

@@ -1,11 +1,11 @@
 """How the pre-Alembic stores in this folder were made: run once with the code of commit 7820add (before issue
-40's migrations), `python tests/core/store_fixtures/make_old_stores.py`, from the repository's root.
+40's migrations), `python tests/support/store_fixtures/make_old_stores.py`, from the repository's root.
 
 - `store-7820add.sql`: a store as that code made it (every table of its schema, two rows in each);
 - `store-before-added-columns.sql`: the same store without the columns that code added to older stores
   (its `Store._ADDED_COLUMNS`), i.e. a store from before those columns existed, rows and all.
 
-Kept as SQL text (sqlite3's iterdump) so a review sees every row. `tests/core/test_store_migrations.py`
+Kept as SQL text (sqlite3's iterdump) so a review sees every row. `tests/store/test_store_migrations.py`
 loads them, upgrades them and compares every row. Do not regenerate them with newer code: they stand for stores
 made before the migrations existed.
 """
