@@ -30,6 +30,7 @@ from limits import parse as parse_limit
 from limits.storage import storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 
+from sense7.crowd.lifecycle import advance as advance_crowd
 from sense7.crowd.lifecycle import withdraw as settle_crowd_withdrawal
 from sense7.crowd.participants import rater_page_admits
 from sense7.labelstudio.protocol import profile_result, rating_result
@@ -295,7 +296,20 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
         if check:  # an attention check: kept in the store only, never in Label Studio
             instructed_answers.record(rater, item.task_id, check.key, checked, check.expected)
         _store(rater, item, answer, rating_result(answer["values"], tax, answer["expectation"], answer["comment"]))
+        _next_conversation(rater)
         return redirect(url_for("next_item"), code=303)
+
+    def _next_conversation(rater: str) -> None:
+        """A crowd participant who just finished a conversation gets their next one (chosen now, with this
+        answer: sense7.crowd.lifecycle.advance) and the worker is asked for its tasks, which are made while
+        they rate the one held ahead. The answer is already kept: a failure here is only logged (the finish
+        page and the "preparing" page take the next one and ask again)."""
+        try:
+            moved = advance_crowd(store, rater)
+            if moved and moved[1] and request_prepare is not None:
+                request_prepare(moved[0], rater)
+        except Exception as exc:
+            log.warning("next crowd conversation not taken yet (%s); the finish page takes it", type(exc).__name__)
 
     def echoed_form(rater: str, item: QueueItem) -> tuple[int, float]:
         """(revision, rendered_at) of a refused form shown again: the posted ones when well-formed."""

@@ -31,7 +31,7 @@ from flask import Blueprint, abort, redirect, render_template, request, session,
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from sense7.crowd.lifecycle import assignments_of, finish, give_back, start_rating
+from sense7.crowd.lifecycle import assignments_of, finish, give_back, start_rating, unprepared
 from sense7.crowd.participants import (AlreadyEntered, Participant, Participants, Studies, pseudonymous_id,
                                        study_secret, valid_platform_id)
 from sense7.crowd.prolific import ProlificClient
@@ -261,7 +261,7 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
             return continue_as(study, who)
         if links.rater_for_hash(session.get("link") or "") != who.rater_id:
             abort(404)
-        if queue.has(who.rater_id):
+        if ready(who.rater_id):
             return redirect(url_for("next_item"), code=303)
         asked = session.get("prepare_asked")
         now = time.time()
@@ -270,6 +270,12 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
             if asked is not None:
                 request_prepare(study.study_id, who.rater_id)
         return render_template("crowd_wait.html", study=study, resume_code=session.get("resume_code"))
+
+    def ready(rater: str) -> bool:
+        """The rater page has something for this participant: a turn not answered yet, or (every turn
+        answered) none of their conversations still waiting for its tasks (the finish page then decides)."""
+        items = queue.items(rater)
+        return bool(items) and (any(i.answer is None for i in items) or not unprepared(store, [rater]))
 
     @bp.get("/<study_id>/finish")
     def finish_visit(study_id: str):
@@ -280,6 +286,11 @@ def crowd_blueprint(settings, store, entries, guesses, request_prepare=None) -> 
             items = queue.items(who.rater_id)
             if not items or any(i.answer is None for i in items):
                 return redirect(url_for("next_item"), code=303)
+            if unprepared(store, [who.rater_id]):  # their next conversation's tasks are on their way
+                if request_prepare is not None:
+                    request_prepare(study.study_id, who.rater_id)
+                    session["prepare_asked"] = time.time()
+                return redirect(url_for("crowd.wait", study_id=study.study_id), code=303)
             return message("Not finished yet",
                            "Some of the replies assigned to you have no answer yet, so there is no completion "
                            "code yet. Please try again in a minute; if this stays, contact the study's team.", 409)
