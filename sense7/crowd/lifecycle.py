@@ -72,7 +72,7 @@ def start_rating(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | 
     if not participants.move(rater_id, "checking", "rating", lease_until=lease_end(study.lease_minutes)):
         assignments.release(rater_id)  # ended meanwhile (the reservation's end, a withdrawal): nothing stays held
         return None
-    return conversations
+    return assignments.of(rater_id)
 
 
 def top_up(store: Store, study: CrowdStudy, rater_id: str) -> list[str]:
