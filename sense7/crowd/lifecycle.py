@@ -65,7 +65,7 @@ def start_rating(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | 
     if participants.take_seat(rater_id) is None:
         participants.move(rater_id, "checking", "full")
         return None
-    conversations = top_up(store, study, rater_id)
+    conversations = top_up(store, study, rater_id) if assignments.room_for_share(rater_id) else []
     if not conversations:
         participants.move(rater_id, "checking", "full")
         return None
