@@ -77,18 +77,20 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
     from sense7.labelstudio.importer import import_conversations, import_profile_tasks
     from sense7.labelstudio.rater_accounts import copy_queues
 
-    studies, conversations, raters = {}, [], []
+    studies, pools, conversations, raters = {}, {}, [], []
+    texts = rt.store.conversations_by_id()  # once per round: each participant's conversations are read from it
     for study_id, rater_id in waiting:
         if study_id not in studies:
             found = Studies(rt.store).get(study_id)
             studies[study_id] = found[0] if found else None
+            pools[study_id] = Studies(rt.store).pool(study_id) if found else None
         study = studies[study_id]
         if study is None:
             continue
         participant = Participants(rt.store, study).get(rater_id)
         if participant is None or participant.state != "rating":
             continue  # never a task for an entry that has not passed the check
-        conversations += conversations_for(rt.store, study, rater_id)
+        conversations += conversations_for(rt.store, study, rater_id, pools[study_id], texts)
         raters.append(rater_id)
     if not raters:
         return {}

@@ -366,11 +366,12 @@ def forget_tasks(store: Store, rater_id: str, task_ids) -> None:
                                                     rater_tasks.c.task_id.in_(list(task_ids))))
 
 
-def conversations_for(store: Store, study: CrowdStudy, rater_id: str) -> list[Conversation]:
+def conversations_for(store: Store, study: CrowdStudy, rater_id: str, pool=None, texts=None) -> list[Conversation]:
     """The participant's assigned conversations, as conversations of theirs (what the importer takes):
-    the pool's texts and contexts under the pseudonymous rater id."""
-    pool = Studies(store).pool(study.study_id)
-    texts = store.conversations_by_id()
+    the pool's texts and contexts under the pseudonymous rater id. `pool`, `texts`: the study's pool and the
+    store's texts when the caller read them already (the prepare job, once per round, not per participant)."""
+    pool = Studies(store).pool(study.study_id) if pool is None else pool
+    texts = store.conversations_by_id() if texts is None else texts
     return [Conversation(c, rater_id, [Message(m.role, m.content) for m in texts[c]], dict(pool[c]["context"]))
             for c in assignments_of(store, study).of(rater_id) if c in texts and c in pool]
 
