@@ -23,7 +23,9 @@ reading time at all, the old "entry -> first turn"; since issue 37 they are aske
 passed, so `preparing_wait` holds the worker's whole round again), and `entry_to_first_turn_with_reading` (wall time, the
 compressed reading included); page (GET of a
 task page), submit acknowledged (the POST), submit -> Label Studio (the outbox's delivered time) and ->
-store (polled every 100 ms), lost submissions, slots beyond K (must be 0), the pool's coverage spread at the
+store (polled every 100 ms), finish -> next turn (`finish_to_next_turn`: an answer's POST to the next turn's
+page, the wait on "preparing" for the next conversation included; the pool's conversations have one turn, so
+every answer finishes a conversation and the next is chosen then: issue 41), lost submissions, slots beyond K (must be 0), the pool's coverage spread at the
 end, abandoned slots and whether each was taken again, participants turned away (pool full).
 
 Label Studio's side: its write rate during the run (annotations delivered by the outbox, from their delivered
@@ -496,6 +498,8 @@ def main() -> None:
             "waited_on_preparing": sum(1 for w in tally.preparing if w > 0),
             "entry_to_first_turn_with_reading": summary(tally.first_turn_with_reading),
             "page": summary(tally.page),
+            "finish_to_next_turn": summary(tally.next_turn),
+            "waited_on_next_conversation": sum(1 for w in tally.waited_next if w > 0),
             "submit_ack": summary(tally.ack),
             "submit_to_label_studio": summary([delivered[t] - s for t, s in submitted.items() if t in delivered]),
             "submit_to_store": summary([watch.seen[t] - s for t, s in submitted.items() if t in watch.seen]),

@@ -4,8 +4,9 @@
 (sense7.crowd.lifecycle.start_rating; the page asks at the check, and its "preparing" page covers the wait;
 an entry still at the check has no slot and gets no task). One job works for everyone waiting, however many arrive at once: the rater page asks with `request_prepare`,
 which queues the job unless one is queued or running (queue_once: a Redis flag renewed while it runs). The
-job reads who is waiting from the store (participants rating, holding slots, without a queue copy:
-sense7.crowd.lifecycle.waiting_for_tasks), creates all their assigned tasks in Label Studio in ONE bulk
+job reads who is waiting from the store (participants rating who hold a conversation whose tasks are not in
+their queue copy: sense7.crowd.lifecycle.waiting_for_tasks; the first two at the check, then each next one as
+it is taken, sense7.crowd.lifecycle.top_up), creates all their assigned tasks in Label Studio in ONE bulk
 import (with the served model's pre-annotations and the study's design, exactly as `sense7 import` does),
 their questionnaire tasks in one more, copies their queues into the store in one filtered pass, and loops
 until nobody is waiting. A burst of arrivals therefore costs a few requests per round, not 8-10 per
@@ -76,18 +77,20 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
     from sense7.labelstudio.importer import import_conversations, import_profile_tasks
     from sense7.labelstudio.rater_accounts import copy_queues
 
-    studies, conversations, raters = {}, [], []
+    studies, pools, conversations, raters = {}, {}, [], []
+    texts = rt.store.conversations_by_id()  # once per round: each participant's conversations are read from it
     for study_id, rater_id in waiting:
         if study_id not in studies:
             found = Studies(rt.store).get(study_id)
             studies[study_id] = found[0] if found else None
+            pools[study_id] = Studies(rt.store).pool(study_id) if found else None
         study = studies[study_id]
         if study is None:
             continue
         participant = Participants(rt.store, study).get(rater_id)
         if participant is None or participant.state != "rating":
             continue  # never a task for an entry that has not passed the check
-        conversations += conversations_for(rt.store, study, rater_id)
+        conversations += conversations_for(rt.store, study, rater_id, pools[study_id], texts)
         raters.append(rater_id)
     if not raters:
         return {}
@@ -117,11 +120,12 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
 def prepare_waiting(rt: Runtime, on_round=None, limit: int = ROUND, seen: set | None = None,
                     budget: float | None = None) -> dict:
     """Rounds of `prepare_round` over everyone waiting, until nobody is, or `budget` s have passed (a
-    participant whose round made no queue is not taken again by this job: the next job, or the page's next
-    ask, tries again; `seen` collects who was taken). Counts."""
+    participant whose round left a conversation of theirs without tasks is not taken again by this job: the
+    next job, or the page's next ask, tries again; `seen` collects them. One given a next conversation while
+    their round ran is taken again by the next round). Counts."""
     import time
 
-    from sense7.crowd.lifecycle import waiting_for_tasks
+    from sense7.crowd.lifecycle import unprepared, waiting_for_tasks
 
     seen = set() if seen is None else seen
     started = time.monotonic()
@@ -137,8 +141,11 @@ def prepare_waiting(rt: Runtime, on_round=None, limit: int = ROUND, seen: set | 
             break
         if rounds == 0:
             predict = _predictor(rt)  # once per job: loading the served model is the costly part
-        seen.update(rater for _, rater in waiting)
+        raters = [rater for _, rater in waiting]
+        before = unprepared(rt.store, raters)
         made = prepare_round(rt, waiting, predict)
+        after = unprepared(rt.store, raters)
+        seen.update(r for r in raters if before.get(r, set()) & after.get(r, set()) or r not in made)
         rounds += 1
         participants += len(made)
         tasks += sum(made.values())
@@ -169,8 +176,9 @@ def prepare_task(study_id: str | None = None, rater_id: str | None = None) -> di
         except Exception as exc:
             log.warning("crowd prepare flag not cleared (%s): it expires by itself", describe_error(exc))
         lease.release()
-    # A participant who consented after the last round saw the flag still set and queued nothing (someone
-    # this job took already and still waits is left to the page's next ask: no job chasing its own tail).
+    # A participant who consented (or finished a conversation) after the last round saw the flag still set and
+    # queued nothing (someone whose round made nothing is left to the page's next ask: no job chasing its own
+    # tail).
     from sense7.crowd.lifecycle import waiting_for_tasks
 
     if waiting_for_tasks(rt.store, limit=1, skip=seen):

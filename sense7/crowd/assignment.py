@@ -10,10 +10,16 @@ last slot both try to insert the same key and the store refuses one (a compare-a
 then a blind write); the loser reads again and picks again. Slots are taken only once a participant passed
 the comprehension check (sense7.crowd.lifecycle.start_rating). Leases: a participant's unfinished
 conversations go back to the pool when their lease expires (`release`); finished ones stay counted.
+
+Paced (issue 41): a participant's slots are taken as they go (`assign_next`, called by
+sense7.crowd.lifecycle.top_up: their first conversation and one ahead at the check, each next one when one
+is finished), each choice made by the policy with the answers so far, their own page submissions included.
+`assign` (all N at once) stays for the tests and tools that want the whole share in one step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import delete, func, select, update
@@ -21,12 +27,17 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from sense7.crowd.policies import LeastCovered, Policy, conversation_state
 from sense7.store.database import Store
+from sense7.store.rater_page_tables import RaterQueue
 from sense7.store.tables import (annotations, crowd_participants, crowd_pool, crowd_released, crowd_slots,
-                                 ratings)
+                                 ratings, withdrawals)
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+class _Moved(Exception):
+    """The participant's slots changed between the read and the write (assign_next reads again)."""
 
 
 # Today's rule, under its old name: least covered first (sense7.crowd.policies has the others).
@@ -60,10 +71,12 @@ class Assignments:
             return {r.conversation_id: r.turns for r in conn.execute(
                 select(crowd_pool.c.conversation_id, crowd_pool.c.turns).where(crowd_pool.c.study_id == self.study_id))}
 
-    def answers(self) -> dict[str, dict[str, float]]:
+    def answers(self, rater_id: str | None = None) -> dict[str, dict[str, float]]:
         """The answers so far that learning policies read: pool conversation -> rater -> their mean rating
         over its turns and controls (scale positions), from the ratings synced into the store (not deleted,
-        not quarantined; a rater-page answer counts once delivered and synced)."""
+        not quarantined; a rater-page answer counts once delivered and synced). With `rater_id`, that
+        rater's own rater-page answers count at once too (`own_answers`: where nothing of theirs is synced
+        for a conversation yet), so the next conversation chosen for them knows the one they just finished."""
         with self.store.engine.connect() as conn:
             pool = {r.conversation_id for r in conn.execute(
                 select(crowd_pool.c.conversation_id).where(crowd_pool.c.study_id == self.study_id))}
@@ -77,7 +90,25 @@ class Assignments:
         for row in rows:
             if row.conversation_id in pool:
                 found.setdefault(row.conversation_id, {})[row.rater_id] = float(row.mean)
+        if rater_id is not None:
+            for conversation, mean in self.own_answers(rater_id).items():
+                if conversation in pool:
+                    found.setdefault(conversation, {}).setdefault(rater_id, mean)
         return found
+
+    def own_answers(self, rater_id: str) -> dict[str, float]:
+        """Conversation -> this rater's mean answer over its turns and controls, from their queue copy (their
+        latest page submission, delivered or not, else what Label Studio held): one indexed read of one
+        rater's rows, cheap enough to run at every conversation they finish."""
+        sums: dict[str, list[float]] = {}
+        for item in RaterQueue(self.store).items(rater_id, left_out=True):
+            values = (item.answer or {}).get("values") if item.kind == "rating" else None
+            for value in (values or {}).values():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    total = sums.setdefault(item.conversation_id, [0.0, 0])
+                    total[0] += float(value)
+                    total[1] += 1
+        return {c: s / n for c, (s, n) in sums.items() if n}
 
     def _choose(self, rater_id: str) -> list[tuple[str, int]]:
         return self.policy.choose(self.taken(), rater_id, turns=self.turns() if self.policy.turn_budget else None,
@@ -113,11 +144,86 @@ class Assignments:
             return sorted(c for c, _ in choice)
         raise RuntimeError(f"could not assign conversations after {attempts} concurrent attempts")
 
+    def assign_next(self, rater_id: str, count: int = 1, attempts: int = 50) -> list[str]:
+        """Take up to `count` more conversations for this participant, chosen now by the study's policy with
+        the answers so far (theirs from the page included), within what is left of their share (N
+        conversations, or the turns left of their budget); returns those taken ([]: share reached, nothing
+        left in the pool for them, or they may hold nothing).
+
+        Only for a participant who passed the check and is inside the study: `rating`, or `checking` with a
+        seat (start_rating between the seat and the move to rating), never with a withdrawal asked for. The
+        participant's row is written first in the same transaction (a lock on it: SQLite's write lock,
+        PostgreSQL's row lock), so two requests of theirs at once (a double submit) cannot both take a slot
+        past their share: the second reads the first's slots before choosing again."""
+        n, budget = self.policy.conversations_per_participant, self.policy.turn_budget
+        for _ in range(attempts):
+            held = self.of(rater_id)
+            limit = count if n is None else min(count, n - len(held))
+            turns = self.turns() if budget is not None else None
+            left = None if budget is None else budget - sum(turns.get(c, 0) for c in held)
+            if limit <= 0 or (left is not None and left <= 0):
+                return []
+            step = dataclasses.replace(self.policy, conversations_per_participant=limit, turn_budget=left)
+            choice = step.choose(self.taken(), rater_id, exclude=set(held), turns=turns,
+                                 ratings=self.answers(rater_id) if self.policy.uses_ratings else None)
+            if not choice:
+                return []
+            now = _now()
+            rows = [{"study_id": self.study_id, "conversation_id": c, "slot": slot, "rater_id": rater_id,
+                     "taken_at": now, "done_at": None} for c, slot in choice]
+            try:
+                with self.store.engine.begin() as conn:
+                    inside = conn.execute(update(crowd_participants).where(
+                        crowd_participants.c.rater_id == rater_id, crowd_participants.c.study_id == self.study_id,
+                        (crowd_participants.c.state == "rating") | ((crowd_participants.c.state == "checking")
+                                                                    & crowd_participants.c.seat.is_not(None)))
+                        .values(state=crowd_participants.c.state)).rowcount
+                    if not inside or conn.scalar(select(withdrawals.c.receipt)
+                                                 .where(withdrawals.c.rater_id == rater_id)) is not None:
+                        return []
+                    now_held = conn.scalar(select(func.count()).select_from(crowd_slots).where(
+                        crowd_slots.c.study_id == self.study_id, crowd_slots.c.rater_id == rater_id))
+                    if now_held != len(held):
+                        raise _Moved()  # another request of theirs took a slot meanwhile: choose again
+                    conn.execute(crowd_slots.insert(), rows)
+            except (IntegrityError, OperationalError, _Moved):  # someone took one of these slots first
+                continue
+            return [c for c, _ in choice]
+        raise RuntimeError(f"could not assign a next conversation after {attempts} concurrent attempts")
+
     def has_room(self, rater_id: str) -> bool:
-        """Whether the pool has a slot this participant could take now (the entry page says "full" when not)."""
+        """Whether the pool has a slot this participant could take now and, with N conversations each, room for
+        their whole share beyond the shares already promised (`room_for_share`); the entry page says "full"
+        when not, and so does the check (lifecycle.start_rating)."""
         if self.of(rater_id):
             return True
-        return bool(self._choose(rater_id))
+        return self.room_for_share(rater_id) and bool(self._choose(rater_id))
+
+    def room_for_share(self, rater_id: str) -> bool:
+        """With N conversations per participant: whether the pool's free slots (K minus those held, per
+        conversation) cover what the participants already inside still have to take (N, or the pool's size when
+        smaller, minus what they hold:
+        slots are taken as they go, so these are promised, not held) plus this participant's N. Keeps a late
+        arrival from taking the conversations an earlier participant needs to finish their share (they would
+        otherwise finish short: lifecycle.finish). With a turn budget (or K varying: settle_items closes
+        conversations), True: a participant then finishes with what the pool had left for them."""
+        n, k = self.policy.conversations_per_participant, self.policy.raters_per_conversation
+        if n is None:
+            return True
+        with self.store.engine.connect() as conn:
+            taken = self.taken(conn)
+            n = min(n, len(taken))  # a share is never more than the pool's conversations
+            free = sum(max(k - len(slots), 0) for slots in taken.values())
+            held = dict(conn.execute(
+                select(crowd_participants.c.rater_id, func.count(crowd_slots.c.slot))
+                .select_from(crowd_participants.outerjoin(crowd_slots, (crowd_slots.c.rater_id == crowd_participants.c.rater_id)
+                                                          & (crowd_slots.c.study_id == self.study_id)))
+                .where(crowd_participants.c.study_id == self.study_id, crowd_participants.c.rater_id != rater_id,
+                       (crowd_participants.c.state == "rating") | ((crowd_participants.c.state == "checking")
+                                                                   & crowd_participants.c.seat.is_not(None)))
+                .group_by(crowd_participants.c.rater_id)).all())
+        owed = sum(max(n - int(h), 0) for h in held.values())
+        return free - owed >= n
 
     def finish(self, rater_id: str, conversations) -> int:
         """Mark these conversations of the participant rated (they stay counted whatever happens later)."""

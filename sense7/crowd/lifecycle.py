@@ -1,10 +1,15 @@
 """A participant's way through a crowd study: an entry that agreed holds only a short reservation while it
 answers the comprehension check (no seat, slot, rater-page link or task); passing the check takes a seat and
-the slots at once and starts the rating lease (never restarted), and only then is the rater-page link issued
-and the worker asked for their tasks. Finished when every turn of every conversation held is answered (the
-finish page's code is given for nothing less); abandoned when the reservation or the lease ends (unfinished
-conversations go back to the pool, the ratings given stay); withdrawn for good. The rater page and the worker
-call these; nothing here talks to Label Studio."""
+their first conversations and starts the rating lease (never restarted), and only then is the rater-page
+link issued and the worker asked for their tasks. Conversations are chosen as the participant goes
+(`top_up`, issue 41): at the check their first one and one ahead (`AHEAD`), then one more each time they
+finish one (every turn answered), by the study's policy with their answers so far, until their share (N
+conversations or the turn budget) is held or the pool has nothing left for them; the worker makes the new
+conversation's tasks while they rate the one ahead. Finished when every turn of every conversation held is
+answered and their share is held, or the pool had nothing more for them (they finish with what they did:
+the finish page's code is given for nothing less); abandoned when the reservation or the lease ends
+(unfinished conversations go back to the pool, the ratings given stay); withdrawn for good. The rater page
+and the worker call these; nothing here talks to Label Studio."""
 
 from __future__ import annotations
 
@@ -23,6 +28,14 @@ from sense7.store.tables import (annotations, conversations as conversation_text
                                  submissions)
 
 
+# Conversations held prepared beyond the one being rated. One is enough for the next turn to be there when a
+# conversation is finished: the worker's round (a few seconds) runs while the participant rates a whole
+# conversation. The cost: the conversation after the next is chosen from their answers up to the one just
+# finished (one conversation behind), and a participant who leaves holds one unrated conversation more
+# until their lease ends. AHEAD = 0 would choose with every answer but make them wait for each round.
+AHEAD = 1
+
+
 def assignments_of(store: Store, study: CrowdStudy) -> Assignments:
     return Assignments(store, study.study_id, study.policy())
 
@@ -32,8 +45,9 @@ def _aware(moment: datetime | None) -> datetime | None:
 
 
 def start_rating(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | None:
-    """A participant who passed the check: a seat (lowest free number) and their slots, taken now, and the
-    rating lease (`lease_minutes`) started; returns their conversations. None when they are no longer at the
+    """A participant who passed the check: a seat (lowest free number) and their first conversations (the
+    first and `AHEAD` more: `top_up`), taken now, and the rating lease (`lease_minutes`) started; returns
+    their conversations. None when they are no longer at the
     check (their reservation ran out: `abandoned`; withdrawn; ...) or when no seat or no slot is left (they
     are then `full`: holding nothing, they may enter again). Idempotent: a participant already rating gets
     the same conversations, and their lease runs on untouched (it is never restarted)."""
@@ -51,14 +65,64 @@ def start_rating(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | 
     if participants.take_seat(rater_id) is None:
         participants.move(rater_id, "checking", "full")
         return None
-    conversations = assignments.assign(rater_id)
+    conversations = top_up(store, study, rater_id) if assignments.room_for_share(rater_id) else []
     if not conversations:
         participants.move(rater_id, "checking", "full")
         return None
     if not participants.move(rater_id, "checking", "rating", lease_until=lease_end(study.lease_minutes)):
         assignments.release(rater_id)  # ended meanwhile (the reservation's end, a withdrawal): nothing stays held
         return None
-    return conversations
+    return assignments.of(rater_id)
+
+
+def top_up(store: Store, study: CrowdStudy, rater_id: str) -> list[str]:
+    """Keep the participant holding 1 + AHEAD unfinished conversations while their share allows: take what is
+    missing now (the study's policy chooses, with the answers so far: sense7.crowd.assignment.assign_next);
+    returns the conversations taken ([]: none needed, share held, nothing left for them, or they are not
+    inside the study). Idempotent: called at the check, after each answer and at the finish page."""
+    assignments = assignments_of(store, study)
+    held = assignments.of(rater_id)
+    unfinished = set(held) - rated_conversations(store, study, rater_id) if held else set()
+    missing = 1 + AHEAD - len(unfinished)
+    return assignments.assign_next(rater_id, missing) if missing > 0 else []
+
+
+def advance(store: Store, rater_id: str) -> tuple[str, list[str]] | None:
+    """After an answer on the rater page: a crowd participant who is rating gets their next conversation when
+    one is finished (`top_up`). Returns (study, conversations taken) for a crowd participant rating, None
+    for anyone else (one indexed read: a rater outside crowd studies pays only that)."""
+    with store.engine.connect() as conn:
+        row = conn.execute(select(crowd_participants.c.study_id, crowd_participants.c.state)
+                           .where(crowd_participants.c.rater_id == rater_id)).first()
+    if row is None or row.state != "rating":
+        return None
+    found = Studies(store).get(row.study_id)
+    if found is None:
+        return None
+    return row.study_id, top_up(store, found[0], rater_id)
+
+
+def unprepared(store: Store, rater_ids) -> dict[str, set[str]]:
+    """Rater -> the conversations they hold (with assistant turns) whose tasks are not in their queue copy
+    yet: what the prepare job still has to make for them."""
+    from sqlalchemy import exists
+
+    from sense7.store.tables import crowd_pool, crowd_slots
+
+    ids = list(rater_ids)
+    if not ids:
+        return {}
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(crowd_slots.c.rater_id, crowd_slots.c.conversation_id).where(
+            crowd_slots.c.rater_id.in_(ids),
+            exists().where(crowd_pool.c.study_id == crowd_slots.c.study_id,
+                           crowd_pool.c.conversation_id == crowd_slots.c.conversation_id, crowd_pool.c.turns > 0),
+            ~exists().where(rater_tasks.c.rater_id == crowd_slots.c.rater_id,
+                            rater_tasks.c.conversation_id == crowd_slots.c.conversation_id)))
+        found: dict[str, set[str]] = {}
+        for row in rows:
+            found.setdefault(row.rater_id, set()).add(row.conversation_id)
+    return found
 
 
 def give_back(store: Store, study: CrowdStudy, rater_id: str) -> list[str]:
@@ -114,8 +178,10 @@ def unrated_turns(store: Store, study: CrowdStudy, rater_id: str) -> list[tuple[
 
 def finish(store: Store, study: CrowdStudy, rater_id: str) -> bool:
     """Complete a participant who did the work (True, also when already completed): every item of their
-    queue answered (questionnaire, repeats) and every turn of every conversation they hold in the study's
-    slots answered by them, left-out ones included. A withdrawn participant never completes."""
+    queue answered (questionnaire, repeats), every turn of every conversation they hold in the study's
+    slots answered by them, left-out ones included, and their share held (N conversations, or a turn budget
+    nothing more fits in) or nothing left in the pool for them now (`top_up` takes none: they finish with
+    what they did rather than wait for other participants' leases). A withdrawn participant never completes."""
     participants = Participants(store, study)
     current = participants.get(rater_id)
     if current is None:
@@ -129,6 +195,9 @@ def finish(store: Store, study: CrowdStudy, rater_id: str) -> bool:
     held = assignments.of(rater_id)
     if not held or unrated_turns(store, study, rater_id):
         return False
+    if top_up(store, study, rater_id):  # more of their share was free: rated next, no code yet
+        return False
+    held = assignments.of(rater_id)
     assignments.finish(rater_id, held)
     return participants.move(rater_id, "rating", "completed") or participants.get(rater_id).state == "completed"
 
@@ -202,18 +271,25 @@ def end_returned(store: Store, study: CrowdStudy, platform_ids) -> Expired:
 
 
 def waiting_for_tasks(store: Store, limit: int | None = None, skip=()) -> list[tuple[str, str]]:
-    """(study, rater) of participants rating (passed the check, holding slots) whose queue copy is not in
-    the store yet: who the prepare job works for, oldest consent first. The store is the record, so a
-    participant asked for by a job that died is found by the next one (no Redis set to lose). Nobody at the
-    check is ever prepared: an unchecked entry gets no Label Studio task."""
+    """(study, rater) of participants rating (passed the check) who hold a conversation (with assistant
+    turns) whose tasks are not in their queue copy yet (`unprepared`): who the prepare job works for, oldest
+    consent first; a participant given their next conversation waits here again. The store is the record,
+    so a participant asked for by a job that died is found by the next one (no Redis set to lose). Nobody
+    at the check is ever prepared: an unchecked entry gets no Label Studio task."""
     from sqlalchemy import exists
 
-    from sense7.store.tables import crowd_slots
+    from sense7.store.tables import crowd_pool, crowd_slots
 
+    missing = exists().where(
+        crowd_slots.c.rater_id == crowd_participants.c.rater_id,
+        crowd_slots.c.study_id == crowd_participants.c.study_id,
+        exists().where(crowd_pool.c.study_id == crowd_slots.c.study_id,
+                       crowd_pool.c.conversation_id == crowd_slots.c.conversation_id, crowd_pool.c.turns > 0)
+        .correlate(crowd_slots),
+        ~exists().where(rater_tasks.c.rater_id == crowd_slots.c.rater_id,
+                        rater_tasks.c.conversation_id == crowd_slots.c.conversation_id).correlate(crowd_slots))
     query = (select(crowd_participants.c.study_id, crowd_participants.c.rater_id)
-             .where(crowd_participants.c.state == "rating",
-                    exists().where(crowd_slots.c.rater_id == crowd_participants.c.rater_id),
-                    ~exists().where(rater_tasks.c.rater_id == crowd_participants.c.rater_id))
+             .where(crowd_participants.c.state == "rating", missing)
              .order_by(crowd_participants.c.consent_at, crowd_participants.c.rater_id))
     if skip:
         query = query.where(crowd_participants.c.rater_id.not_in(list(skip)))
@@ -290,11 +366,12 @@ def forget_tasks(store: Store, rater_id: str, task_ids) -> None:
                                                     rater_tasks.c.task_id.in_(list(task_ids))))
 
 
-def conversations_for(store: Store, study: CrowdStudy, rater_id: str) -> list[Conversation]:
+def conversations_for(store: Store, study: CrowdStudy, rater_id: str, pool=None, texts=None) -> list[Conversation]:
     """The participant's assigned conversations, as conversations of theirs (what the importer takes):
-    the pool's texts and contexts under the pseudonymous rater id."""
-    pool = Studies(store).pool(study.study_id)
-    texts = store.conversations_by_id()
+    the pool's texts and contexts under the pseudonymous rater id. `pool`, `texts`: the study's pool and the
+    store's texts when the caller read them already (the prepare job, once per round, not per participant)."""
+    pool = Studies(store).pool(study.study_id) if pool is None else pool
+    texts = store.conversations_by_id() if texts is None else texts
     return [Conversation(c, rater_id, [Message(m.role, m.content) for m in texts[c]], dict(pool[c]["context"]))
             for c in assignments_of(store, study).of(rater_id) if c in texts and c in pool]
 

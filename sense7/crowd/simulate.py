@@ -5,7 +5,9 @@ never the other way).
 Each participant has its own platform id and session: it opens the study URL, agrees (or declines), answers
 the comprehension check (right, or wrong twice: screened out), waits on "preparing" while its tasks are made
 (they are asked for when the check is passed), answers the questionnaire and rates its assigned turns at the given pace, or walks away after
-its first turn (abandons: its lease ends later). Human waits are given already compressed by the caller;
+its first turn (abandons: its lease ends later). Conversations come as it goes (issue 41): after an answer it
+follows the page to the next turn, waiting on "preparing" when the next conversation's tasks are not made yet
+(`next_turn`: the answer's POST to the next turn's page). Human waits are given already compressed by the caller;
 server times are measured as they are.
 """
 
@@ -36,6 +38,8 @@ class Tally:
     preparing: list = field(default_factory=list)
     first_turn_with_reading: list = field(default_factory=list)
     page: list = field(default_factory=list)
+    next_turn: list = field(default_factory=list)  # an answer's POST -> the next turn's page (waits included)
+    waited_next: list = field(default_factory=list)  # of those, time on "preparing" (0: the turn was there)
     ack: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     outcomes: dict = field(default_factory=dict)
@@ -190,9 +194,20 @@ async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pac
                 raise RuntimeError(f"submit answered HTTP {saved.status_code}")
             tally.submitted[int(action.group(1).rsplit("/", 1)[1])] = time.time()
             turns_done += 1
-            t0 = time.perf_counter()
+            t1 = time.perf_counter()
             page = await http.get(saved.headers["location"], follow_redirects=True)
-            tally.page.append(time.perf_counter() - t0)
+            tally.page.append(time.perf_counter() - t1)
+            waited = 0.0
+            while page.url.path.endswith(f"/s/{sid}/wait") and page.status_code == 200:
+                # the next conversation's tasks are still being made: the page refreshes itself
+                if time.perf_counter() - t1 > 300:
+                    raise RuntimeError("the next conversation was never prepared")
+                await asyncio.sleep(0.5)
+                page = await http.get(f"/s/{sid}/wait", follow_redirects=True)
+                waited = time.perf_counter() - t1
+            if ACTION.search(page.text):
+                tally.next_turn.append(time.perf_counter() - t0)
+                tally.waited_next.append(waited)
         tally.outcome("completed" if codes["completion"] in page.text else "finish failed")
     except Exception as exc:
         tally.errors.append(f"{type(exc).__name__}: {exc}")

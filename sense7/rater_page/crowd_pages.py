@@ -31,7 +31,7 @@ from flask import Blueprint, abort, redirect, render_template, request, session,
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from sense7.crowd.lifecycle import assignments_of, finish, give_back, start_rating
+from sense7.crowd.lifecycle import assignments_of, finish, give_back, start_rating, unprepared
 from sense7.crowd.participants import (AlreadyEntered, Participant, Participants, pseudonymous_id,
                                        study_secret, valid_platform_id)
 from sense7.crowd.study import CrowdStudy
@@ -143,7 +143,6 @@ def no_room(study: CrowdStudy, rater: str) -> bool:
 
 
 @crowd.get("/<study_id>")
-
 def entry(study_id: str):
     study, is_open = study_or_404(study_id)
     names = study.platform
@@ -181,7 +180,6 @@ def entry(study_id: str):
 
 
 @crowd.post("/<study_id>/consent")
-
 def consent(study_id: str):
     study, is_open = study_or_404(study_id)
     entry_ = session.get("crowd_entry")
@@ -220,7 +218,6 @@ def render_check(study: CrowdStudy, who: Participant, answers: dict, wrong: bool
 
 
 @crowd.get("/<study_id>/check")
-
 def check(study_id: str):
     study, who = participant_or_404(study_id)
     if who.state != "checking":
@@ -229,7 +226,6 @@ def check(study_id: str):
 
 
 @crowd.post("/<study_id>/check")
-
 def answer_check(study_id: str):
     study, who = participant_or_404(study_id)
     if who.state != "checking":
@@ -270,14 +266,13 @@ def open_rating(study: CrowdStudy, rater: str) -> None:
 
 
 @crowd.get("/<study_id>/wait")
-
 def wait(study_id: str):
     study, who = participant_or_404(study_id)
     if who.state != "rating":
         return continue_as(study, who)
     if page_services().links.rater_for_hash(session.get("link") or "") != who.rater_id:
         abort(404)
-    if page_services().queue.has(who.rater_id):
+    if ready(who.rater_id):
         return redirect(url_for("rating.next_item"), code=303)
     request_prepare = page_services().request_prepare
     asked = session.get("prepare_asked")
@@ -289,8 +284,14 @@ def wait(study_id: str):
     return render_template("crowd_wait.html", study=study, resume_code=session.get("resume_code"))
 
 
-@crowd.get("/<study_id>/finish")
+def ready(rater: str) -> bool:
+    """The rater page has something for this participant: a turn not answered yet, or (every turn
+    answered) none of their conversations still waiting for its tasks (the finish page then decides)."""
+    items = page_services().queue.items(rater)
+    return bool(items) and (any(i.answer is None for i in items) or not unprepared(page_services().store, [rater]))
 
+
+@crowd.get("/<study_id>/finish")
 def finish_visit(study_id: str):
     study, who = participant_or_404(study_id)
     if who.state not in ("rating", "completed"):
@@ -299,6 +300,12 @@ def finish_visit(study_id: str):
         items = page_services().queue.items(who.rater_id)
         if not items or any(i.answer is None for i in items):
             return redirect(url_for("rating.next_item"), code=303)
+        if unprepared(page_services().store, [who.rater_id]):  # their next conversation's tasks are on their way
+            request_prepare = page_services().request_prepare
+            if request_prepare is not None:
+                request_prepare(study.study_id, who.rater_id)
+                session["prepare_asked"] = time.time()
+            return redirect(url_for("crowd.wait", study_id=study.study_id), code=303)
         return message("Not finished yet",
                        "Some of the replies assigned to you have no answer yet, so there is no completion "
                        "code yet. Please try again in a minute; if this stays, contact the study's team.", 409)
@@ -307,14 +314,12 @@ def finish_visit(study_id: str):
 
 
 @crowd.get("/<study_id>/resume")
-
 def resume_form(study_id: str):
     study, _ = study_or_404(study_id)
     return render_template("crowd_resume.html", study=study, problem=None, known=False)
 
 
 @crowd.post("/<study_id>/resume")
-
 def resume(study_id: str):
     study, _ = study_or_404(study_id)
     who = Participants(page_services().store, study).by_resume_code(request.form.get("code"))

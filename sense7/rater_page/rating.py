@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from flask import Blueprint, abort, redirect, render_template, request, session, url_for
 
+from sense7.crowd.lifecycle import advance as advance_crowd
 from sense7.privacy.participation import awaiting_choice
 from sense7.store.rater_page_tables import QueueItem, token_hash
 from sense7.labelstudio.protocol import rating_result
@@ -120,7 +121,22 @@ def save_task(task_id: int):
         services.instructed_answers.record(rater, item.task_id, check.key, checked, check.expected)
     store_submission(rater, item, answer,
                      rating_result(answer["values"], tax, answer["expectation"], answer["comment"]))
+    take_next_conversation(rater)
     return redirect(url_for("rating.next_item"), code=303)
+
+
+def take_next_conversation(rater: str) -> None:
+    """A crowd participant who just finished a conversation gets their next one (chosen now, with this
+    answer: sense7.crowd.lifecycle.advance) and the worker is asked for its tasks, which are made while
+    they rate the one held ahead. The answer is already kept: a failure here is only logged (the finish
+    page and the "preparing" page take the next one and ask again)."""
+    services = page_services()
+    try:
+        moved = advance_crowd(services.store, rater)
+        if moved and moved[1] and services.request_prepare is not None:
+            services.request_prepare(moved[0], rater)
+    except Exception as exc:
+        log.warning("next crowd conversation not taken yet (%s); the finish page takes it", type(exc).__name__)
 
 
 def render_task(rater: str, items: list[QueueItem], item: QueueItem, answer, problems, revision, rendered_at):

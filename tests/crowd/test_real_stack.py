@@ -20,7 +20,7 @@ from sense7.store.tables import annotations
 from tests.support.crowd import write_study
 from tests.support.crowd import dump_without_completions
 from tests.support.rater_page import start_rating_services
-from tests.support.crowd import csrf, participant_ids, participants_conversations, until
+from tests.support.crowd import csrf, enter_and_pass, participant_ids, participants_conversations, until
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
 
@@ -109,7 +109,7 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
 
     # A participant who abandons: their lease ends, their conversations go to the next participant, whose
     # tasks are created in Label Studio; the abandoned one's replayed form is refused.
-    gone_browser, gone = _enter_and_pass(url, "7b2c3d4e5f60718293a4b5c6")
+    gone_browser, gone = enter_and_pass(url, "7b2c3d4e5f60718293a4b5c6")
     gone_rater = next(r for r in participant_ids(rt.store) if r not in (rater,) and participants.get(r).state == "rating")
     until(lambda: gone_browser.get(f"{url}/s/pilot/wait", timeout=30, allow_redirects=False).headers.get(
         "Location", "").endswith("/"), what="the second participant's tasks")
@@ -126,7 +126,7 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
     replay = gone_browser.post(f"{url}/profile", data={"csrf_token": csrf(profile_page), "revision": "1"},
                                timeout=30, allow_redirects=False)
     assert replay.status_code == 404
-    _, _ = _enter_and_pass(url, "8c3d4e5f60718293a4b5c6d7")
+    _, _ = enter_and_pass(url, "8c3d4e5f60718293a4b5c6d7")
     next_rater = next(r for r in participant_ids(rt.store) if participants.get(r).state == "rating")
     assert set(participants_conversations(rt.store, next_rater)) == given_up  # the given-back slots, reused
     until(lambda: {t.data["conversation_id"] for t in rt.client.tasks.list(
@@ -172,16 +172,5 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
         for path in folder.rglob("*"):
             if path.is_file() and not path.name.startswith("store.sqlite"):
                 assert not any(pid.encode() in path.read_bytes() for pid in pids), path
-
-
-def _enter_and_pass(url: str, pid: str) -> tuple[requests.Session, requests.Response]:
-    browser = requests.Session()
-    consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={pid}", timeout=30)
-    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": csrf(consent.text), "consent": "agree"},
-                         timeout=30)
-    passed = browser.post(f"{url}/s/pilot/check", data={"csrf_token": csrf(check.text), "q1": "1", "q2": "2"},
-                          timeout=30, allow_redirects=False)
-    assert passed.headers["Location"].endswith("/s/pilot/wait")
-    return browser, passed
 
 

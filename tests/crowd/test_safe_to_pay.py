@@ -20,6 +20,8 @@ from sense7.store.rater_page_tables import LinkBook, RaterQueue
 from sense7.store.tables import (crowd_completions, crowd_participants, crowd_released, crowd_slots, rater_links,
                                  raters, submissions)
 from tests.support.crowd import Flow, PID_A, PID_B, TAX, csrf, dump_without_completions, enter_and_consent, entry_url, pass_check, rate_everything
+from tests.support.crowd import answer_crowd_profile as answer_profile
+from tests.support.crowd import rate_turn as rate
 from tests.support.crowd import table_rows as rows
 
 PIDS = ["%024x" % (0xC0FFEE000 + i) for i in range(12)]
@@ -31,20 +33,6 @@ def _now() -> datetime:
 
 def _aware(moment: datetime) -> datetime:
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
-
-
-def answer_profile(client) -> None:
-    html = client.get("/profile").get_data(as_text=True)
-    form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
-            **{f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in TAX.profile_fields}}
-    assert client.post("/profile", data=form).status_code == 303
-
-
-def rate(client, task_id: int) -> None:
-    html = client.get(f"/task/{task_id}").get_data(as_text=True)
-    form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
-            TAX.expectation_key: TAX.expectation_values[-1], **{c: "3" for c in TAX.controls}}
-    assert client.post(f"/task/{task_id}", data=form).status_code == 303
 
 
 def resume(client, code: str):

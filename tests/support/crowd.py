@@ -214,3 +214,29 @@ def consent_session(url: str, pid: str, passed: bool = True) -> requests.Session
                             timeout=30, allow_redirects=False)
         assert done.headers["Location"].endswith("/s/pilot/wait")
     return browser
+
+def enter_and_pass(url: str, pid: str) -> tuple[requests.Session, requests.Response]:
+    browser = requests.Session()
+    consent = browser.get(f"{url}/s/pilot?PROLIFIC_PID={pid}", timeout=30)
+    check = browser.post(f"{url}/s/pilot/consent", data={"csrf_token": csrf(consent.text), "consent": "agree"},
+                         timeout=30)
+    passed = browser.post(f"{url}/s/pilot/check", data={"csrf_token": csrf(check.text), "q1": "1", "q2": "2"},
+                          timeout=30, allow_redirects=False)
+    assert passed.headers["Location"].endswith("/s/pilot/wait")
+    return browser, passed
+
+
+
+
+def answer_crowd_profile(client) -> None:
+    html = client.get("/profile").get_data(as_text=True)
+    form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
+            **{f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in TAX.profile_fields}}
+    assert client.post("/profile", data=form).status_code == 303
+
+
+def rate_turn(client, task_id: int) -> None:
+    html = client.get(f"/task/{task_id}").get_data(as_text=True)
+    form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
+            TAX.expectation_key: TAX.expectation_values[-1], **{c: "3" for c in TAX.controls}}
+    assert client.post(f"/task/{task_id}", data=form).status_code == 303
