@@ -34,6 +34,7 @@ from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import make_url
 
 from sense7 import __version__
+from sense7.files import sha256_of
 from sense7.labelstudio.label_studio_process import LabelStudioServer
 from sense7.model.registry import MANIFEST_NAME, POINTER_NAME, ModelRegistry, RegistryError
 from sense7.settings import Settings, secure_home
@@ -84,14 +85,6 @@ class Target:
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _sqlite_path(url: str) -> Path | None:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
