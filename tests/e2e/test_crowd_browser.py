@@ -34,7 +34,8 @@ def test_participant_consents_fails_once_passes_rates_and_is_sent_back_with_the_
     stack = job_stack
     rt = stack.runtime()
     tax = rt.taxonomy
-    study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=3, turns=1, k=1, n=2), tax)
+    # Room for two shares of N=2: a second participant is offered the study only while a whole share is free.
+    study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=4, turns=1, k=1, n=2), tax)
     Studies(rt.store).set_open(study.study_id, True)
     url, _ = start_rating_services(stack, rt)
     entry = f"{url}/s/pilot?PROLIFIC_PID={{}}&STUDY_ID=65aa11bb22cc33dd44ee55ff&SESSION_ID=x1"
