@@ -25,6 +25,7 @@ from sense7.settings import BACKEND_HOST, Settings
 from sense7.store.migrations import head_revision
 from sense7.synthetic import synth
 from tests.support.jobs import wait_for
+from tests.support.stack import JobStack, RedisHandle
 from tests.support.rater_page import answer_profile, build, hidden, start_rating_services, stored, submit
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
