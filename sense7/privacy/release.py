@@ -37,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from sense7.files import spreadsheet_cell, spreadsheet_rows
-from sense7.privacy.croissant import CROISSANT_FILE, StudyFacts, release_document, write_croissant
+from sense7.privacy.croissant import StudyFacts, release_document, write_croissant
 from sense7.privacy.pii import scrub_conversations
 from sense7.taxonomy import Taxonomy
 

@@ -5,7 +5,6 @@ worse than the prior beyond the interval. Also the curve's arithmetic on a frame
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 
