@@ -11,7 +11,6 @@ from setuptools import find_namespace_packages, setup
 TOP_LEVEL_FOLDERS = ("labeling_config", "ml_backend", "tasks")
 
 
-
 def found(top: str) -> list[str]:
     """`top` and every folder below it (data folders such as rater_page/templates too, so that their files ship
     as package data; caches left out)."""

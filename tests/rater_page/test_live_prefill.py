@@ -186,6 +186,7 @@ def test_an_older_store_gains_the_own_ratings_column(tmp_path):
     engine = sa.create_engine(url)
     with engine.begin() as conn:
         conn.execute(sa.text("ALTER TABLE recorded_predictions DROP COLUMN own_ratings"))
+        conn.execute(sa.text("DROP TABLE alembic_version"))  # a store from before migrations, as it was
         conn.execute(sa.text("INSERT INTO recorded_predictions (task_key, version, rater_id, conversation_id, "
                              "turn_index, arm, kind, levels, expected, generic_levels, generic_expected, recorded_at) "
                              "VALUES ('c::1::r', 'v1', 'r', 'c', 1, 'shown', 'traits', '{}', '{}', '{}', '{}', "
