@@ -133,9 +133,7 @@ class Assignments:
             choice = self._choose(rater_id)
             if not choice:
                 return []
-            now = _now()
-            rows = [{"study_id": self.study_id, "conversation_id": c, "slot": slot, "rater_id": rater_id,
-                     "taken_at": now, "done_at": None} for c, slot in choice]
+            rows = self.slot_rows(rater_id, choice)
             try:
                 with self.store.engine.begin() as conn:
                     conn.execute(crowd_slots.insert(), rows)
@@ -168,9 +166,7 @@ class Assignments:
                                  ratings=self.answers(rater_id) if self.policy.uses_ratings else None)
             if not choice:
                 return []
-            now = _now()
-            rows = [{"study_id": self.study_id, "conversation_id": c, "slot": slot, "rater_id": rater_id,
-                     "taken_at": now, "done_at": None} for c, slot in choice]
+            rows = self.slot_rows(rater_id, choice)
             try:
                 with self.store.engine.begin() as conn:
                     inside = conn.execute(update(crowd_participants).where(
@@ -190,6 +186,12 @@ class Assignments:
                 continue
             return [c for c, _ in choice]
         raise RuntimeError(f"could not assign a next conversation after {attempts} concurrent attempts")
+
+    def slot_rows(self, rater_id: str, choice) -> list[dict]:
+        """crowd_slots rows for (conversation, slot) pairs this participant takes now."""
+        now = _now()
+        return [{"study_id": self.study_id, "conversation_id": c, "slot": slot, "rater_id": rater_id,
+                 "taken_at": now, "done_at": None} for c, slot in choice]
 
     def has_room(self, rater_id: str) -> bool:
         """Whether the pool has a slot this participant could take now and, with N conversations each, room for
