@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import tarfile
-import uuid
 from pathlib import Path
 
 import pytest
@@ -21,9 +20,9 @@ from sense7.model.registry import ModelRegistry
 from sense7.settings import Settings
 from sense7.store.database import Store
 from sense7.store.migrations import head_revision
+from tests.support.postgres import throwaway_databases
 
 SENSE7 = str(Path(sys.executable).parent / "sense7")
-PG = "postgresql://postgres@127.0.0.1:5432"
 
 
 def make_study(home: Path, env_extra: dict | None = None) -> Settings:
@@ -254,21 +253,8 @@ def test_backup_refuses_to_overwrite_and_an_unknown_archive(study, tmp_path):
 # -- PostgreSQL: pg_dump and pg_restore ---------------------------------------------------------------------
 @pytest.fixture
 def pg_databases():
-    psycopg2 = pytest.importorskip("psycopg2")
-    try:
-        admin = psycopg2.connect(f"{PG}/postgres", connect_timeout=3)
-    except psycopg2.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432: {exc}")
-    admin.autocommit = True
-    names = [f"sense7_backup_{uuid.uuid4().hex[:10]}" for _ in range(2)]
-    for name in names:
-        admin.cursor().execute(f"CREATE DATABASE {name}")
-    try:
-        yield [f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}" for name in names]
-    finally:
-        for name in names:
-            admin.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
+    with throwaway_databases("sense7_backup", 2) as urls:
+        yield urls
 
 
 def test_a_postgresql_store_is_dumped_and_restored(pg_databases, tmp_path):

@@ -21,11 +21,11 @@ from sense7.store.database import Store
 from sense7.store.migrations import (StoreTooNewError, current_revision, head_revision, known_revisions,
                                      revision_status)
 from sense7.store.tables import metadata, staff_log
+from tests.support.postgres import throwaway_databases
 from tests.support.store_fixtures.make_old_stores import ADDED_COLUMNS_OF_7820ADD, fill
 
 FIXTURES = Path(__file__).resolve().parents[1] / "support" / "store_fixtures"
 OLD_STORES = ["store-7820add.sql", "store-before-added-columns.sql"]
-PG = "postgresql://postgres@127.0.0.1:5432"
 SENSE7 = str(Path(sys.executable).parent / "sense7")
 
 
@@ -206,19 +206,8 @@ def test_store_upgrade_and_revision_commands(tmp_path):
 # -- PostgreSQL ------------------------------------------------------------------------------------------------
 @pytest.fixture
 def pg_store_url():
-    psycopg2 = pytest.importorskip("psycopg2")
-    try:
-        admin = psycopg2.connect(f"{PG}/postgres", connect_timeout=3)
-    except psycopg2.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432: {exc}")
-    admin.autocommit = True
-    name = f"sense7_migrations_{uuid.uuid4().hex[:10]}"
-    admin.cursor().execute(f"CREATE DATABASE {name}")
-    try:
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
-    finally:
-        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
+    with throwaway_databases("sense7_migrations") as (url,):
+        yield url
 
 
 def test_postgresql_processes_opening_a_fresh_store_at_once_upgrade_it_once(pg_store_url, tmp_path):
