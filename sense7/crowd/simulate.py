@@ -130,7 +130,7 @@ async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pac
     names = study.platform
     try:
         started = time.perf_counter()
-        page = await timed(http.get(f"/s/{sid}?{names['participant_param']}={pid}&{names['study_param']}=sim"
+        page = await timed(http.get(f"/s/{sid}?{names['participant_param']}={pid}&{names['study_param']}={names.get('study_id', 'sim')}"
                                     f"&{names['session_param']}=s{pid[-6:]}"))
         if page.status_code != 200 or "I agree" not in page.text:
             tally.outcome(f"entry {page.status_code}")

@@ -199,6 +199,34 @@ def test_a_partial_archive_is_refused(study, tmp_path):
     _assert_refused(added, tmp_path / "fresh3", "which the manifest does not list")
 
 
+def test_an_archive_unpacking_to_more_than_its_manifest_lists_writes_nothing(study, tmp_path):
+    """A stranger's archive whose member is larger than the manifest says (64 MiB of zeros: 64 kB packed) is
+    refused before a byte of it is written; one whose manifest lists more than the disk holds, before any file
+    is written; and a given cap is kept."""
+    _, archive, _, _ = study
+    bomb = b"\0" * (64 << 20)
+    swollen = _rewrite(archive, tmp_path / "swollen.tar.gz", lambda m, b: [
+        _file(m.name, bomb) if m.name == "secrets/ls_token" else (m, b)])
+    assert swollen.stat().st_size < 1 << 20
+    _assert_refused(swollen, tmp_path / "fresh1", "secrets/ls_token is not the size its manifest lists")
+
+    def claims_a_petabyte(member, body):
+        if member.name != "manifest.json":
+            return [(member, body)]
+        manifest = json.loads(body)
+        manifest["files"][0]["size"] = 10 ** 15
+        return [_file(member.name, json.dumps(manifest).encode())]
+
+    _assert_refused(_rewrite(archive, tmp_path / "huge.tar.gz", claims_a_petabyte), tmp_path / "fresh2",
+                    "unpacks to 1,000,000,000,")
+    capped = tmp_path / "capped"
+    capped.mkdir()
+    with pytest.raises(BackupError, match="are free for it"):
+        read_archive(archive, capped, max_bytes=1000)
+    assert list(capped.iterdir()) == []
+    assert read_archive(archive, tmp_path / "roomy", max_bytes=10 ** 9)["format"] == "sense7-backup"
+
+
 @pytest.mark.parametrize("name", ["../evil", "store/../../evil", "/tmp/evil", "secrets/./x", "elsewhere/x"])
 def test_a_stranger_archive_with_a_path_outside_is_refused(study, tmp_path, name):
     _, archive, _, _ = study
