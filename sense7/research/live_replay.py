@@ -143,9 +143,10 @@ def _fold_predictions(model, X, Y, train, plan: dict, raters: list[str], ks, con
         as_served = Y.iloc[stream].reindex(columns=model_controls).to_numpy(float)
         static = compiled.predict(target_columns, table)
         generic = compiled.predict_generic(target_columns)
-        g = compiled.text_scores(stream_columns)
-        shift = compiled.assistant_shifts(stream_columns["assistant_id"])
-        directions = fitted.rater_direction_values(stream_columns)
+        if len(stream):  # (a rater with only min_targets answers has none: scored at k = 0 only)
+            g = compiled.text_scores(stream_columns)
+            shift = compiled.assistant_shifts(stream_columns["assistant_id"])
+            directions = fitted.rater_direction_values(stream_columns)
         state = OnlinePosterior(fitted, rater, traits)
         seen = 0
         for k in (k for k in ks if k <= len(stream)):
