@@ -7,14 +7,22 @@ import json
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from sense7.cli import app
+from sense7.data.items import build_items
 from sense7.model.estimators import PersonalizedRater
 from sense7.research.evaluation import evaluate_items
-from sense7.research.live_replay import answer_order, live_replay, replay_plan
+from sense7.research.live_replay import answer_order, listing_rank, live_replay, replay_plan
+from sense7.research.report import render_report
+from sense7.synthetic.synth import generate, write
+from sense7.taxonomy import load_taxonomy
 
 from tests.support.research import planted_items
 
 KS = (0, 2, 5, 10)
+TAXONOMY = load_taxonomy()  # the packaged taxonomy: the synthetic files are made for it
+runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +93,7 @@ def test_no_prediction_of_a_rater_reads_their_targets(planted, replay):
     assert moved.max() > 0.3
 
 
-def test_evaluate_items_reports_the_replay_as_strict_json(planted):
+def test_evaluate_items_reports_the_replay_as_strict_json_and_in_the_report(planted):
     X, Y = planted
     result = evaluate_items(X, Y, {"personalized": PersonalizedRater()}, splits=("live_replay",), n_folds=2,
                             n_boot=20, replay_ks=(0, 1, 5), replay_min_targets=5)
@@ -94,6 +102,8 @@ def test_evaluate_items_reports_the_replay_as_strict_json(planted):
     assert [point["k"] for point in block["curve"]] == [0, 1, 5] and block["after"]["k"] == 5
     assert block["stream_length"] == 5 and block["cluster"] == "rater_id"
     assert set(block["curve"][0]["mae"]) == {"live", "static", "generic", "running_mean", "global_mean", "majority"}
+    html = render_report(result)
+    assert "Live replay" in html and 'alt="Live replay curve" src="data:image/png;base64,' in html
 
 
 def test_too_few_answers_is_a_clear_error(planted):
@@ -102,3 +112,38 @@ def test_too_few_answers_is_a_clear_error(planted):
         live_replay(X, Y, PersonalizedRater(), n_folds=3, ks=(0, 30), min_targets=5)
     with pytest.raises(ValueError, match="include it in the models"):
         evaluate_items(X, Y, {}, splits=("live_replay",))
+
+
+@pytest.fixture(scope="module")
+def synth_files(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth")
+    write(generate(24, 4, seed=3, taxonomy=TAXONOMY), out)
+    return out
+
+
+@pytest.mark.slow  # the whole command: reads files, fits, writes JSON (about 10 s)
+def test_evaluate_command_prints_and_saves_the_replay_in_the_data_order(synth_files, tmp_path):
+    files = ["--conversations", str(synth_files / "conversations.jsonl"), "--ratings", str(synth_files / "ratings.csv"),
+             "--raters", str(synth_files / "raters.csv")]
+    json_path = tmp_path / "eval.json"
+    result = runner.invoke(app, ["evaluate", *files, "--splits", "live_replay", "--models", "personalized",
+                                 "--folds", "2", "--boot", "20", "--replay-ks", "0,2,5", "--replay-min-targets", "3",
+                                 "--json", str(json_path)], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    assert "live_replay" in result.output and "live - static" in result.output
+    saved = json.loads(json_path.read_text())
+    assert saved["splits"] == {} and [p["k"] for p in saved["live_replay"]["curve"]] == [0, 2, 5]
+    assert saved["live_replay"]["order"].startswith("the order the data set lists")
+    for bad, words in ((["--replay-ks", "two"], "--replay-ks"), (["--models", "generic"], "add personalized")):
+        result = runner.invoke(app, ["evaluate", *files, "--splits", "live_replay", *bad])
+        assert result.exit_code == 2 and words in result.output
+
+
+def test_listing_rank_follows_the_ratings_file():
+    data = generate(6, 2, seed=1, taxonomy=TAXONOMY).rating_data()
+    X, _ = build_items(data, TAXONOMY)
+    reversed_ratings = data.ratings.iloc[::-1].reset_index(drop=True)
+    forward, backward = listing_rank(X, data.ratings), listing_rank(X, reversed_ratings)
+    assert np.isfinite(forward).all()
+    # Listed backwards, the items come in the opposite order.
+    assert list(answer_order(X, forward)) == list(answer_order(X, -backward))
