@@ -75,13 +75,15 @@ def print_live_replay(replay: dict) -> None:
                   caption=f"raters: with k + {replay['min_targets']} answers or more ({replay['n_eligible']} of "
                           f"{replay['n_raters']} at k = 0, {replay['n_full_stream']} with all "
                           f"{replay['stream_length']}); answers in {replay['order']}; mean over raters")
-    for column in ("k", "raters", "live", "static", "run. mean", "generic", "live - static", "live - run. mean"):
+    for column in ("k", "raters", "live", "static", "run. mean", "run. median", "generic", "live - static",
+                   "live - mean", "live - median"):
         table.add_column(column, justify="right")
     for point in replay["curve"]:
         mae, minus = point["mae"], point["live_minus"]
         table.add_row(str(point["k"]), str(point["n_raters"]),
-                      *(_num(mae[m]["value"]) for m in ("live", "static", "running_mean", "generic")),
-                      *(_plus_minus(minus[m]["mae"]["value"], minus[m]["mae"]["ci"]) for m in ("static", "running_mean")))
+                      *(_num(mae[m]["value"]) for m in ("live", "static", "running_mean", "running_median", "generic")),
+                      *(_plus_minus(minus[m]["mae"]["value"], minus[m]["mae"]["ci"])
+                        for m in ("static", "running_mean", "running_median")))
     console.print(table)
     ranks = Table(title="live_replay: Spearman (expected rating, raters of a fold pooled)")
     for column in ("k", "live", "static", "run. mean", "generic", "live - static"):

@@ -24,7 +24,7 @@ Honest by construction:
   the same raters and targets at every k, to compare like with like across k.
 
 Per k (after 0, 1, 2, 5, 10, 20 answers by default): MAE (median-rule level, as `evaluate`'s "mae"; the
-running mean and global mean as they are) averaged per rater and then over raters (every rater counts once),
+running mean and median (training median at k = 0) and the global mean as they are) averaged per rater and then over raters (every rater counts once),
 and Spearman of the expected rating within each fold's test raters pooled (as the cold_start split's),
 averaged over folds and controls; 95% intervals resample raters, with the same resamples for every model so
 the live-minus-other differences are paired. At k = 0 the live prediction is the static one (a rater with
@@ -33,6 +33,7 @@ no answer is served exactly that).
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -46,9 +47,11 @@ REPLAY_SPLIT = "live_replay"
 REPLAY_KS = (0, 1, 2, 5, 10, 20)
 MIN_TARGETS = 5
 # Models of the curve; the two global constants have an MAE but no Spearman.
-REPLAY_MODELS = ("live", "static", "generic", "running_mean", "global_mean", "majority")
-RANKED_MODELS = ("live", "static", "generic", "running_mean")
-COMPARED = ("static", "running_mean", "generic")  # live minus each, paired
+# running_median: the rater's own median so far, the constant that minimizes their absolute error (on skewed
+# scales such as ConvAbuse's, a much stronger MAE baseline than their mean).
+REPLAY_MODELS = ("live", "static", "generic", "running_mean", "running_median", "global_mean", "majority")
+RANKED_MODELS = ("live", "static", "generic", "running_mean", "running_median")
+COMPARED = ("static", "running_mean", "running_median", "generic")  # live minus each, paired
 ORDER = "conversation id (numerically when all ids are numbers), then turn index; data rows break ties"
 LISTED_ORDER = "the order the data set lists its ratings (ConvAbuse: example number; WASSA: its ratings file)"
 
@@ -132,6 +135,7 @@ def _fold_predictions(model, X, Y, train, plan: dict, raters: list[str], ks, con
     model_controls = list(compiled.controls)
     trained = Y.iloc[train].reindex(columns=controls).to_numpy(float)
     global_mean = np.nanmean(trained, axis=0)
+    global_median = np.nanmedian(trained, axis=0)
     majority = np.array([pd.Series(col[np.isfinite(col)]).mode().min() for col in trained.T])
     traits = _trait_table(X, raters)
     table = compiled.rater_table(traits)
@@ -155,9 +159,12 @@ def _fold_predictions(model, X, Y, train, plan: dict, raters: list[str], ks, con
                                   None if directions is None else directions[seen:k])
                 seen = k
             served = live.predict_with(state, target_columns) if state.n_ratings else static
-            with np.errstate(all="ignore"):
-                running = np.where(np.isfinite(y_stream[:k]).any(axis=0), np.nanmean(y_stream[:k], axis=0),
-                                   global_mean) if k else global_mean
+            answered = np.isfinite(y_stream[:k]).any(axis=0)
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a control not rated yet: the global value
+                running = np.where(answered, np.nanmean(y_stream[:k], axis=0), global_mean) if k else global_mean
+                median = np.where(answered, np.nanmedian(y_stream[:k], axis=0), global_median) if k \
+                    else global_median
             predictions = {}
             for name, prediction in (("live", served), ("static", static), ("generic", generic)):
                 level = prediction.best("median")[0]
@@ -166,7 +173,8 @@ def _fold_predictions(model, X, Y, train, plan: dict, raters: list[str], ks, con
                 predictions[name] = (np.where(np.array(index) >= 0, level[:, index], np.nan),
                                      np.where(np.array(index) >= 0, expected[:, index], np.nan))
             n = len(targets)
-            for name, value in (("running_mean", running), ("global_mean", global_mean), ("majority", majority)):
+            for name, value in (("running_mean", running), ("running_median", median), ("global_mean", global_mean),
+                                ("majority", majority)):
                 constant = np.broadcast_to(value, (n, len(controls)))
                 predictions[name] = (constant, constant)
             out.append({"rater_id": rater, "k": k, "targets": targets, "predictions": predictions})

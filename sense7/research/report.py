@@ -256,14 +256,14 @@ src="{{ split.rater_gain_png }}">{% endif %}{% endif %}
 <p class="note">{{ replay.n_folds }} folds by rater; each test rater's answers in {{ replay.order }}. After k of
 their first answers, the live posterior (what the rater page's live pre-fills serve) predicts all their later
 answers (at least {{ replay.min_targets }}; the same answers at every k); static = the served prediction
-without their answers (traits prior or generic), running mean = the mean of their first k answers (global mean
-at k = 0). MAE on the median level per rater, mean over raters; Spearman of the expected rating within each
+without their answers (traits prior or generic), running mean / median = the mean / median of their first k
+answers (the training folds' at k = 0). MAE on the median level per rater, mean over raters; Spearman of the expected rating within each
 fold's raters pooled. 95% intervals resample raters; live minus another model is paired. A rater counts at k
 with k + {{ replay.min_targets }} answers or more ({{ replay.n_eligible }} of {{ replay.n_raters }} raters at
 k = 0, {{ replay.n_full_stream }} with the whole stream of {{ replay.stream_length }}).</p>
-<table><tr><th>k</th><th>raters</th><th>MAE live</th><th>static</th><th>running mean</th><th>generic</th>
-<th>global mean</th><th>live - static</th><th>live - running mean</th><th>Spearman live</th><th>static</th>
-<th>running mean</th></tr>
+<table><tr><th>k</th><th>raters</th><th>MAE live</th><th>static</th><th>running mean</th><th>running median</th>
+<th>generic</th><th>global mean</th><th>live - static</th><th>live - running mean</th><th>live - running median</th>
+<th>Spearman live</th><th>static</th><th>running mean</th></tr>
 {% for row in replay.rows %}<tr><td>{{ row.k }}</td><td>{{ row.n_raters }}</td>{% for cell in row.cells %}<td>{{ cell }}</td>{% endfor %}</tr>
 {% endfor %}</table>
 {% if replay.png %}<img alt="Live replay curve" src="{{ replay.png }}">{% endif %}
@@ -335,7 +335,8 @@ def _value_ci(block: dict, signed: bool = False) -> str:
 
 
 REPLAY_LINES = (("live", "live posterior", "#d0734a"), ("static", "static (no answers)", "#4a7bd0"),
-                ("running_mean", "the rater's running mean", "#5a9a5a"), ("generic", "generic", "#888888"))
+                ("running_mean", "the rater's running mean", "#5a9a5a"),
+                ("running_median", "the rater's running median", "#9a5ab0"), ("generic", "generic", "#888888"))
 
 
 def _replay_view(replay: dict | None) -> dict | None:
@@ -346,8 +347,8 @@ def _replay_view(replay: dict | None) -> dict | None:
     for point in replay["curve"]:
         mae, rho, minus = point["mae"], point["spearman"], point["live_minus"]
         rows.append({"k": point["k"], "n_raters": point["n_raters"], "cells": [
-            *(_value_ci(mae[m]) for m in ("live", "static", "running_mean", "generic", "global_mean")),
-            _value_ci(minus["static"]["mae"], signed=True), _value_ci(minus["running_mean"]["mae"], signed=True),
+            *(_value_ci(mae[m]) for m in ("live", "static", "running_mean", "running_median", "generic", "global_mean")),
+            *(_value_ci(minus[m]["mae"], signed=True) for m in ("static", "running_mean", "running_median")),
             *(_value_ci(rho[m]) for m in ("live", "static", "running_mean"))]})
     return {**{key: replay[key] for key in ("n_folds", "order", "min_targets", "n_eligible", "n_raters",
                                             "n_full_stream", "stream_length")},
