@@ -131,7 +131,7 @@ def test_evaluate_command_prints_and_saves_the_replay_in_the_data_order(synth_fi
                                  "--folds", "2", "--boot", "20", "--replay-ks", "0,2,5", "--replay-min-targets", "3",
                                  "--json", str(json_path)], env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
-    assert "live_replay" in result.output and "live - static" in result.output
+    assert "live_replay" in result.output and "live minus each" in result.output and "run. median" in result.output
     saved = json.loads(json_path.read_text())
     assert saved["splits"] == {} and [p["k"] for p in saved["live_replay"]["curve"]] == [0, 2, 5]
     assert saved["live_replay"]["order"].startswith("the order the data set lists")
