@@ -24,7 +24,8 @@ Honest by construction:
   the same raters and targets at every k, to compare like with like across k.
 
 Per k (after 0, 1, 2, 5, 10, 20 answers by default): MAE (median-rule level, as `evaluate`'s "mae"; the
-running mean and median (training median at k = 0) and the global mean as they are) averaged per rater and then over raters (every rater counts once),
+running mean and median (the training folds' at k = 0) and the global mean as they are) averaged per rater
+and then over raters (every rater counts once),
 and Spearman of the expected rating within each fold's test raters pooled (as the cold_start split's),
 averaged over folds and controls; 95% intervals resample raters, with the same resamples for every model so
 the live-minus-other differences are paired. At k = 0 the live prediction is the static one (a rater with
@@ -204,7 +205,8 @@ def live_replay(X: pd.DataFrame, Y: pd.DataFrame, model, n_folds: int = 5, seed:
     plan = replay_plan(X, Y, stream_length, min_targets, listed)
     raters = X["rater_id"].astype(str).to_numpy()
     n_raters = len(np.unique(raters))
-    base = {"split": REPLAY_SPLIT, "cluster": "rater_id", "order": ORDER if listed is None else LISTED_ORDER, "ks": ks, "stream_length": stream_length,
+    base = {"split": REPLAY_SPLIT, "cluster": "rater_id", "order": ORDER if listed is None else LISTED_ORDER,
+            "ks": ks, "stream_length": stream_length,
             "min_targets": min_targets, "n_raters": n_raters, "n_eligible": len(plan), "n_boot": n_boot}
     full = [r for r, (stream, _) in plan.items() if len(stream) == stream_length]
     if len(full) < 2:

@@ -347,7 +347,8 @@ def _replay_view(replay: dict | None) -> dict | None:
     for point in replay["curve"]:
         mae, rho, minus = point["mae"], point["spearman"], point["live_minus"]
         rows.append({"k": point["k"], "n_raters": point["n_raters"], "cells": [
-            *(_value_ci(mae[m]) for m in ("live", "static", "running_mean", "running_median", "generic", "global_mean")),
+            *(_value_ci(mae[m])
+              for m in ("live", "static", "running_mean", "running_median", "generic", "global_mean")),
             *(_value_ci(minus[m]["mae"], signed=True) for m in ("static", "running_mean", "running_median")),
             *(_value_ci(rho[m]) for m in ("live", "static", "running_mean"))]})
     return {**{key: replay[key] for key in ("n_folds", "order", "min_targets", "n_eligible", "n_raters",

@@ -101,8 +101,8 @@ def test_evaluate_items_reports_the_replay_as_strict_json_and_in_the_report(plan
     block = json.loads(json.dumps(result["live_replay"], allow_nan=False))
     assert [point["k"] for point in block["curve"]] == [0, 1, 5] and block["after"]["k"] == 5
     assert block["stream_length"] == 5 and block["cluster"] == "rater_id"
-    assert set(block["curve"][0]["mae"]) == {"live", "static", "generic", "running_mean", "running_median", "global_mean",
-                                          "majority"}
+    assert set(block["curve"][0]["mae"]) == {"live", "static", "generic", "running_mean", "running_median",
+                                             "global_mean", "majority"}
     html = render_report(result)
     assert "Live replay" in html and 'alt="Live replay curve" src="data:image/png;base64,' in html
 
