@@ -166,10 +166,6 @@ def fold_metrics(y_true, y_level, score, fold_ids, levels) -> dict:
     return {name: sums[name] / weights[name] if weights[name] else float("nan") for name in METRIC_NAMES}
 
 
-# Kept under its old name here: tests and callers patch and call evaluation._bootstrap_spearman.
-_bootstrap_spearman = fold_spearman_draws
-
-
 def _train_count_bins(y, scores, train_counts, raters, fold_ids) -> list[dict]:
     """Metrics by how many training ratings the rater had: the personalization-gain curve."""
     edges = list(TRAIN_COUNT_EDGES) + [np.inf]
@@ -284,7 +280,7 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
         fold_ids = np.empty(len(X), int)
         for k, (_, test) in enumerate(folds):
             fold_ids[test] = k
-        boot = _bootstrap_spearman(Y, scores, clusters, fold_ids, n_boot, seed)
+        boot = fold_spearman_draws(Y, scores, clusters, fold_ids, n_boot, seed)
         split_out = {"models": {}, "paired": {}, "confusion": {}, "n_folds": len(folds),
                      "cluster": SPLITS[split], "fit_predict_seconds": seconds}
         for name in models:
