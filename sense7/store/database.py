@@ -26,8 +26,8 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _actor() -> str:
-    """The operating-system user running this command (the staff log's `actor`)."""
+def staff_user() -> str:
+    """The operating-system user running this command (the staff log's `actor`, a withdrawal's requester)."""
     import getpass
 
     try:
@@ -49,7 +49,7 @@ def log_staff_entry(engine: Engine, action: str, **detail) -> None:
     """One staff-log line in the store of `engine`, without opening it as a `Store` (which would upgrade it):
     `sense7 backup` records itself so, leaving the schema as it found it."""
     with engine.begin() as conn:
-        conn.execute(staff_log.insert().values(at=_now(), actor=_actor(), action=action, detail=detail))
+        conn.execute(staff_log.insert().values(at=_now(), actor=staff_user(), action=action, detail=detail))
 
 
 class Store:
