@@ -322,14 +322,14 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(accepted_versions.insert().values(
                 annotation_id=annotation_id, rater_id=rater_id, version=_version(version), accepted_at=_now(),
-                actor=actor or _actor()))
+                actor=actor or staff_user()))
 
     def accept_held(self, annotation_ids: list[int]) -> list[dict]:
         """Count each annotation's held Label Studio version as its rater's (`sense7 ratings accept`): all or
         nothing. LookupError (naming the id) for an unknown annotation or one with nothing held. Returns
         what was accepted: annotation_id, rater_id, values, cancelled. Each is a history entry and a
         staff-log line. An accepted cancellation removes the rating (deleted, as a skipped task)."""
-        actor = _actor()
+        actor = staff_user()
         done = []
         with self.engine.begin() as conn:
             for annotation_id in annotation_ids:
