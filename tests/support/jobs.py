@@ -185,15 +185,3 @@ def served_and_spoiled_store(tmp_path):
     spoiled.loc[outside, "rating"] = np.random.default_rng(0).permutation(spoiled.loc[outside, "rating"].to_numpy())
     store.import_ratings(spoiled)
     return store, registry, tax
-
-
-def pg_admin(sql: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(f"{PG}/postgres")
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-    finally:
-        conn.close()
