@@ -132,6 +132,11 @@ def _set_rater_ridge(estimators: dict, rater_ridge: str | None, rater_ridge_from
             estimator.set_params(rater_ridge=value, rater_ridge_from=rater_ridge_from)
 
 
+def _model_option(flag: str, help: str):
+    """An option of the rater models that stays unset unless given: the models' own default then applies."""
+    return typer.Option(None, flag, show_default=False, help=help)
+
+
 def evaluate_command(
     conversations: Path = typer.Option(None, help=CONVERSATIONS_HELP),
     ratings: Path = typer.Option(None, help=RATINGS_HELP),
@@ -165,26 +170,26 @@ def evaluate_command(
     trait_audit: bool = typer.Option(False, "--trait-audit",
                                      help="also audit the raters' traits: how much each trait and questionnaire "
                                           "item lowers the personalized model's cold-start error"),
-    text_encoder: str = typer.Option(None, "--text-encoder", show_default=False,
-                                     help="the rater models' text encoder beside the n-grams: ngrams (none: the "
-                                          "default), static (token embeddings distilled from the packaged "
-                                          "MiniLM) or minilm (sentence embeddings; needs the [embeddings] extra)"),
-    relational_weight: str = typer.Option(None, "--relational-weight", show_default=False,
-                                          help="scale of the relational features in the rater models: a number "
-                                               ">= 0 (0 = off), or cv (chosen on each training fold); default "
-                                               "the models' own (0)"),
-    rater_ridge: str = typer.Option(None, "--rater-ridge", show_default=False,
-                                    help="each known rater's own content weights in the personalized model: cv "
-                                         "(penalty by inner cross-validation on each training fold, off if it "
-                                         "does not help), cv_rater (chosen per rater), cv_rater_1se (per rater, "
-                                         "on only if it beats off by one standard error) or a penalty; default off"),
+    text_encoder: str = _model_option("--text-encoder",
+                                      "the rater models' text encoder beside the n-grams: ngrams (none: the "
+                                      "default), static (token embeddings distilled from the packaged "
+                                      "MiniLM) or minilm (sentence embeddings; needs the [embeddings] extra)"),
+    relational_weight: str = _model_option("--relational-weight",
+                                           "scale of the relational features in the rater models: a number "
+                                           ">= 0 (0 = off), or cv (chosen on each training fold); default "
+                                           "the models' own (0)"),
+    rater_ridge: str = _model_option("--rater-ridge",
+                                     "each known rater's own content weights in the personalized model: cv "
+                                     "(penalty by inner cross-validation on each training fold, off if it "
+                                     "does not help), cv_rater (chosen per rater), cv_rater_1se (per rater, "
+                                     "on only if it beats off by one standard error) or a penalty; default off"),
     rater_ridge_from: str = typer.Option("encoder", "--rater-ridge-from",
                                          help="the features of --rater-ridge: encoder (needs --text-encoder "
                                               "minilm) or text (every text feature)"),
-    text_alpha: str = typer.Option(None, "--text-alpha", show_default=False,
-                                   help="the rater models' text ridge penalty: a number, or cv (per control, by "
-                                        "inner cross-validation on each training fold; ~4.5x the fit time); "
-                                        "default the models' own (10)"),
+    text_alpha: str = _model_option("--text-alpha",
+                                    "the rater models' text ridge penalty: a number, or cv (per control, by "
+                                    "inner cross-validation on each training fold; ~4.5x the fit time); "
+                                    "default the models' own (10)"),
 ) -> None:
     """Cross-validate the rater models and the trivial baselines; print metrics with 95% CIs.
 
