@@ -69,6 +69,7 @@ def test_invite_keep_rotate_and_revoke(tmp_path):
     assert refused.returncode == 1 and "no active link" in refused.stderr
 
 
+@pytest.mark.slow  # a `sense7` command in a process of its own
 def test_an_unknown_rater_is_named_and_nothing_changes(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     store.upsert_raters([{"rater_id": "r1", "traits": {}}])
