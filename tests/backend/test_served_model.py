@@ -32,7 +32,9 @@ def study():
 STATIC = {"text_encoder": "static", "relational_weight": "cv"}  # the static encoder, relational weight by CV
 
 
-@pytest.fixture(params=[None, {"rater_ridge": 3.0, "rater_ridge_from": "text"}, STATIC],
+# The static encoder's table is made on its first use in an installation (minutes of CPU): slow.
+@pytest.fixture(params=[None, {"rater_ridge": 3.0, "rater_ridge_from": "text"},
+                        pytest.param(STATIC, marks=pytest.mark.slow)],
                 ids=["default", "rater-ridge", "static-encoder"])
 def served_app(study, tmp_path, settings, request):
     """The default version, one with each known rater's own content weights (SENSE7_MODEL_RATER_RIDGE), or
@@ -89,6 +91,7 @@ def test_served_predictions_equal_the_reference_model(study, served_app):
 
 
 
+@pytest.mark.slow  # the static encoder's packaged table (see above)
 def test_a_served_model_reads_meaning_through_the_static_encoder(study, tmp_path, settings):
     """A version fitted with the static encoder has it in its text model, the compiled path scores it itself
     (no fallback to the estimator), and /predict tells apart two turns made of words the n-grams never saw

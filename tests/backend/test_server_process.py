@@ -58,6 +58,7 @@ def test_start_status_stop_and_port_taken(tmp_path):
     assert _cli(env, "backend", "status").returncode == 1
 
 
+@pytest.mark.slow  # a `sense7` command in a process of its own
 def test_start_refuses_a_taken_port(tmp_path):
     with socket.socket() as blocker:
         blocker.bind((BACKEND_HOST, 0))

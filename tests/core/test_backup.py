@@ -24,6 +24,9 @@ from tests.support.postgres import throwaway_databases
 
 SENSE7 = str(Path(sys.executable).parent / "sense7")
 
+# Every test runs `sense7 backup` or `sense7 restore` in processes of their own (and pg_dump): slow.
+pytestmark = pytest.mark.slow
+
 
 def make_study(home: Path, env_extra: dict | None = None) -> Settings:
     """A home with a store (raters, a staff entry), two model versions (v2 served), Label Studio's SQLite file

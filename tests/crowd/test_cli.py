@@ -25,6 +25,7 @@ def _run(tmp_path, *args):
     return subprocess.run([str(SENSE7), *args], env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # a `sense7` command in a process of its own
 def test_a_bad_study_file_names_file_line_and_field_and_stores_nothing(tmp_path):
     path = write_study(tmp_path / "s", extra="colour: blue\n")
     text = path.read_text().replace("answer: 2", "answer: 9").replace("lease_minutes: 60", "lease_minutes: soon")

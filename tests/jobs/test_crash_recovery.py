@@ -35,6 +35,7 @@ def hold_in_another_process(url: str, name: str, ttl: float) -> subprocess.Popen
     return proc
 
 
+@pytest.mark.slow  # a holder process and Redis, seconds of waiting on the TTL
 def test_a_lease_outlives_its_ttl_while_the_holder_lives_and_dies_with_it(redis_server):
     conn = redis.Redis.from_url(redis_server.url)
     holder = hold_in_another_process(redis_server.url, "test:lease", ttl=1.0)

@@ -49,6 +49,7 @@ def test_celery_config_is_reliable_by_default():
     assert JobSettings.from_env({"SENSE7_SYNC_INTERVAL": "7.5", "SENSE7_RETRAIN_EVERY": "30"}).retrain_every == 30
 
 
+@pytest.mark.slow  # a `sense7` command in a process of its own
 def test_bad_job_setting_is_named_and_the_cli_changes_nothing(tmp_path):
     with pytest.raises(ValueError, match="SENSE7_RETRAIN_EVERY"):
         JobSettings.from_env({"SENSE7_RETRAIN_EVERY": "often"})
@@ -115,6 +116,7 @@ def test_holdout_is_stable_and_never_empty_or_everything():
     assert len(holdout_conversations(["a", "b"])) == 1 and holdout_conversations(["a"]) == set()
 
 
+@pytest.mark.slow  # the hook in a process of its own, with Redis
 def test_on_event_enqueues_only_what_each_action_needs(tmp_path, redis_server):
     """In a fresh interpreter (the backend's situation): annotation events are noted in Redis and one
     drain job is queued for any number of them (forged or replayed events cost at most a re-read);
@@ -156,6 +158,7 @@ print(json.dumps({"out": out, "bad": bad}))
     assert {m.decode() for m in conn.smembers("sense7:sync:deleted")} == {"8", "9"}
 
 
+@pytest.mark.slow  # the hook in a process of its own
 def test_on_event_without_redis_fails_clearly(tmp_path):
     code = "from sense7.tasks.sync import on_event\non_event('ANNOTATION_CREATED', {'annotation': {'id': 1}})"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}

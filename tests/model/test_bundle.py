@@ -70,6 +70,7 @@ def test_failed_save_keeps_the_previous_bundle(bundle, tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == [BUNDLE_FILE]
 
 
+@pytest.mark.slow  # a writer process, killed
 def test_killed_writer_never_exposes_a_partial_bundle(bundle, tmp_path):
     """A writer process is SIGKILLed half-way through writing v2: readers still get v1, never v2's half,
     and the leftover temp file is not mistaken for a bundle."""

@@ -194,6 +194,8 @@ def test_the_encoder_is_an_sklearn_estimator(tiny):
 
 # -- the packaged model (./run setup installs the weights and makes the table) -----------------------------
 
+# slow: the packaged table is made on its first use in an installation (minutes of CPU)
+@pytest.mark.slow
 def test_the_packaged_table_sees_meaning_not_words():
     encoder = StaticEmbeddingEncoder().fit([])
     v = encoder.transform(["I am so sad, my dog died last week.", "I feel unhappy since my pet passed away.",
@@ -205,6 +207,7 @@ def test_the_packaged_table_sees_meaning_not_words():
     assert v.shape[1] == 256
 
 
+@pytest.mark.slow  # the packaged table, in a process of its own
 def test_the_packaged_encoder_runs_without_any_network(tmp_path):
     """In a fresh process with the Hugging Face libraries told they are offline and no route out (proxies
     pointing nowhere), the table is read and texts encoded; no hub client is even imported."""

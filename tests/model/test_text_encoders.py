@@ -52,7 +52,8 @@ def _implementations():
            WordCount(scale=2.0)]
     from sense7.model.static_embeddings import StaticEmbeddingEncoder
 
-    out.append(StaticEmbeddingEncoder())
+    # slow: the packaged table is made on its first use in an installation (minutes of CPU)
+    out.append(pytest.param(StaticEmbeddingEncoder(), marks=pytest.mark.slow))
     if embeddings_available():
         out.append(SentenceEmbeddingEncoder())
     return out

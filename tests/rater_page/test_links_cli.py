@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import LinkBook
 
@@ -27,6 +29,7 @@ def _rows(path: Path) -> dict[str, dict]:
         return {row["rater_id"]: row for row in csv.DictReader(fh)}
 
 
+@pytest.mark.slow  # four sense7 processes
 def test_invite_keep_rotate_and_revoke(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     store.upsert_raters([{"rater_id": "r1", "email": "r1@x.test", "traits": {}},
@@ -66,6 +69,7 @@ def test_invite_keep_rotate_and_revoke(tmp_path):
     assert refused.returncode == 1 and "no active link" in refused.stderr
 
 
+@pytest.mark.slow  # a `sense7` command in a process of its own
 def test_an_unknown_rater_is_named_and_nothing_changes(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     store.upsert_raters([{"rater_id": "r1", "traits": {}}])

@@ -165,6 +165,7 @@ def test_bad_conversations_file_is_reported_with_its_line(synth_files, tmp_path)
     assert not (tmp_path / "out.json").exists()
 
 
+@pytest.mark.slow  # evaluate over several fold assignments
 def test_evaluate_repeats_prints_and_saves_the_gain_over_fold_assignments(synth_files, tmp_path):
     json_path, report = tmp_path / "eval.json", tmp_path / "report.html"
     result = runner.invoke(app, ["evaluate", "--conversations", str(synth_files / "conversations.jsonl"),

@@ -35,6 +35,7 @@ def audit():
     return audit_rating_data(data, TAXONOMY, n_folds=5, n_repeats=3, seed=0, n_boot=500)
 
 
+@pytest.mark.slow  # the planted study (120 raters), 5 folds x 3 repeats x every trait item
 def test_planted_items_rank_above_unplanted_ones(audit):
     items = {u["name"]: u for u in audit["items"]}
     emotional = items["ai_emotional"]
@@ -46,6 +47,7 @@ def test_planted_items_rank_above_unplanted_ones(audit):
         assert u["importance"] < emotional["importance"]
 
 
+@pytest.mark.slow  # the planted study (120 raters), 5 folds x 3 repeats x every trait item
 def test_both_levels_are_reported_and_tipi_items_individually(audit):
     items = {u["name"]: u for u in audit["items"]}
     features = {u["name"]: u for u in audit["features"]}
@@ -63,6 +65,7 @@ def test_both_levels_are_reported_and_tipi_items_individually(audit):
         assert lo <= u["importance"] <= hi
 
 
+@pytest.mark.slow  # the planted study (120 raters), 5 folds x 3 repeats x every trait item
 def test_result_is_strict_json_and_drawn_in_the_report(audit):
     json.dumps(audit, allow_nan=False)
     from sense7.research.evaluation import evaluate
@@ -108,6 +111,7 @@ class _TraitRidge(BaseEstimator):
         return pd.DataFrame({c: self.levels_[p.argmax(axis=1)] for c, p in self.predict_proba(X).items()})
 
 
+@pytest.mark.slow  # three full audits
 def test_deterministic_with_a_seed(small):
     X, Y, raters = small
     options = dict(taxonomy=TAXONOMY, n_folds=3, n_repeats=2, seed=4, n_boot=50, raters=raters)
@@ -140,6 +144,7 @@ def test_unknown_method_is_refused(small):
         trait_audit(X, Y, RaterMean(), TAXONOMY, method="shapley")
 
 
+@pytest.mark.slow  # a whole evaluate run with the audit
 def test_evaluate_cli_trait_audit_prints_and_writes_it(tmp_path):
     write(generate(16, 12, seed=3, taxonomy=TAXONOMY), tmp_path)
     out = tmp_path / "result.json"

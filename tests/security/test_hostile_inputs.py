@@ -92,6 +92,7 @@ def before(home):
 
 # -- YAML ---------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # the command in its own process (a hang fails the test)
 def test_an_alias_bomb_in_a_study_file_is_refused_at_once_with_file_line_and_field(before, tmp_path):
     path = write_study(tmp_path / "s")
     path.write_text(path.read_text() + BOMB)
@@ -101,6 +102,7 @@ def test_an_alias_bomb_in_a_study_file_is_refused_at_once_with_file_line_and_fie
     assert Studies(store_of(before)).ids() == []
 
 
+@pytest.mark.slow  # the command in its own process (a hang fails the test)
 def test_an_alias_bomb_in_a_taxonomy_is_refused_at_once(before, tmp_path):
     packaged = DEFAULT_TAXONOMY_PATH.read_text()
     path = tmp_path / "taxonomy.yaml"

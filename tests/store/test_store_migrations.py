@@ -136,6 +136,7 @@ def _open_together(url: str, count: int, tmp_path: Path) -> list[dict]:
     return reports
 
 
+@pytest.mark.slow  # real processes (sense7 interpreters)
 @pytest.mark.parametrize("fixture", [None, BEFORE_ADDED_COLUMNS])
 def test_processes_opening_a_store_at_once_upgrade_it_once(tmp_path, fixture):
     path = old_sqlite_store(tmp_path, fixture) if fixture else tmp_path / "store.sqlite"
@@ -153,6 +154,7 @@ def test_processes_opening_a_store_at_once_upgrade_it_once(tmp_path, fixture):
         assert_rows_kept(before, after)
 
 
+@pytest.mark.slow  # real processes (sense7 interpreters)
 def test_a_store_newer_than_the_code_is_refused_and_left_alone(tmp_path):
     url = f"sqlite:///{tmp_path / 'store.sqlite'}"
     Store(url)
@@ -171,6 +173,7 @@ def test_a_store_newer_than_the_code_is_refused_and_left_alone(tmp_path):
     assert rows_by_table(engine) == before
 
 
+@pytest.mark.slow  # real processes (sense7 interpreters)
 def test_store_upgrade_and_revision_commands(tmp_path):
     path = old_sqlite_store(tmp_path, STORE_7820ADD)
     env = {**os.environ, "SENSE7_HOME": str(tmp_path / "home"), "SENSE7_STORE_URL": f"sqlite:///{path}"}
@@ -200,6 +203,7 @@ def pg_store_url():
         yield url
 
 
+@pytest.mark.slow  # a throwaway PostgreSQL database (and real processes)
 def test_postgresql_processes_opening_a_fresh_store_at_once_upgrade_it_once(pg_store_url, tmp_path):
     reports = _open_together(pg_store_url, 5, tmp_path)
     assert reports.count([None, head_revision()]) == 1 and reports.count(None) == 4
@@ -208,6 +212,7 @@ def test_postgresql_processes_opening_a_fresh_store_at_once_upgrade_it_once(pg_s
     engine.dispose()
 
 
+@pytest.mark.slow  # a throwaway PostgreSQL database (and real processes)
 def test_postgresql_store_from_before_migrations_upgrades_with_every_row_intact(pg_store_url, tmp_path):
     engine = create_engine(pg_store_url)
     metadata.create_all(engine)  # what the code before migrations did, then the store before its added columns

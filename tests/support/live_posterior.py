@@ -4,6 +4,7 @@ model input: the live-posterior tests' common set-up."""
 from __future__ import annotations
 
 import copy
+import functools
 
 import pandas as pd
 
@@ -18,11 +19,14 @@ TAXONOMY = load_taxonomy()
 VARIANTS = ["default", "rater-ridge", "rater-directions"]
 
 
+@functools.lru_cache(maxsize=None)
 def trained_without_held(variant: str):
     """A version (`variant`: one of VARIANTS) trained without: the last 3 conversations of a known rater, every rating of a rater with
     traits (`traits`) and of one whose traits are unknown (`unknown`). rater-ridge: a version that gives each
     known rater content weights of their own (kept as the version has them while their leniency moves).
-    rater-directions: each rater also has slopes on two learned directions, which move live too."""
+    rater-directions: each rater also has slopes on two learned directions, which move live too.
+    Fitted once per variant and session (the live-posterior and posterior-cache tests share it): callers read it
+    and deep-copy what they change."""
     synth = copy.deepcopy(generate(80, 12, seed=5, taxonomy=TAXONOMY))
     for i, conv in enumerate(synth.conversations):  # named assistants: their effects are in the residual
         conv.context = dict(conv.context, assistant_id=f"model-{i % 3}")
