@@ -41,7 +41,7 @@ def _served_bundle():
     from sense7.model.registry import ModelRegistry
 
     cfg = settings()
-    registry = ModelRegistry(cfg.model_dir)
+    registry = ModelRegistry.from_settings(cfg)
     version = registry.current()
     if version is None:
         raise fail(f"no served model in {cfg.model_dir}: run `sense7 retrain` first", 1)

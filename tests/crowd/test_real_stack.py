@@ -35,7 +35,7 @@ def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real
     stack = job_stack
     rt = stack.runtime()
     tax = rt.taxonomy
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=tax).rating_data(), "v1", tax), "v1")
     registry.promote("v1")
     study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=4, turns=2, k=2, n=2), tax)

@@ -48,7 +48,7 @@ def test_a_study_restored_into_a_new_home_goes_on(job_stack, tmp_path):
     stack = job_stack
     rt = stack.runtime()
     tax = rt.taxonomy
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=tax).rating_data(), "v1", tax), "v1")
     registry.promote("v1")
     s = build(stack)

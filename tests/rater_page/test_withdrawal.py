@@ -147,7 +147,7 @@ def test_choices_before_rating_then_withdrawal_erases_everything_of_theirs(job_s
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
 
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     registry.add(train_bundle(rt.store.rating_data(tax), "v1", tax), "v1")
     registry.promote("v1")
     assert A in registry.load("v1").known_raters
@@ -185,7 +185,7 @@ def test_choices_before_rating_then_withdrawal_erases_everything_of_theirs(job_s
     assert cli("raters", "erase", "--confirm").stdout.strip() == "no withdrawal is waiting"
 
     # The retrain (queued to the worker) serves a version without A, then v1 is removed.
-    wait_for(lambda: registry.current() not in (None, "v1") and not registry.path("v1").exists(), timeout=600,
+    wait_for(lambda: registry.current() not in (None, "v1") and "v1" not in [v.name for v in registry.list_versions()], timeout=600,
              what="a new version served and v1 removed")
     assert A not in registry.load(registry.current()).known_raters
 

@@ -168,7 +168,7 @@ def served_and_spoiled_store(tmp_path):
     store.upsert_conversations(read_conversations(tmp_path / "data" / "conversations.jsonl", taxonomy=tax))
     ratings = read_ratings(tmp_path / "data" / "ratings.csv", tax)
     store.import_ratings(ratings)
-    registry = ModelRegistry(tmp_path / "models")
+    registry = ModelRegistry(tmp_path / "models", store)
     registry.add(train_bundle(store.rating_data(tax), "v1", tax), "v1")
     registry.promote("v1")
     held = holdout_conversations(ratings["conversation_id"])
