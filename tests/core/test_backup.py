@@ -40,7 +40,7 @@ def make_study(home: Path, env_extra: dict | None = None) -> Settings:
     store.upsert_raters([{"rater_id": "r1", "email": "r1@example.org", "traits": {"tipi_1": 3}},
                          {"rater_id": "r2", "traits": {}}])
     store.log_staff("import", raters=2)
-    study_secret(cfg.home, "pilot")
+    study_secret(cfg, "pilot")
     tax = load_taxonomy()
     registry = ModelRegistry.from_settings(cfg)
     bundle = train_bundle(synth.generate(12, 4, seed=3, taxonomy=tax).rating_data(), "v1", tax)
