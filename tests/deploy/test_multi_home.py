@@ -145,3 +145,88 @@ def test_worker_backend_and_rater_pages_share_only_the_store_redis_and_settings(
             except subprocess.TimeoutExpired:
                 worker.kill()
         store.engine.dispose()
+
+
+HAPROXY_CONFIG = """global
+    maxconn 256
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend pages
+    bind 127.0.0.1:{port}
+    default_backend instances
+backend instances
+    balance roundrobin
+    http-response set-header X-Instance %[srv_name]
+{servers}
+"""
+
+
+def test_one_participant_across_two_rater_pages_behind_haproxy(deployment, tmp_path):
+    """Debian's HAProxy spreads one participant's requests over two rater-page instances (round robin, no
+    stickiness): the session opened by the link goes on whichever instance answers, and failed link openings
+    count against one limit."""
+    import shutil
+
+    haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
+    if haproxy is None:
+        pytest.skip("HAProxy is not installed (Debian: apt-get install haproxy)")
+    store_url, homes, envs = deployment
+    store = Store(store_url)
+    store.upsert_raters([{"rater_id": "p1", "traits": {}}])
+    conv = synth.generate(1, 1, seed=3, taxonomy=TAXONOMY).conversations[0]
+    task = rating_tasks(conv)[0]["data"]
+    RaterQueue(store).replace("p1", [{
+        "task_id": 601, "kind": "rating", "position": 0, "conversation_id": task["conversation_id"],
+        "turn_index": task["turn_index"], "data": {"history": task["history"], "turn": task["turn"],
+                                                   "repeat": False, "instructed": None},
+        "prediction": None, "answer": None}])
+    proxy_port = free_port()
+    page_ports = {name: free_port() for name in ("c", "c2")}
+    links = tmp_path / "links.csv"
+    made = cli(envs["a"], "raters", "invite", "--rater", "p1", "--no-copy-queues", "--out", str(links),
+               "--base-url", f"http://127.0.0.1:{proxy_port}")
+    assert made.returncode == 0, made.stderr
+    url = links.read_text().splitlines()[1].split(",")[1]
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(HAPROXY_CONFIG.format(port=proxy_port, servers="\n".join(
+        f"    server {name} 127.0.0.1:{port}" for name, port in page_ports.items())))
+    started, proxy = [], None
+    try:
+        for name, port in page_ports.items():
+            envs[name].update(SENSE7_RATER_PAGE_PORT=str(port), SENSE7_RATER_PAGE_WORKERS="1")
+            done = cli(envs[name], "rater-page", "start")
+            assert done.returncode == 0, done.stderr
+            started.append(name)
+        proxy = subprocess.Popen([haproxy, "-db", "-f", str(config)], stdout=open(tmp_path / "haproxy.log", "wb"),
+                                 stderr=subprocess.STDOUT)
+        front = f"http://127.0.0.1:{proxy_port}"
+        wait_for(lambda: _answers(f"{front}/healthz"), timeout=30, what="HAProxy in front of both pages")
+        participant = requests.Session()
+        opened = participant.get(url, timeout=30)
+        assert opened.status_code == 200 and urlparse(opened.url).path == "/task/601"
+        seen = set()
+        for _ in range(6):
+            page = participant.get(f"{front}/task/601", timeout=30)
+            assert page.status_code == 200 and f'name="{TAXONOMY.controls[0]}"' in page.text
+            seen.add(page.headers["X-Instance"])
+        assert seen == {"c", "c2"}  # both instances served the one session
+        assert requests.get(f"{front}/task/601", timeout=30).status_code == 404  # a stranger behind the proxy
+        codes = [requests.get(f"{front}/r/{'y' * 43}{i}", timeout=30).status_code for i in range(6)]
+        assert codes[:4] == [404] * 4 and codes[4:] == [429, 429], codes
+    finally:
+        if proxy is not None:
+            proxy.terminate()
+            proxy.wait(timeout=30)
+        for name in reversed(started):
+            cli(envs[name], "rater-page", "stop")
+        store.engine.dispose()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=5).status_code == 200
+    except requests.RequestException:
+        return False
