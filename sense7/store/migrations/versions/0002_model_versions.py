@@ -20,6 +20,15 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # A store re-stamped by hand (its alembic_version dropped, as a test of old stores does) may have them already.
+    present = set(sa.inspect(op.get_bind()).get_table_names())
+    if "model_versions" not in present:
+        _create_model_versions()
+    if "model_pointer" not in present:
+        _create_model_pointer()
+
+
+def _create_model_versions() -> None:
     op.create_table(
         "model_versions",
         sa.Column("name", sa.String(length=64), nullable=False),
@@ -30,6 +39,9 @@ def upgrade() -> None:
         sa.Column("bundle", sa.LargeBinary(), nullable=False),
         sa.PrimaryKeyConstraint("name"),
     )
+
+
+def _create_model_pointer() -> None:
     op.create_table(
         "model_pointer",
         sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
