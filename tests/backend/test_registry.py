@@ -167,3 +167,26 @@ def test_an_older_sense7s_folder_versions_move_into_the_store(tmp_path):
     assert registry.current() == "v2" and registry.load("v2").level == 4 and registry.metrics("v1") == {"n": 2}
     assert not (models / "v1").exists() and not (models / "CURRENT").exists() and (models / "v3").exists()
     assert registry.adopt_folder_versions() == []
+
+
+def test_a_strangers_blob_cannot_write_outside_the_cache(registry, tmp_path):
+    """Someone who can write the store plants a version whose tar holds a path out of the cache (its SHA-256
+    and size made to match): it is refused before anything is written, and never loaded."""
+    import io
+    import tarfile
+    from hashlib import sha256
+
+    from sense7.store.model_versions import VersionRow
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in ("bundle.pkl", "../../planted.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 3
+            tar.addfile(info, io.BytesIO(b"bad"))
+    blob = buffer.getvalue()
+    registry.rows.add(VersionRow("v6", 0.0, {}, sha256(blob).hexdigest(), len(blob)), blob)
+    with pytest.raises(RegistryError, match="not a plain file"):
+        registry.promote("v6")
+    assert not list(tmp_path.rglob("planted.txt")) and registry.current() is None
+    assert not [p for p in registry.model_dir.iterdir() if p.name.startswith(".staging-")]  # nothing left behind
