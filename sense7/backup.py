@@ -8,8 +8,8 @@ rater page's session key, each crowd study's id key). One tar.gz, written 0600, 
 every file's path, size and SHA-256, the store's schema revision, when, by which sense7.
 
 A restore reads the whole archive before it writes anything: only regular files under the four known folders
-(no link, device, absolute path or `..`), exactly the files the manifest lists with their sizes and checksums,
-a store revision this sense7 knows. Then it refuses a target that already holds a study (a store with tables,
+(no link, device, absolute path or `..`), exactly the files the manifest lists with their sizes and checksums
+(the manifest comes first and bounds what is unpacked), a store revision this sense7 knows. Then it refuses a target that already holds a study (a store with tables,
 models, Label Studio's database, secrets) unless forced, and moves everything into place. Secrets are never
 printed or logged: the staff log gets counts.
 """
@@ -50,6 +50,7 @@ STORE_SQLITE, STORE_DUMP = "store/store.sqlite", "store/store.pgdump"
 LS_SQLITE, LS_DUMP = "label-studio/label_studio.sqlite3", "label-studio/label_studio.pgdump"
 TOP_FOLDERS = ("store", "models", "label-studio", SECRETS_DIR)
 MAX_MEMBERS = 100_000
+UNPACK_RESERVE = 512 * 1024 * 1024  # (bytes) a restore leaves this much of its disk free
 
 
 class BackupError(RuntimeError):
@@ -265,13 +266,18 @@ def _safe_name(name: str) -> str:
     return name
 
 
-def read_archive(archive: Path, into: Path) -> dict:
+def read_archive(archive: Path, into: Path, max_bytes: int | None = None) -> dict:
     """Extract `archive` into the empty folder `into` after checking every member, then check the files
-    against the manifest. The manifest; BackupError (nothing left in `into` worth using) otherwise."""
+    against the manifest. The manifest; BackupError (nothing left in `into` worth using) otherwise.
+
+    The manifest comes first (`backup` writes it so) and bounds what is written: its files must fit in
+    `max_bytes` (default: the free space of `into`'s disk less UNPACK_RESERVE), and a member it does not list,
+    or of another size than it lists, is refused before a byte of it is written: an archive that would
+    unpack to more than it says (a "zip bomb") fills nothing."""
     archive = Path(archive)
     if not archive.is_file():
         raise BackupError(f"{archive}: no such file")
-    manifest = None
+    manifest, listed = None, {}
     written: dict[str, tuple[int, str]] = {}
     try:
         with tarfile.open(archive, mode="r:gz") as tar:
@@ -284,15 +290,25 @@ def read_archive(archive: Path, into: Path) -> dict:
                 if not member.isfile():
                     kind = "a link" if member.issym() or member.islnk() else "a special file"
                     raise BackupError(f"the archive holds {kind} at {name!r}: refused, nothing restored")
-                if name in written or (name == MANIFEST and manifest is not None):
-                    raise BackupError(f"the archive holds {name!r} twice: refused, nothing restored")
-                source = tar.extractfile(member)
-                if name == MANIFEST:
+                if manifest is None:
+                    if name != MANIFEST:
+                        raise BackupError(f"{archive} has no sense7 backup manifest first: refused, nothing restored")
                     try:
-                        manifest = json.loads(source.read(10_000_000))
+                        manifest = json.loads(tar.extractfile(member).read(10_000_000))
                     except ValueError as exc:
                         raise BackupError(f"{archive}: manifest.json is not JSON ({exc}): refused") from None
+                    listed = manifest_listing(archive, manifest)
+                    check_room(archive, sum(size for size, _ in listed.values()), into, max_bytes)
                     continue
+                if name in written or name == MANIFEST:
+                    raise BackupError(f"the archive holds {name!r} twice: refused, nothing restored")
+                if name not in listed:
+                    raise BackupError(f"{archive} holds {name}, which the manifest does not list: refused, "
+                                      "nothing restored")
+                if member.size != listed[name][0]:
+                    raise BackupError(f"{archive}: {name} is not the size its manifest lists (tampered or damaged): "
+                                      "refused, nothing restored")
+                source = tar.extractfile(member)
                 dest = into / name
                 dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 digest, size = hashlib.sha256(), 0
@@ -307,11 +323,14 @@ def read_archive(archive: Path, into: Path) -> dict:
             raise
         raise BackupError(f"{archive} is not a complete sense7 backup ({type(exc).__name__}: {exc}): "
                           "refused, nothing restored") from None
-    _check_manifest(archive, manifest, written)
+    if manifest is None:
+        raise BackupError(f"{archive} has no sense7 backup manifest: refused, nothing restored")
+    check_files(archive, manifest, listed, written)
     return manifest
 
 
-def _check_manifest(archive: Path, manifest, written: dict[str, tuple[int, str]]) -> None:
+def manifest_listing(archive: Path, manifest) -> dict[str, tuple[int, str]]:
+    """path -> (size, SHA-256) of every file the manifest lists; BackupError for a manifest that is not one."""
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BackupError(f"{archive} has no sense7 backup manifest: refused, nothing restored")
     if manifest.get("format_version") != FORMAT_VERSION:
@@ -320,16 +339,30 @@ def _check_manifest(archive: Path, manifest, written: dict[str, tuple[int, str]]
     listed = {}
     for entry in manifest.get("files") or []:
         try:
-            listed[_safe_name(entry["path"])] = (int(entry["size"]), str(entry["sha256"]))
-        except (KeyError, TypeError, ValueError):
-            raise BackupError(f"{archive}: a manifest entry is malformed: refused, nothing restored") from None
+            name, size, digest = _safe_name(entry["path"]), int(entry["size"]), str(entry["sha256"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            size = -1
+        if size < 0:
+            raise BackupError(f"{archive}: a manifest entry is malformed: refused, nothing restored")
+        listed[name] = (size, digest)
+    return listed
+
+
+def check_room(archive: Path, total: int, into: Path, max_bytes: int | None) -> None:
+    """Refuse an archive whose files would not fit: in `max_bytes`, else in the free space of `into`'s disk
+    less UNPACK_RESERVE (a restore must not fill the disk the running study's store lives on)."""
+    room = max_bytes if max_bytes is not None else shutil.disk_usage(into).free - UNPACK_RESERVE
+    if total > room:
+        raise BackupError(f"{archive} unpacks to {total:,} bytes; {max(room, 0):,} are free for it: refused, "
+                          "nothing restored")
+
+
+def check_files(archive: Path, manifest: dict, listed: dict[str, tuple[int, str]],
+                written: dict[str, tuple[int, str]]) -> None:
     missing = sorted(set(listed) - set(written))
-    extra = sorted(set(written) - set(listed))
     if missing:
         raise BackupError(f"{archive} is partial: {missing[0]} (and {len(missing) - 1} more) listed in the manifest "
                           "is missing: refused, nothing restored")
-    if extra:
-        raise BackupError(f"{archive} holds {extra[0]}, which the manifest does not list: refused, nothing restored")
     for name, (size, digest) in sorted(written.items()):
         if (size, digest) != listed[name]:
             raise BackupError(f"{archive}: {name} does not match its checksum in the manifest (tampered or "

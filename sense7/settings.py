@@ -30,31 +30,34 @@ class SettingsError(ValueError):
     it as one line; a process refuses to start)."""
 
 
-def _count_from_env(env, variable: str, default: int, minimum: int) -> int:
-    """A whole number >= `minimum` from the environment; unset or empty keeps `default`."""
-    raw = env.get(variable)
+def _number_from_env(env, name: str, default, parse):
+    """The environment variable `name` read by `parse` (int, float); unset or empty: `default`; no such number:
+    None (the caller's error names what it expected)."""
+    raw = env.get(name)
     if raw in (None, ""):
         return default
     try:
-        value = int(raw)
+        return parse(raw)
     except ValueError:
-        raise SettingsError(f"{variable}={raw!r}: expected an integer") from None
+        return None
+
+
+def _count_from_env(env, variable: str, default: int, minimum: int) -> int:
+    """A whole number >= `minimum` from the environment; unset or empty keeps `default`."""
+    value = _number_from_env(env, variable, default, int)
+    if value is None:
+        raise SettingsError(f"{variable}={env.get(variable)!r}: expected an integer")
     if value < minimum:
-        raise SettingsError(f"{variable}={raw!r}: must be at least {minimum}")
+        raise SettingsError(f"{variable}={env.get(variable)!r}: must be at least {minimum}")
     return value
 
 
 def _positive_seconds(env, name: str, default: float) -> float:
     """A duration in seconds above 0 from the environment variable `name` (unset or empty: `default`)."""
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise SettingsError(f"environment variable {name}: expected a number of seconds above 0, got {raw!r}")
+    seconds = _number_from_env(env, name, default, float)
+    if seconds is None or not seconds > 0 or seconds == float("inf"):
+        raise SettingsError(f"environment variable {name}: expected a number of seconds above 0, "
+                            f"got {env.get(name)!r}")
     return seconds
 
 
@@ -279,13 +282,10 @@ class StudyDesign:
     @classmethod
     def from_env(cls, env: dict) -> "StudyDesign":
         def share(name: str, default: float) -> float:
-            raw = env.get(name)
-            if raw in (None, ""):
-                return default
-            try:
-                return float(raw)
-            except ValueError:
-                raise SettingsError(f"environment variable {name}: expected a number, got {raw!r}") from None
+            value = _number_from_env(env, name, default, float)
+            if value is None:
+                raise SettingsError(f"environment variable {name}: expected a number, got {env.get(name)!r}")
+            return value
 
         return cls(prefill=(env.get("SENSE7_PREFILL") or "randomized").strip().lower(),
                    shown_share=share("SENSE7_PREFILL_SHOWN_SHARE", 0.5),

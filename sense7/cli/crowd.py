@@ -59,6 +59,9 @@ def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; docs
     console.print(f"study URL: {url}/s/{study.study_id}?{names['participant_param']}={{{{%PROLIFIC_PID%}}}}"
                   f"&{names['study_param']}={{{{%STUDY_ID%}}}}&{names['session_param']}={{{{%SESSION_ID%}}}}",
                   highlight=False, markup=False, soft_wrap=True)
+    if "study_id" not in names:
+        console.print("note: the study file does not pin the platform's study id (platform.study_id): entries "
+                      "naming any platform study are let in", highlight=False)
 
 
 def _set_open(study_id: str, is_open: bool) -> None:

@@ -168,7 +168,8 @@ def withdraw(rater_id: str = typer.Argument(..., help="The rater who withdraws f
     without personal data remains (`sense7 raters erase` lists receipts). Withdrawing twice or an unknown
     id: one error line, nothing changed. Interrupted: `sense7 raters erase --confirm` finishes it."""
     from sense7.crowd.lifecycle import withdraw as settle_crowd_withdrawal
-    from sense7.privacy.participation import WithdrawalError, Withdrawals, staff_user
+    from sense7.privacy.participation import WithdrawalError, Withdrawals
+    from sense7.store.database import staff_user
 
     store = _store()
     try:

@@ -132,6 +132,11 @@ def _set_rater_ridge(estimators: dict, rater_ridge: str | None, rater_ridge_from
             estimator.set_params(rater_ridge=value, rater_ridge_from=rater_ridge_from)
 
 
+def _model_option(flag: str, help: str):
+    """An option of the rater models that stays unset unless given: the models' own default then applies."""
+    return typer.Option(None, flag, show_default=False, help=help)
+
+
 def evaluate_command(
     conversations: Path = typer.Option(None, help=CONVERSATIONS_HELP),
     ratings: Path = typer.Option(None, help=RATINGS_HELP),
@@ -139,7 +144,9 @@ def evaluate_command(
     assignments: Path = typer.Option(None, help=ASSIGNMENTS_HELP),
     wassa2024: Path = typer.Option(None, "--wassa2024", help=WASSA_HELP),
     convabuse: Path = typer.Option(None, "--convabuse", help=CONVABUSE_HELP),
-    splits: str = typer.Option("known_rater,cold_start", help="comma-separated: known_rater, cold_start"),
+    splits: str = typer.Option("known_rater,cold_start",
+                               help="comma-separated: known_rater, cold_start, live_replay (new raters' answers "
+                                    "replayed in their order through the live posterior; folds by rater)"),
     folds: int = typer.Option(5, min=2, help="cross-validation folds"),
     seed: int = typer.Option(0, help="seed of the fold assignment and the bootstrap"),
     boot: int = typer.Option(1000, min=0, help="bootstrap resamples for the confidence intervals"),
@@ -151,38 +158,45 @@ def evaluate_command(
     repeats: int = typer.Option(1, min=1, help="fold assignments for the within-rater gain (repeated "
                                                "cross-validation: seeds seed, seed + 1, ...); other figures "
                                                "are the first assignment's"),
+    replay_ks: str = typer.Option("0,1,2,5,10,20", "--replay-ks",
+                                  help="live_replay: the numbers of answers after which the live posterior is "
+                                       "scored (the largest is the replayed stream's length)"),
+    replay_min_targets: int = typer.Option(5, "--replay-min-targets", min=1,
+                                           help="live_replay: a rater takes part with at least this many answers "
+                                                "after the stream (all of them are predicted at every k)"),
     json_path: Path = typer.Option(None, "--json", help="write the full result as JSON"),
     report: Path = typer.Option(None, help="write a self-contained HTML report"),
     taxonomy: Path = taxonomy_option(),
     trait_audit: bool = typer.Option(False, "--trait-audit",
                                      help="also audit the raters' traits: how much each trait and questionnaire "
                                           "item lowers the personalized model's cold-start error"),
-    text_encoder: str = typer.Option(None, "--text-encoder", show_default=False,
-                                     help="the rater models' text encoder beside the n-grams: ngrams (none: the "
-                                          "default), static (token embeddings distilled from the packaged "
-                                          "MiniLM) or minilm (sentence embeddings; needs the [embeddings] extra)"),
-    relational_weight: str = typer.Option(None, "--relational-weight", show_default=False,
-                                          help="scale of the relational features in the rater models: a number "
-                                               ">= 0 (0 = off), or cv (chosen on each training fold); default "
-                                               "the models' own (0)"),
-    rater_ridge: str = typer.Option(None, "--rater-ridge", show_default=False,
-                                    help="each known rater's own content weights in the personalized model: cv "
-                                         "(penalty by inner cross-validation on each training fold, off if it "
-                                         "does not help), cv_rater (chosen per rater), cv_rater_1se (per rater, "
-                                         "on only if it beats off by one standard error) or a penalty; default off"),
+    text_encoder: str = _model_option("--text-encoder",
+                                      "the rater models' text encoder beside the n-grams: ngrams (none: the "
+                                      "default), static (token embeddings distilled from the packaged "
+                                      "MiniLM) or minilm (sentence embeddings; needs the [embeddings] extra)"),
+    relational_weight: str = _model_option("--relational-weight",
+                                           "scale of the relational features in the rater models: a number "
+                                           ">= 0 (0 = off), or cv (chosen on each training fold); default "
+                                           "the models' own (0)"),
+    rater_ridge: str = _model_option("--rater-ridge",
+                                     "each known rater's own content weights in the personalized model: cv "
+                                     "(penalty by inner cross-validation on each training fold, off if it "
+                                     "does not help), cv_rater (chosen per rater), cv_rater_1se (per rater, "
+                                     "on only if it beats off by one standard error) or a penalty; default off"),
     rater_ridge_from: str = typer.Option("encoder", "--rater-ridge-from",
                                          help="the features of --rater-ridge: encoder (needs --text-encoder "
                                               "minilm) or text (every text feature)"),
-    text_alpha: str = typer.Option(None, "--text-alpha", show_default=False,
-                                   help="the rater models' text ridge penalty: a number, or cv (per control, by "
-                                        "inner cross-validation on each training fold; ~4.5x the fit time); "
-                                        "default the models' own (10)"),
+    text_alpha: str = _model_option("--text-alpha",
+                                    "the rater models' text ridge penalty: a number, or cv (per control, by "
+                                    "inner cross-validation on each training fold; ~4.5x the fit time); "
+                                    "default the models' own (10)"),
 ) -> None:
     """Cross-validate the rater models and the trivial baselines; print metrics with 95% CIs.
 
     Known raters: folds grouped by conversation. Cold start: folds grouped by rater. Every model is refitted
-    on each training fold."""
-    from sense7.research.evaluation import SPLITS, default_models, evaluate
+    on each training fold. Live replay: folds by rater; each test rater's answers in the data's order, the live
+    posterior after k of them against the static prediction, the generic model and their running mean."""
+    from sense7.research.evaluation import REPLAY_SPLIT, SPLIT_NAMES, SPLITS, default_models, evaluate
 
     if list_models:
         for kind in CATALOG:
@@ -191,25 +205,36 @@ def evaluate_command(
         return
 
     chosen = [s.strip() for s in splits.split(",") if s.strip()]
-    unknown = [s for s in chosen if s not in SPLITS]
+    unknown = [s for s in chosen if s not in SPLIT_NAMES]
     if unknown or not chosen:
         raise fail(f"--splits: unknown split(s) {', '.join(unknown) or '(none given)'}; "
-                   f"choose from {', '.join(SPLITS)}", 2)
+                   f"choose from {', '.join(SPLIT_NAMES)}", 2)
+    try:
+        ks = sorted({int(k) for k in replay_ks.split(",") if k.strip()})
+    except ValueError:
+        ks = []
+    if not ks or ks[0] < 0:
+        raise fail(f"--replay-ks: expected comma-separated counts of answers >= 0, got {replay_ks!r}", 2)
     try:
         estimators = default_models(None if models is None else [m.strip() for m in models.split(",") if m.strip()])
     except ValueError as exc:
         raise fail(f"--models: {exc}", 2)
+    if REPLAY_SPLIT in chosen and "personalized" not in estimators:
+        raise fail(f"--splits {REPLAY_SPLIT} replays the personalized model: add personalized to --models", 2)
     _set_text_model(estimators, text_encoder, relational_weight, text_alpha)
     _set_rater_ridge(estimators, rater_ridge, rater_ridge_from)
     tax = resolve_taxonomy(taxonomy)
     data, name = _load(conversations, ratings, raters, wassa2024, tax, assignments=assignments, convabuse=convabuse)
     with progress() as bar:
         pair = int("generic" in estimators and "personalized" in estimators)
+        crossed = [s for s in chosen if s in SPLITS]
         job = bar.add_task("Cross-validating",
-                           total=len(chosen) * folds * (len(estimators) + 2 * pair * (repeats - 1)))
+                           total=len(crossed) * folds * (len(estimators) + 2 * pair * (repeats - 1))
+                           + folds * (REPLAY_SPLIT in chosen))
         try:
             result = evaluate(data, splits=chosen, n_folds=folds, seed=seed, n_boot=boot, models=estimators,
-                              n_jobs=jobs, taxonomy=tax, repeats=repeats,
+                              n_jobs=jobs, taxonomy=tax, repeats=repeats, replay_ks=ks,
+                              replay_min_targets=replay_min_targets,
                               dataset=name, progress=lambda label: bar.update(job, advance=1, description=label))
         except ValueError as exc:
             raise fail(str(exc), 2)

@@ -63,6 +63,39 @@ def print_evaluation(result: dict) -> None:
             console.print(f"personalized - generic Spearman: {paired['spearman']:+.3f} {_ci(paired['ci'])} "
                           "(paired bootstrap)")
         _print_perspectivist(split)
+    if result.get("live_replay"):
+        print_live_replay(result["live_replay"])
+
+
+def print_live_replay(replay: dict) -> None:
+    """`evaluate --splits live_replay`: per k, the models' MAE on the same later answers, live minus the others
+    (paired, "value ±half the 95% CI") and Spearman; every figure's CI is in --json and the report."""
+    table = Table(title=f"live_replay ({replay['n_folds']} folds by rater): MAE on each rater's later answers",
+                  caption=f"raters: with k + {replay['min_targets']} answers or more ({replay['n_eligible']} of "
+                          f"{replay['n_raters']} at k = 0, {replay['n_full_stream']} with all "
+                          f"{replay['stream_length']}); answers in {replay['order']}; mean over raters")
+    models = ("live", "static", "running_mean", "running_median", "generic", "global_mean")
+    for column in ("k", "raters", "live", "static", "run. mean", "run. median", "generic", "global mean"):
+        table.add_column(column, justify="right")
+    for point in replay["curve"]:
+        table.add_row(str(point["k"]), str(point["n_raters"]), *(_num(point["mae"][m]["value"]) for m in models))
+    console.print(table)
+    minus = Table(title="live_replay: live minus each (paired, ±half the 95% CI)")
+    others = ("static", "running_mean", "running_median", "generic")
+    for column in ("k", "MAE - static", "- run. mean", "- run. median", "- generic", "Spearman - static"):
+        minus.add_column(column, justify="right")
+    for point in replay["curve"]:
+        diff = point["live_minus"]
+        minus.add_row(str(point["k"]), *(_plus_minus(diff[m]["mae"]["value"], diff[m]["mae"]["ci"]) for m in others),
+                      _plus_minus(diff["static"]["spearman"]["value"], diff["static"]["spearman"]["ci"]))
+    console.print(minus)
+    ranks = Table(title="live_replay: Spearman (expected rating; a fold's raters pooled)")
+    for column in ("k", "live", "static", "run. mean", "generic"):
+        ranks.add_column(column, justify="right")
+    for point in replay["curve"]:
+        ranks.add_row(str(point["k"]), *(_num(point["spearman"][m]["value"])
+                                         for m in ("live", "static", "running_mean", "generic")))
+    console.print(ranks)
 
 
 def _print_perspectivist(split: dict) -> None:

@@ -113,6 +113,18 @@ def check_answers(study, right: bool) -> dict[str, str]:
             for i, q in enumerate(study.questions, start=1)}
 
 
+def outcome_after(answer, step: str, stops_here: tuple[str, str, str] | None) -> str | None:
+    """How a participant's visit ends with the page's `answer` at `step` (consent, check), or None when it goes
+    on. `stops_here`, for a participant meant to stop at this step: (the outcome, the code the page must then
+    show, the outcome when it does not)."""
+    if stops_here:
+        outcome, code, failed = stops_here
+        return outcome if code in answer.text else failed
+    if answer.status_code != 303:
+        return "full" if "full" in answer.text else f"{step} {answer.status_code}"
+    return None
+
+
 async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pace, tally: Tally,
                       rng: random.Random, form_values: dict, profile_values: dict) -> None:
     """One participant through the study on `http` (an httpx.AsyncClient on the rater page's URL)."""
@@ -130,7 +142,7 @@ async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pac
     names = study.platform
     try:
         started = time.perf_counter()
-        page = await timed(http.get(f"/s/{sid}?{names['participant_param']}={pid}&{names['study_param']}=sim"
+        page = await timed(http.get(f"/s/{sid}?{names['participant_param']}={pid}&{names['study_param']}={names.get('study_id', 'sim')}"
                                     f"&{names['session_param']}=s{pid[-6:]}"))
         if page.status_code != 200 or "I agree" not in page.text:
             tally.outcome(f"entry {page.status_code}")
@@ -140,11 +152,10 @@ async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pac
         await asyncio.sleep(reading)
         answer = await timed(http.post(f"/s/{sid}/consent", data={"csrf_token": CSRF.search(page.text).group(1),
                                                                   "consent": choice}))
-        if kind == "decline":
-            tally.outcome("declined" if codes["no_consent"] in answer.text else "decline failed")
-            return
-        if answer.status_code != 303:
-            tally.outcome("full" if "full" in answer.text else f"consent {answer.status_code}")
+        declined = ("declined", codes["no_consent"], "decline failed") if kind == "decline" else None
+        ended = outcome_after(answer, "consent", declined)
+        if ended:
+            tally.outcome(ended)
             return
         page = await timed(http.get(f"/s/{sid}/check"))
         token = CSRF.search(page.text).group(1)
@@ -153,11 +164,10 @@ async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pac
             await asyncio.sleep(rng.uniform(*pace.check_answer))
             answer = await timed(http.post(f"/s/{sid}/check", data={"csrf_token": token,
                                                                     **check_answers(study, kind != "screen")}))
-        if kind == "screen":
-            tally.outcome("screened_out" if codes["screen_out"] in answer.text else "screen failed")
-            return
-        if answer.status_code != 303:
-            tally.outcome("full" if "full" in answer.text else f"check {answer.status_code}")
+        screened = ("screened_out", codes["screen_out"], "screen failed") if kind == "screen" else None
+        ended = outcome_after(answer, "check", screened)
+        if ended:
+            tally.outcome(ended)
             return
         deadline = time.monotonic() + 300
         wait = await timed(http.get(f"/s/{sid}/wait"))  # an entry page when the tasks are there

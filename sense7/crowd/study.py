@@ -6,6 +6,9 @@ platform:                            # the entry URL's parameter names (Prolific
   participant_param: PROLIFIC_PID
   study_param: STUDY_ID
   session_param: SESSION_ID
+  study_id: 65aa11bb22cc33dd44ee55ff  # optional, recommended: the study's id on the platform; an entry whose
+                                     # study parameter differs is refused, and the Prolific API check asks
+                                     # about this study, not about whichever one the URL names
 consent: consent.md                  # Markdown in this file's folder; its SHA-256 is the consent version
 comprehension:                       # at least one; two attempts to answer all of them right
   - question: What does "Continuity" mean here?
@@ -57,6 +60,7 @@ STUDY_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
 CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 PROLIFIC = {"participant_param": "PROLIFIC_PID", "study_param": "STUDY_ID", "session_param": "SESSION_ID"}
+PLATFORM_STUDY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # `platform.study_id`: a value, not a parameter name
 KNOWN_KEYS = {"study", "platform", "consent", "comprehension", "raters_per_conversation",
               "conversations_per_participant", "turns_per_participant", "lease_minutes", "check_minutes",
               "participant_cap", "codes", "pool", "assignment"}
@@ -105,6 +109,12 @@ class CrowdStudy:
         return make_policy(self.assignment.get("policy", DEFAULT_POLICY), self.raters_per_conversation,
                            self.conversations_per_participant, self.turns_per_participant,
                            int(self.assignment.get("floor", 1)), **params)
+
+    def entry_from_elsewhere(self, platform_study: str | None) -> bool:
+        """Whether an entry's study parameter names another platform study than the one this study file pins
+        (`platform.study_id`); never, when none is pinned."""
+        pinned = self.platform.get("study_id")
+        return pinned is not None and platform_study != pinned
 
     def redirect_for(self, outcome: str) -> tuple[str | None, str | None]:
         """(code, URL) of an outcome: completion, no_consent, screen_out or full (optional)."""
@@ -188,7 +198,13 @@ def load_study(path: str | Path) -> CrowdStudy:
         problem(("platform",), "platform", "must be a mapping of parameter names")
         given = {}
     for key, value in given.items():
-        if key not in PROLIFIC:
+        if key == "study_id":
+            if not isinstance(value, str) or not PLATFORM_STUDY_ID.fullmatch(value):
+                problem(("platform", key), f"platform.{key}", "must be the platform's study id (letters, digits, "
+                        "'_' or '-', at most 64)")
+            else:
+                platform[key] = value
+        elif key not in PROLIFIC:
             problem(("platform", key), f"platform.{key}", "unknown setting")
         elif not isinstance(value, str) or not PARAM_NAME.fullmatch(value):
             problem(("platform", key), f"platform.{key}", "must be a URL parameter name")

@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import getpass
 import re
 import secrets
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from datetime import datetime, timezone
 from sqlalchemy import delete, or_, select, update
 
 from sense7.store import tables
-from sense7.store.database import Store
+from sense7.store.database import Store, staff_user
 
 PARTICIPANT = "participant"  # requested_by of a withdrawal asked for on the rater page
 REDACTED = "[withdrawn]"
@@ -43,11 +42,6 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def staff_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no user name in this environment (some containers)
-        return "unknown"
 
 
 @dataclass(frozen=True)

@@ -119,13 +119,19 @@ def csrf_failed(_error):
     return render_template("message.html", title="This page has expired", text="Please open your link again."), 400
 
 
+# A body that stopped, or one left unread because it was too long, leaves the connection out of step (the
+# next bytes would be read as a request): both answers end the connection and say so.
+CLOSES = {"Connection": "close"}
+
+
 def body_stopped(_error):
     return render_template("message.html", title="Not received",
-                           text="Your answer did not arrive whole. Please send it again."), 408
+                           text="Your answer did not arrive whole. Please send it again."), 408, CLOSES
 
 
 def too_large(_error):
-    return render_template("message.html", title="Too long", text="Please shorten your comment and try again."), 413
+    return (render_template("message.html", title="Too long", text="Please shorten your comment and try again."),
+            413, CLOSES)
 
 
 def too_many(_error):

@@ -11,7 +11,8 @@ held every thread of the page (2 workers x 8), and /healthz took over 5 s (issue
 - only a whole head goes to a thread, its bytes pushed back into gunicorn's parser (its unreader), so the
   parser never waits for the head;
 - in the thread each later read (the body) and each write waits at most the same timeout: a body shorter
-  than its Content-Length is answered 408 by the app (sense7.rater_page.app) and the connection closed;
+  than its Content-Length is answered 408 by the app (sense7.rater_page.app) and the connection closed
+  (`closing_when_asked`: gunicorn would otherwise keep it alive);
 - between kept-alive requests gunicorn's keep-alive (gunicorn_conf.py) bounds the wait for the first byte,
   then the head is read as above. Bytes read ahead of a response (a pipelined request) start the next
   head's read here too.
@@ -35,6 +36,22 @@ HEAD_END = b"\r\n\r\n"
 HEAD_LIMIT = 64 * 1024  # bytes of a request head (the page's cookies are a few hundred bytes)
 RECV_SIZE = 16 * 1024
 TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+
+
+def closing_when_asked(app):
+    """The app wrapped so that a response carrying `Connection: close` (the 408 and 413 answers: the request's
+    body was not read whole, so the connection's next bytes would be read as a request) ends its connection.
+    gunicorn drops an app's hop-by-hop headers and keeps the connection alive; `start_response` is its
+    Response's bound method, whose force_close() makes it send `Connection: close` and close."""
+    def app_closing_when_asked(environ, start_response):
+        def start(status, headers, exc_info=None):
+            response = getattr(start_response, "__self__", None)
+            if response is not None and any(name.lower() == "connection" and value.lower() == "close"
+                                            for name, value in headers):
+                response.force_close()
+            return start_response(status, headers, exc_info)
+        return app(environ, start)
+    return app_closing_when_asked
 
 
 class BoundedConn(TConn):
@@ -63,6 +80,10 @@ class BoundedThreadWorker(ThreadWorker):
         # same timeout, so insertion order is deadline order); the values are unused.
         self.reading_heads: dict[BoundedConn, None] = {}
         super().init_process()  # runs the worker's loop
+
+    def load_wsgi(self):
+        super().load_wsgi()
+        self.wsgi = closing_when_asked(self.wsgi)
 
     # -- where connections come in -------------------------------------------------------------------------
 

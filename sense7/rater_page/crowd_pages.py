@@ -169,8 +169,9 @@ def entry(study_id: str):
     if not page_services().crowd_entries.fail(client_address()):
         abort(429)
     prolific = page_services().prolific
-    if prolific is not None and not prolific.entry_allowed(given["platform_id"], given["platform_study"],
-                                                          given["platform_session"]):
+    if study.entry_from_elsewhere(given["platform_study"]) or (
+            prolific is not None and not prolific.entry_allowed(given["platform_id"], given["platform_study"],
+                                                                given["platform_session"])):
         return message("This study cannot be started from here",
                        "The recruitment platform does not show you taking part in this study right now. "
                        "Please start it from the platform's study page.", 403)

@@ -228,9 +228,14 @@ def _chatgpt_text(message: dict, cid: str, node_id: str, problems: _Problems) ->
     else:
         # Browsing results, reasoning summaries, ...: shown to the user at most as a widget, not a turn's text.
         return ""
-    attachments = (message.get("metadata") or {}).get("attachments")
-    if isinstance(attachments, list) and attachments:
-        pieces.extend("[attachment]" for _ in attachments)
+    return _joined(pieces, (message.get("metadata") or {}).get("attachments"))
+
+
+def _joined(pieces: list[str], *attachment_lists) -> str:
+    """A message's text: its pieces, then "[attachment]" for each item of each attachment list there is."""
+    for attachments in attachment_lists:
+        if isinstance(attachments, list):
+            pieces.extend("[attachment]" for _ in attachments)
     return "\n\n".join(pieces)
 
 
@@ -313,22 +318,26 @@ def _claude_text(message: dict, cid: str, index: int, problems: _Problems) -> st
     elif "text" in message or "content" in message:
         problems.add(cid, f"chat_messages[{index}].text", "not text")
         return None
-    for key in ("attachments", "files"):
-        if isinstance(message.get(key), list):
-            pieces.extend("[attachment]" for _ in message[key])
-    return "\n\n".join(pieces)
+    return _joined(pieces, message.get("attachments"), message.get("files"))
+
+
+def _objects_in(obj: dict, key: str, cid: str, problems: _Problems):
+    """(index, item) for each item of the list obj[key] that is an object; a missing list, or an item that is no
+    object, is noted as a problem where it is met."""
+    raw = obj.get(key)
+    if not isinstance(raw, list):
+        problems.add(cid, key, "missing or not a list")
+        return
+    for index, item in enumerate(raw):
+        if isinstance(item, dict):
+            yield index, item
+        else:
+            problems.add(cid, f"{key}[{index}]", "not an object")
 
 
 def _claude_conversation(obj: dict, cid: str, problems: _Problems) -> tuple[list, list]:
-    raw = obj.get("chat_messages")
-    if not isinstance(raw, list):
-        problems.add(cid, "chat_messages", "missing or not a list")
-        return [], []
     messages = []
-    for index, message in enumerate(raw):
-        if not isinstance(message, dict):
-            problems.add(cid, f"chat_messages[{index}]", "not an object")
-            continue
+    for index, message in _objects_in(obj, "chat_messages", cid, problems):
         sender = message.get("sender")
         role = {"human": "user", "assistant": "assistant"}.get(sender)
         if role is None:
@@ -343,15 +352,8 @@ def _claude_conversation(obj: dict, cid: str, problems: _Problems) -> tuple[list
 # -- ShareGPT -----------------------------------------------------------------------------------------------
 def _sharegpt_conversation(obj: dict, cid: str, problems: _Problems) -> tuple[list, list]:
     key = "conversations" if "conversations" in obj else "items"
-    raw = obj.get(key)
-    if not isinstance(raw, list):
-        problems.add(cid, key, "missing or not a list")
-        return [], []
     messages = []
-    for index, message in enumerate(raw):
-        if not isinstance(message, dict):
-            problems.add(cid, f"{key}[{index}]", "not an object")
-            continue
+    for index, message in _objects_in(obj, key, cid, problems):
         role = SHAREGPT_ROLES.get(str(message.get("from", "")).lower())
         if role is None:
             problems.add(cid, f"{key}[{index}].from", f"unknown speaker {message.get('from')!r} "

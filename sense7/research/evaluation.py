@@ -33,18 +33,21 @@ from sense7.model.catalog import CATALOG, Catalog
 from sense7.model.decision import decide
 from sense7.research.metrics import (
     METRIC_NAMES,
-    RankStructure,
-    cluster_draws,
     finite_or_none,
+    fold_spearman_draws,
     json_metrics,
     macro_metrics,
     percentile_ci,
     point_metrics,
 )
+from sense7.research.live_replay import MIN_TARGETS, REPLAY_KS, REPLAY_SPLIT, listing_rank, live_replay
 from sense7.research.perspectivist import (RaterTurns, perspectivist_metrics, repeated_gain,
                                            spearman_gain_sums, strict_json)
 
 SPLITS = {"known_rater": "conversation_id", "cold_start": "rater_id"}
+# Every split `evaluate` takes: the cross-validated ones, and the live replay of new raters' answers in their
+# order (sense7.research.live_replay; its result is result["live_replay"], not under result["splits"]).
+SPLIT_NAMES = (*SPLITS, REPLAY_SPLIT)
 # Bins of "how many training ratings did this rater have in this fold" for the personalization-gain curve.
 TRAIN_COUNT_EDGES = (0, 1, 5, 10, 20, 50, 100, 200, 500)
 
@@ -163,59 +166,6 @@ def fold_metrics(y_true, y_level, score, fold_ids, levels) -> dict:
     return {name: sums[name] / weights[name] if weights[name] else float("nan") for name in METRIC_NAMES}
 
 
-def _bootstrap_spearman(y: pd.DataFrame, scores: dict[str, pd.DataFrame], clusters: np.ndarray,
-                        fold_ids: np.ndarray, n_boot: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
-    """Resampled fold-averaged Spearman per model and control (control average under "__overall__").
-
-    All models and controls share the same resamples, which makes differences between models paired.
-    The rating ranks of a resample are computed once and shared by every model."""
-    controls = list(y.columns)
-    n_clusters = int(clusters.max()) + 1 if len(clusters) else 0
-    blocks = []  # (control, rows of one fold, rating ranks, {model: score ranks})
-    for c in controls:
-        t = y[c].to_numpy(float)
-        for fold in np.unique(fold_ids):
-            rows = np.flatnonzero((fold_ids == fold) & np.isfinite(t))
-            ranked = {}
-            for name, frame in scores.items():
-                s = frame[c].to_numpy(float)[rows]
-                if len(s) and np.ptp(s) > 0:  # constant scores rank nothing: no CI
-                    ranked[name] = RankStructure(s)
-            if ranked:
-                blocks.append((c, rows, RankStructure(t[rows]), ranked))
-    acc = {name: {c: np.zeros(n_boot) for c in controls} for name in scores}
-    weight = {name: {c: np.zeros(n_boot) for c in controls} for name in scores}
-    for b, draw in enumerate(cluster_draws(n_clusters, n_boot, seed)):
-        for c, rows, y_rank, ranked in blocks:
-            w = draw[clusters[rows]]
-            total = w.sum()
-            if total < 2:
-                continue
-            ry = y_rank.midranks(w)
-            dy = ry - (w * ry).sum() / total
-            wdy = w * dy
-            vy = (wdy * dy).sum()
-            if vy <= 0:
-                continue
-            for name, s_rank in ranked.items():
-                rx = s_rank.midranks(w)
-                dx = rx - (w * rx).sum() / total
-                vx = (w * dx * dx).sum()
-                if vx > 0:
-                    acc[name][c][b] += total * (wdy * dx).sum() / np.sqrt(vx * vy)
-                    weight[name][c][b] += total
-    out = {}
-    for name in scores:
-        with np.errstate(all="ignore"):
-            out[name] = {c: np.where(weight[name][c] > 0, acc[name][c] / weight[name][c], np.nan) for c in controls}
-        stacked = np.vstack([out[name][c] for c in controls])
-        finite = np.isfinite(stacked)
-        with np.errstate(all="ignore"):
-            mean = np.where(finite, stacked, 0).sum(axis=0) / finite.sum(axis=0)
-        out[name]["__overall__"] = np.where(finite.any(axis=0), mean, np.nan)
-    return out
-
-
 def _train_count_bins(y, scores, train_counts, raters, fold_ids) -> list[dict]:
     """Metrics by how many training ratings the rater had: the personalization-gain curve."""
     edges = list(TRAIN_COUNT_EDGES) + [np.inf]
@@ -249,7 +199,8 @@ def _train_count_bins(y, scores, train_counts, raters, fold_ids) -> list[dict]:
 
 def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(SPLITS), n_folds: int = 5,
                    seed: int = 0, n_boot: int = 1000, dataset: str = "", progress: Progress | None = None,
-                   n_jobs: int = 1, scale=None, repeats: int = 1) -> dict:
+                   n_jobs: int = 1, scale=None, repeats: int = 1, replay_ks=REPLAY_KS,
+                   replay_min_targets: int = MIN_TARGETS, replay_order=None) -> dict:
     """`evaluate` on an item frame (X, Y) already built by `sense7.data.items.build_items`.
 
     Returns {"dataset", "n_ratings", "n_items", "n_raters", "n_conversations", "controls", "levels", ...,
@@ -269,6 +220,10 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
                          over `repeats` fold assignments (seeds seed, seed + 1, ...; perspectivist.repeated_gain)
                          and "model_spearman": {generic, personalized: {mean, per_assignment}},
         "fit_predict_seconds": {name: seconds}, "n_folds", "cluster"}}}
+    With "live_replay" among `splits`: result["live_replay"], the live posterior's curve over new raters'
+    answers replayed in order (sense7.research.live_replay.live_replay: models["personalized"], the same folds
+    by rater as cold_start, after replay_ks answers, at least replay_min_targets answers to predict; answers
+    in the order of `replay_order`, per row of X, else by conversation id and turn index).
     Undefined values (e.g. Spearman of a constant prediction) are None, so the result is strict JSON.
     `scale`: the rating levels (e.g. a taxonomy's 1..7); default the range of the observed ratings.
     `repeats`: fold assignments for the within-rater gain (the generic and personalized models are
@@ -276,6 +231,11 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
+    unknown = [s for s in splits if s not in SPLIT_NAMES]
+    if unknown:
+        raise ValueError(f"unknown split(s) {', '.join(map(repr, unknown))}; choose from {', '.join(SPLIT_NAMES)}")
+    if REPLAY_SPLIT in splits and "personalized" not in models:
+        raise ValueError(f"the {REPLAY_SPLIT} split replays the personalized model: include it in the models")
     X, Y = X.reset_index(drop=True), Y.reset_index(drop=True).astype(float)
     observed = Y.to_numpy(float)[np.isfinite(Y.to_numpy(float))]
     if len(observed) == 0:
@@ -299,7 +259,11 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
     }
     raters = X["rater_id"].astype(str).to_numpy()
     turns = RaterTurns(X, Y)
-    for split in splits:
+    if REPLAY_SPLIT in splits:
+        result["live_replay"] = strict_json(live_replay(X, Y, models["personalized"], n_folds, seed, n_boot,
+                                                        replay_ks, replay_min_targets, progress,
+                                                        listed=replay_order))
+    for split in (s for s in splits if s in SPLITS):
         folds = make_folds(X, split, n_folds, seed)
         levels, scores, counts, medians = {}, {}, None, {}  # levels: the mode; medians: the median
         seconds, turn_distances = {}, {}
@@ -316,7 +280,7 @@ def evaluate_items(X: pd.DataFrame, Y: pd.DataFrame, models: dict, splits=tuple(
         fold_ids = np.empty(len(X), int)
         for k, (_, test) in enumerate(folds):
             fold_ids[test] = k
-        boot = _bootstrap_spearman(Y, scores, clusters, fold_ids, n_boot, seed)
+        boot = fold_spearman_draws(Y, scores, clusters, fold_ids, n_boot, seed)
         split_out = {"models": {}, "paired": {}, "confusion": {}, "n_folds": len(folds),
                      "cluster": SPLITS[split], "fit_predict_seconds": seconds}
         for name in models:
@@ -420,7 +384,8 @@ def _confusion(y_true, y_level, levels) -> list[list[int]]:
 
 def evaluate(data, splits=("known_rater", "cold_start"), n_folds: int = 5, seed: int = 0, n_boot: int = 1000,
              models: dict | None = None, dataset: str | None = None, progress: Progress | None = None,
-             n_jobs: int = 1, repeats: int = 1, *, taxonomy) -> dict:
+             n_jobs: int = 1, repeats: int = 1, *, taxonomy, replay_ks=REPLAY_KS,
+             replay_min_targets: int = MIN_TARGETS) -> dict:
     """Cross-validate `models` (default: every kind of sense7.model.catalog.CATALOG) on a
     `sense7.data.dataset.RatingData`.
 
@@ -429,9 +394,12 @@ def evaluate(data, splits=("known_rater", "cold_start"), n_folds: int = 5, seed:
     from sense7.data.items import build_items
 
     X, Y = build_items(data, taxonomy)
+    # The live replay's answer order: where the data set lists each item's rating.
+    order = listing_rank(X, data.ratings) if REPLAY_SPLIT in splits else None
     scale = None
     if set(Y.columns) <= set(taxonomy.controls):
         scale = range(1, taxonomy.levels + 1)
     name = dataset if dataset is not None else getattr(data, "name", "") or ""
     return evaluate_items(X, Y, models if models is not None else default_models(), splits, n_folds, seed,
-                          n_boot, dataset=name, progress=progress, n_jobs=n_jobs, scale=scale, repeats=repeats)
+                          n_boot, dataset=name, progress=progress, n_jobs=n_jobs, scale=scale, repeats=repeats,
+                          replay_ks=replay_ks, replay_min_targets=replay_min_targets, replay_order=order)

@@ -12,6 +12,7 @@ import math
 import warnings
 
 import numpy as np
+import pandas as pd
 from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score
 
@@ -130,4 +131,57 @@ def json_metrics(values: dict, spearman_ci) -> dict:
     out = {name: finite_or_none(values[name]) for name in METRIC_NAMES}
     out.update({name: finite_or_none(values[name]) for name in OTHER_RULE_METRIC_NAMES if name in values})
     out["spearman_ci"] = list(spearman_ci)
+    return out
+
+
+def fold_spearman_draws(y: pd.DataFrame, scores: dict[str, pd.DataFrame], clusters: np.ndarray,
+                        fold_ids: np.ndarray, n_boot: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
+    """Resampled fold-averaged Spearman per model and control (control average under "__overall__").
+
+    All models and controls share the same resamples, which makes differences between models paired.
+    The rating ranks of a resample are computed once and shared by every model."""
+    controls = list(y.columns)
+    n_clusters = int(clusters.max()) + 1 if len(clusters) else 0
+    blocks = []  # (control, rows of one fold, rating ranks, {model: score ranks})
+    for c in controls:
+        t = y[c].to_numpy(float)
+        for fold in np.unique(fold_ids):
+            rows = np.flatnonzero((fold_ids == fold) & np.isfinite(t))
+            ranked = {}
+            for name, frame in scores.items():
+                s = frame[c].to_numpy(float)[rows]
+                if len(s) and np.ptp(s) > 0:  # constant scores rank nothing: no CI
+                    ranked[name] = RankStructure(s)
+            if ranked:
+                blocks.append((c, rows, RankStructure(t[rows]), ranked))
+    acc = {name: {c: np.zeros(n_boot) for c in controls} for name in scores}
+    weight = {name: {c: np.zeros(n_boot) for c in controls} for name in scores}
+    for b, draw in enumerate(cluster_draws(n_clusters, n_boot, seed)):
+        for c, rows, y_rank, ranked in blocks:
+            w = draw[clusters[rows]]
+            total = w.sum()
+            if total < 2:
+                continue
+            ry = y_rank.midranks(w)
+            dy = ry - (w * ry).sum() / total
+            wdy = w * dy
+            vy = (wdy * dy).sum()
+            if vy <= 0:
+                continue
+            for name, s_rank in ranked.items():
+                rx = s_rank.midranks(w)
+                dx = rx - (w * rx).sum() / total
+                vx = (w * dx * dx).sum()
+                if vx > 0:
+                    acc[name][c][b] += total * (wdy * dx).sum() / np.sqrt(vx * vy)
+                    weight[name][c][b] += total
+    out = {}
+    for name in scores:
+        with np.errstate(all="ignore"):
+            out[name] = {c: np.where(weight[name][c] > 0, acc[name][c] / weight[name][c], np.nan) for c in controls}
+        stacked = np.vstack([out[name][c] for c in controls])
+        finite = np.isfinite(stacked)
+        with np.errstate(all="ignore"):
+            mean = np.where(finite, stacked, 0).sum(axis=0) / finite.sum(axis=0)
+        out[name]["__overall__"] = np.where(finite.any(axis=0), mean, np.nan)
     return out

@@ -24,7 +24,7 @@ PAPER_LABEL = "SENSE-7 paper, another data set (LLM classifier)"
 PAPER_SPEARMAN = 0.369
 PAPER_ACCURACY = 0.487  # on 5 levels
 SPLIT_LABELS = {"known_rater": "Known raters (folds by conversation)",
-                "cold_start": "Cold start (folds by rater)"}
+                "cold_start": "Cold start (folds by rater)"}  # the live replay has its own section
 
 
 def png_data_uri(fig) -> str:
@@ -252,6 +252,22 @@ Wasserstein 0-1 = the same Wasserstein divided by levels - 1. Lower is better fo
 {% if split.rater_gain_png %}<img alt="Personalization gain per rater, {{ split_name }}"
 src="{{ split.rater_gain_png }}">{% endif %}{% endif %}
 {% endfor %}
+{% if replay %}<h2>Live replay: new raters' answers replayed in their order (folds by rater)</h2>
+<p class="note">{{ replay.n_folds }} folds by rater; each test rater's answers in {{ replay.order }}. After k of
+their first answers, the live posterior (what the rater page's live pre-fills serve) predicts all their later
+answers (at least {{ replay.min_targets }}; the same answers at every k); static = the served prediction
+without their answers (traits prior or generic), running mean / median = the mean / median of their first k
+answers (the training folds' at k = 0). MAE on the median level per rater, mean over raters; Spearman of the expected rating within each
+fold's raters pooled. 95% intervals resample raters; live minus another model is paired. A rater counts at k
+with k + {{ replay.min_targets }} answers or more ({{ replay.n_eligible }} of {{ replay.n_raters }} raters at
+k = 0, {{ replay.n_full_stream }} with the whole stream of {{ replay.stream_length }}).</p>
+<table><tr><th>k</th><th>raters</th><th>MAE live</th><th>static</th><th>running mean</th><th>running median</th>
+<th>generic</th><th>global mean</th><th>live - static</th><th>live - running mean</th><th>live - running median</th>
+<th>Spearman live</th><th>static</th><th>running mean</th></tr>
+{% for row in replay.rows %}<tr><td>{{ row.k }}</td><td>{{ row.n_raters }}</td>{% for cell in row.cells %}<td>{{ cell }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% if replay.png %}<img alt="Live replay curve" src="{{ replay.png }}">{% endif %}
+{% endif %}
 {% if audit %}<h2>Trait audit: what each trait and questionnaire item is worth for new raters</h2>
 <p class="note">Cold start (folds by rater), {{ audit.model }}, {{ audit.method }}
 {%- if audit.n_repeats %} ({{ audit.n_repeats }} shuffles){% endif %}: the increase of the cold-start MAE of the
@@ -305,7 +321,67 @@ def render_report(result: dict, catalog: Catalog = CATALOG) -> str:
         }))
     return TEMPLATE.render(r=result, splits=splits, split_labels=SPLIT_LABELS, paper_label=PAPER_LABEL,
                            paper_spearman=PAPER_SPEARMAN, paper_accuracy=PAPER_ACCURACY,
-                           audit=_audit_view(result.get("trait_audit")))
+                           audit=_audit_view(result.get("trait_audit")),
+                           replay=_replay_view(result.get("live_replay")))
+
+
+def _value_ci(block: dict, signed: bool = False) -> str:
+    """"0.512 [0.480, 0.550]" from a {value, ci} block; n/a when there is none."""
+    if block["value"] is None:
+        return "n/a"
+    spec = "+.3f" if signed else ".3f"
+    lo, hi = block["ci"]
+    return f"{block['value']:{spec}}" + ("" if lo is None else f" [{lo:{spec}}, {hi:{spec}}]")
+
+
+REPLAY_LINES = (("live", "live posterior", "#d0734a"), ("static", "static (no answers)", "#4a7bd0"),
+                ("running_mean", "the rater's running mean", "#5a9a5a"),
+                ("running_median", "the rater's running median", "#9a5ab0"), ("generic", "generic", "#888888"))
+
+
+def _replay_view(replay: dict | None) -> dict | None:
+    """What the template shows of result["live_replay"]: a table per k and the MAE curve with its CIs."""
+    if not replay:
+        return None
+    rows = []
+    for point in replay["curve"]:
+        mae, rho, minus = point["mae"], point["spearman"], point["live_minus"]
+        rows.append({"k": point["k"], "n_raters": point["n_raters"], "cells": [
+            *(_value_ci(mae[m])
+              for m in ("live", "static", "running_mean", "running_median", "generic", "global_mean")),
+            *(_value_ci(minus[m]["mae"], signed=True) for m in ("static", "running_mean", "running_median")),
+            *(_value_ci(rho[m]) for m in ("live", "static", "running_mean"))]})
+    return {**{key: replay[key] for key in ("n_folds", "order", "min_targets", "n_eligible", "n_raters",
+                                            "n_full_stream", "stream_length")},
+            "rows": rows, "png": _replay_curve(replay)}
+
+
+def _replay_curve(replay: dict) -> str | None:
+    """MAE against k for live, static, running mean and generic, 95% bands; all raters and whole streams."""
+    panels = [("curve", "raters with k + targets answers"), ("curve_full_stream", "raters with the whole stream")]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
+    drawn = False
+    for ax, (key, title) in zip(axes, panels):
+        points = [p for p in replay.get(key, []) if p["mae"]["live"]["value"] is not None]
+        if len(points) < 2:
+            continue
+        x = np.arange(len(points))
+        for name, label, color in REPLAY_LINES:
+            values = np.array([p["mae"][name]["value"] for p in points], float)
+            lo = np.array([np.nan if p["mae"][name]["ci"][0] is None else p["mae"][name]["ci"][0] for p in points])
+            hi = np.array([np.nan if p["mae"][name]["ci"][1] is None else p["mae"][name]["ci"][1] for p in points])
+            ax.plot(x, values, marker="o", label=label, color=color)
+            ax.fill_between(x, lo, hi, color=color, alpha=0.12)
+        ax.set_xticks(x, [f"{p['k']}\n({p['n_raters']})" for p in points], fontsize=7)
+        ax.set_xlabel("the rater's answers so far (raters)")
+        ax.set_title(title, fontsize=9)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes[0].set_ylabel("MAE on later answers")
+    axes[0].legend(fontsize=7)
+    return png_data_uri(fig)
 
 
 def _audit_view(audit: dict | None) -> dict | None:

@@ -27,8 +27,8 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _actor() -> str:
-    """The operating-system user running this command (the staff log's `actor`)."""
+def staff_user() -> str:
+    """The operating-system user running this command (the staff log's `actor`, a withdrawal's requester)."""
     import getpass
 
     try:
@@ -50,7 +50,7 @@ def log_staff_entry(engine: Engine, action: str, **detail) -> None:
     """One staff-log line in the store of `engine`, without opening it as a `Store` (which would upgrade it):
     `sense7 backup` records itself so, leaving the schema as it found it."""
     with engine.begin() as conn:
-        conn.execute(staff_log.insert().values(at=_now(), actor=_actor(), action=action, detail=detail))
+        conn.execute(staff_log.insert().values(at=_now(), actor=staff_user(), action=action, detail=detail))
 
 
 class Store:
@@ -323,14 +323,14 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(accepted_versions.insert().values(
                 annotation_id=annotation_id, rater_id=rater_id, version=_version(version), accepted_at=_now(),
-                actor=actor or _actor()))
+                actor=actor or staff_user()))
 
     def accept_held(self, annotation_ids: list[int]) -> list[dict]:
         """Count each annotation's held Label Studio version as its rater's (`sense7 ratings accept`): all or
         nothing. LookupError (naming the id) for an unknown annotation or one with nothing held. Returns
         what was accepted: annotation_id, rater_id, values, cancelled. Each is a history entry and a
         staff-log line. An accepted cancellation removes the rating (deleted, as a skipped task)."""
-        actor = _actor()
+        actor = staff_user()
         done = []
         with self.engine.begin() as conn:
             for annotation_id in annotation_ids:

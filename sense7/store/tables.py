@@ -12,24 +12,46 @@ from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Float, Inte
 
 metadata = MetaData()
 
+
+# The columns many tables share, written once: an id is as wide in every table that holds it.
+def rater_id_column(**options) -> Column:
+    """A rater's id: a Label Studio-safe id or a crowd participant's pseudonym."""
+    return Column("rater_id", String(200), **options)
+
+
+def conversation_id_column(**options) -> Column:
+    """A conversation's id, as its import named it."""
+    return Column("conversation_id", String(200), **options)
+
+
+def study_id_column(**options) -> Column:
+    """A crowd study's id (its study file's `study`)."""
+    return Column("study_id", String(100), **options)
+
+
+def timestamp_column(name: str, **options) -> Column:
+    """A moment, time-zone aware (stored in UTC)."""
+    return Column(name, DateTime(timezone=True), **options)
+
+
 raters = Table(
     "raters", metadata,
-    Column("rater_id", String(200), primary_key=True),
+    rater_id_column(primary_key=True),
     Column("email", String(320), nullable=True, unique=True),
     Column("traits", JSON, nullable=False),  # raw profile answers, keys = taxonomy profile fields
-    Column("updated_at", DateTime(timezone=True), nullable=False),
+    timestamp_column("updated_at", nullable=False),
 )
 
 conversations = Table(
     "conversations", metadata,
-    Column("conversation_id", String(200), primary_key=True),
+    conversation_id_column(primary_key=True),
     Column("messages", JSON, nullable=False),
 )
 
 contexts = Table(
     "contexts", metadata,
-    Column("conversation_id", String(200), primary_key=True),
-    Column("rater_id", String(200), primary_key=True),
+    conversation_id_column(primary_key=True),
+    rater_id_column(primary_key=True),
     Column("context", JSON, nullable=False),
 )
 
@@ -37,9 +59,9 @@ annotations = Table(
     "annotations", metadata,
     Column("annotation_id", Integer, primary_key=True, autoincrement=False),  # Label Studio's id
     Column("task_id", Integer, nullable=False),
-    Column("conversation_id", String(200), nullable=False),
+    conversation_id_column(nullable=False),
     Column("turn_index", Integer, nullable=True),
-    Column("rater_id", String(200), nullable=True),
+    rater_id_column(nullable=True),
     Column("updated_at", String(64), nullable=False),  # Label Studio's updated_at, ISO text, compared as is
     Column("expectation", String(32), nullable=True),
     Column("comment", Text, nullable=True),
@@ -72,7 +94,7 @@ rating_history = Table(
     Column("task_id", Integer, nullable=True),
     Column("change", String(16), nullable=False),  # created, updated, deleted
     Column("changed_by", Integer, nullable=True),
-    Column("changed_at", DateTime(timezone=True), nullable=False),
+    timestamp_column("changed_at", nullable=False),
     Column("ls_updated_at", String(64), nullable=True),
     Column("old", JSON, nullable=True),
     Column("new", JSON, nullable=True),
@@ -87,9 +109,9 @@ accepted_versions = Table(
     "accepted_versions", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("annotation_id", Integer, nullable=False, index=True),
-    Column("rater_id", String(200), nullable=False),
+    rater_id_column(nullable=False),
     Column("version", JSON, nullable=False),  # {"values", "expectation", "comment", "lead_time", "cancelled", "author"}
-    Column("accepted_at", DateTime(timezone=True), nullable=False),
+    timestamp_column("accepted_at", nullable=False),
     Column("actor", String(200), nullable=False),
 )
 
@@ -104,9 +126,9 @@ ratings = Table(
 # synced annotations so that reconciling with Label Studio can never delete them.
 imported_ratings = Table(
     "imported_ratings", metadata,
-    Column("conversation_id", String(200), primary_key=True),
+    conversation_id_column(primary_key=True),
     Column("turn_index", Integer, primary_key=True),  # -1 = a rating of the whole conversation
-    Column("rater_id", String(200), primary_key=True),
+    rater_id_column(primary_key=True),
     Column("dimension", String(100), primary_key=True),
     Column("rating", Integer, nullable=False),
 )
@@ -115,7 +137,7 @@ imported_ratings = Table(
 staff_log = Table(
     "staff_log", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("at", DateTime(timezone=True), nullable=False),
+    timestamp_column("at", nullable=False),
     Column("actor", String(200), nullable=False),  # the operating-system user who ran the command
     Column("action", String(100), nullable=False),
     Column("detail", JSON, nullable=False),        # counts, file names, ids: never traits or texts
@@ -126,10 +148,10 @@ staff_log = Table(
 # plain hash is as good as a slow one and lets a link be looked up in one indexed read).
 rater_links = Table(
     "rater_links", metadata,
-    Column("rater_id", String(200), primary_key=True),
+    rater_id_column(primary_key=True),
     Column("token_hash", String(64), nullable=False, unique=True),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    timestamp_column("created_at", nullable=False),
+    timestamp_column("revoked_at", nullable=True),
 )
 
 # A copy of each rater's Label Studio tasks (refreshed from Label Studio when the rater opens the link),
@@ -137,10 +159,10 @@ rater_links = Table(
 rater_tasks = Table(
     "rater_tasks", metadata,
     Column("task_id", Integer, primary_key=True, autoincrement=False),  # Label Studio's id
-    Column("rater_id", String(200), nullable=False, index=True),
+    rater_id_column(nullable=False, index=True),
     Column("kind", String(16), nullable=False),         # rating | profile
     Column("position", Integer, nullable=False),        # order in the rater's queue (profile: -1)
-    Column("conversation_id", String(200), nullable=True),
+    conversation_id_column(nullable=True),
     Column("turn_index", Integer, nullable=True),
     Column("data", JSON, nullable=False),               # what the page shows: history, turn
     Column("prediction", JSON, nullable=True),          # {"version", "values": {control: level}}
@@ -152,15 +174,15 @@ rater_tasks = Table(
 submissions = Table(
     "submissions", metadata,
     Column("key", String(300), primary_key=True),
-    Column("rater_id", String(200), nullable=False, index=True),
+    rater_id_column(nullable=False, index=True),
     Column("kind", String(16), nullable=False),
     Column("task_id", Integer, nullable=False, index=True),
     Column("revision", Integer, nullable=False),
     Column("result", JSON, nullable=False),             # Label Studio result list
     Column("answer", JSON, nullable=False),             # the same, as the page's form values
     Column("lead_time", Float, nullable=True),          # seconds the rater spent on the page
-    Column("submitted_at", DateTime(timezone=True), nullable=False),
-    Column("delivered_at", DateTime(timezone=True), nullable=True),
+    timestamp_column("submitted_at", nullable=False),
+    timestamp_column("delivered_at", nullable=True),
     Column("annotation_id", Integer, nullable=True),
     Column("attempts", Integer, nullable=False, default=0),
     Column("last_error", String(300), nullable=True),
@@ -171,23 +193,23 @@ submissions = Table(
 task_arms = Table(
     "task_arms", metadata,
     Column("task_key", String(400), primary_key=True),
-    Column("conversation_id", String(200), nullable=False),
+    conversation_id_column(nullable=False),
     Column("turn_index", Integer, nullable=False),
-    Column("rater_id", String(200), nullable=False, index=True),
+    rater_id_column(nullable=False, index=True),
     Column("arm", String(16), nullable=False),           # shown | hidden
     Column("policy", String(16), nullable=False),        # shown | hidden | randomized
     Column("shown_share", Float, nullable=False),
     Column("seed", String(64), nullable=False),
     Column("repeat_of", String(400), nullable=True),     # a test-retest repeat of this task key
-    Column("drawn_at", DateTime(timezone=True), nullable=False),
+    timestamp_column("drawn_at", nullable=False),
 )
 
 recorded_predictions = Table(
     "recorded_predictions", metadata,
     Column("task_key", String(400), primary_key=True),
     Column("version", String(100), primary_key=True),
-    Column("rater_id", String(200), nullable=False, index=True),
-    Column("conversation_id", String(200), nullable=False),
+    rater_id_column(nullable=False, index=True),
+    conversation_id_column(nullable=False),
     Column("turn_index", Integer, nullable=False),
     Column("arm", String(16), nullable=False),
     Column("kind", String(16), nullable=False),          # personalized | traits | generic | live
@@ -195,7 +217,7 @@ recorded_predictions = Table(
     Column("expected", JSON, nullable=False),            # {control: expected rating}
     Column("generic_levels", JSON, nullable=False),      # the generic model's, for the same task
     Column("generic_expected", JSON, nullable=False),
-    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    timestamp_column("recorded_at", nullable=False),
     # kind live (the rater page, version "<served>+live"): how many of the rater's own answers moved it.
     Column("own_ratings", Integer, nullable=True),
 )
@@ -211,12 +233,12 @@ study_values = Table(
 # (never in Label Studio, never trained on), the latest answer per (rater, task).
 instructed_answers = Table(
     "instructed_answers", metadata,
-    Column("rater_id", String(200), primary_key=True),
+    rater_id_column(primary_key=True),
     Column("task_id", Integer, primary_key=True, autoincrement=False),
     Column("item", String(100), nullable=False),
     Column("answered", Integer, nullable=False),
     Column("expected", Integer, nullable=False),
-    Column("answered_at", DateTime(timezone=True), nullable=False),
+    timestamp_column("answered_at", nullable=False),
 )
 
 # -- participants' rights (sense7.privacy.participation) ------------------------------------------------
@@ -225,11 +247,11 @@ instructed_answers = Table(
 # The latest choice and when it was made; changeable at any time (docs/guides/raters.md, "Participants' rights").
 conversation_choices = Table(
     "conversation_choices", metadata,
-    Column("rater_id", String(200), primary_key=True),
-    Column("conversation_id", String(200), primary_key=True),
+    rater_id_column(primary_key=True),
+    conversation_id_column(primary_key=True),
     Column("in_study", Boolean, nullable=False),
     Column("in_release", Boolean, nullable=False),
-    Column("chosen_at", DateTime(timezone=True), nullable=False),
+    timestamp_column("chosen_at", nullable=False),
 )
 
 # Withdrawals: requested (the rater page's button or `sense7 raters withdraw`), then erased. While pending,
@@ -238,11 +260,11 @@ conversation_choices = Table(
 withdrawals = Table(
     "withdrawals", metadata,
     Column("receipt", String(32), primary_key=True),      # random, names nobody
-    Column("rater_id", String(200), nullable=True, unique=True),
+    rater_id_column(nullable=True, unique=True),
     Column("requested_by", String(200), nullable=False),  # "participant" or the staff user who ran the command
-    Column("requested_at", DateTime(timezone=True), nullable=False),
+    timestamp_column("requested_at", nullable=False),
     Column("confirmed_by", String(200), nullable=True),
-    Column("erased_at", DateTime(timezone=True), nullable=True),
+    timestamp_column("erased_at", nullable=True),
     Column("counts", JSON, nullable=True),                # rows deleted per table, Label Studio objects deleted
     Column("model_versions", JSON, nullable=True),        # versions trained on their data, removed once replaced
     Column("retrain", String(300), nullable=True),        # the retrain job queued, or why it was not
@@ -252,17 +274,17 @@ withdrawals = Table(
 # A study as `sense7 crowd init` stored it (the validated study file, the consent text and its hash).
 crowd_studies = Table(
     "crowd_studies", metadata,
-    Column("study_id", String(100), primary_key=True),
+    study_id_column(primary_key=True),
     Column("config", JSON, nullable=False),
     Column("is_open", Boolean, nullable=False, default=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
+    timestamp_column("updated_at", nullable=False),
 )
 
 # The study's pool: which conversations want K raters each (texts live in `conversations`).
 crowd_pool = Table(
     "crowd_pool", metadata,
-    Column("study_id", String(100), primary_key=True),
-    Column("conversation_id", String(200), primary_key=True),
+    study_id_column(primary_key=True),
+    conversation_id_column(primary_key=True),
     Column("turns", Integer, nullable=False),
     Column("context", JSON, nullable=False),
 )
@@ -273,17 +295,17 @@ crowd_pool = Table(
 # it), NULL before that and again once the participant ends without completing.
 crowd_participants = Table(
     "crowd_participants", metadata,
-    Column("rater_id", String(200), primary_key=True),
-    Column("study_id", String(100), nullable=False, index=True),
+    rater_id_column(primary_key=True),
+    study_id_column(nullable=False, index=True),
     Column("state", String(20), nullable=False),   # declined | checking | rating | completed | screened_out |
     Column("seat", Integer, nullable=True),        # abandoned | full | withdrawn
     Column("consent", String(10), nullable=False),  # agreed | declined
     Column("consent_version", String(64), nullable=False),  # sha256 of the consent text
-    Column("consent_at", DateTime(timezone=True), nullable=False),
+    timestamp_column("consent_at", nullable=False),
     Column("resume_hash", String(64), nullable=True, unique=True),
     Column("check_attempts", Integer, nullable=False, default=0),
-    Column("lease_until", DateTime(timezone=True), nullable=True),  # checking: the reservation; rating: the lease
-    Column("ended_at", DateTime(timezone=True), nullable=True),
+    timestamp_column("lease_until", nullable=True),  # checking: the reservation; rating: the lease
+    timestamp_column("ended_at", nullable=True),
     UniqueConstraint("study_id", "seat"),
 )
 
@@ -291,12 +313,12 @@ crowd_participants = Table(
 # refuses a K+1-th rater and a second taker of the same slot (compare-and-set, sense7.crowd.assignment).
 crowd_slots = Table(
     "crowd_slots", metadata,
-    Column("study_id", String(100), primary_key=True),
-    Column("conversation_id", String(200), primary_key=True),
+    study_id_column(primary_key=True),
+    conversation_id_column(primary_key=True),
     Column("slot", Integer, primary_key=True, autoincrement=False),
-    Column("rater_id", String(200), nullable=False, index=True),
-    Column("taken_at", DateTime(timezone=True), nullable=False),
-    Column("done_at", DateTime(timezone=True), nullable=True),
+    rater_id_column(nullable=False, index=True),
+    timestamp_column("taken_at", nullable=False),
+    timestamp_column("done_at", nullable=True),
     UniqueConstraint("study_id", "conversation_id", "rater_id"),
 )
 
@@ -304,26 +326,26 @@ crowd_slots = Table(
 crowd_released = Table(
     "crowd_released", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("study_id", String(100), nullable=False, index=True),
-    Column("conversation_id", String(200), nullable=False),
-    Column("rater_id", String(200), nullable=False),
-    Column("released_at", DateTime(timezone=True), nullable=False),
-    Column("tasks_cleared_at", DateTime(timezone=True), nullable=True),  # its unanswered Label Studio tasks deleted
+    study_id_column(nullable=False, index=True),
+    conversation_id_column(nullable=False),
+    rater_id_column(nullable=False),
+    timestamp_column("released_at", nullable=False),
+    timestamp_column("tasks_cleared_at", nullable=True),  # its unanswered Label Studio tasks deleted
 )
 
 # The ONLY table holding platform ids: what the study team needs to approve payments
 # (`sense7 crowd completions`, written 0600). Nothing else in sense7 stores or logs them.
 crowd_completions = Table(
     "crowd_completions", metadata,
-    Column("rater_id", String(200), primary_key=True),
-    Column("study_id", String(100), nullable=False, index=True),
+    rater_id_column(primary_key=True),
+    study_id_column(nullable=False, index=True),
     Column("platform_id", String(100), nullable=False),
     Column("platform_study", String(100), nullable=True),
     Column("platform_session", String(100), nullable=True),
     Column("outcome", String(20), nullable=False),  # entered | completed | screened_out | abandoned | full |
                                                     # declined | withdrawn
-    Column("entered_at", DateTime(timezone=True), nullable=False),
-    Column("ended_at", DateTime(timezone=True), nullable=True),
+    timestamp_column("entered_at", nullable=False),
+    timestamp_column("ended_at", nullable=True),
 )
 
 # What an erasure keeps of a withdrawn crowd participant: the SHA-256 of their pseudonymous id (itself a keyed
@@ -331,7 +353,7 @@ crowd_completions = Table(
 # is final). It names nobody without both the study's secret and the platform id.
 crowd_withdrawn = Table(
     "crowd_withdrawn", metadata,
-    Column("study_id", String(100), primary_key=True),
+    study_id_column(primary_key=True),
     Column("id_hash", String(64), primary_key=True),
 )
 

@@ -30,57 +30,19 @@ from sense7.data.conversations import Conversation, Message
 from sense7.files import spreadsheet_rows
 from sense7.taxonomy import Taxonomy
 
-# Cue templates per dimension: +1 shows the behaviour, -1 shows its failure, 0 (absent) adds nothing.
-CUES = {
-    "acknowledgement": {
-        1: ["That sounds really hard.", "I can hear how {emotion} you are.", "It sounds like this has been painful for you."],
-        -1: ["Anyway, moving on.", "That is not a big deal, honestly."],
-    },
-    "understanding": {
-        1: ["So the hardest part is that {problem}.", "If I understand you, what weighs on you most is that {problem}."],
-        -1: ["Many people have problems like this.", "This is a very common situation."],
-    },
-    "validation": {
-        1: ["It makes complete sense to feel that way.", "Your reaction is completely understandable."],
-        -1: ["You might be overreacting a little.", "You should not feel like that."],
-    },
-    "curiosity": {
-        1: ["What do you think would help most right now?", "How has this been affecting your sleep?",
-            "What would you like to happen next?"],
-        -1: ["I assume you already know what to do.", "There is no need to tell me more."],
-    },
-    "continuity": {
-        1: ["Earlier you told me about {name}, and that matters here.", "Given what you said about {name} before, this fits."],
-        -1: ["I do not recall you mentioning {name} before.", "Let us start over, I lost track of what you said."],
-    },
-    "tone": {
-        1: ["I am here with you.", "Take your time."],
-        -1: ["Great!!! Super exciting stuff!!!", "Processing request. Output follows."],
-    },
-    "support": {
-        1: ["One small step could be to {step}.", "It might help to {step} this week."],
-        -1: ["You should just {step} and move on.", "Here is a list of twelve generic tips."],
-    },
-}
-TOPICS = [
-    ("my dog {name} has been sick for weeks", "{name} is getting worse", "take {name} to a second vet"),
-    ("my sister {name} stopped talking to me", "{name} ignores my messages", "write {name} a short letter"),
-    ("my project {name} failed its review", "my boss keeps mentioning {name}", "ask for feedback on {name}"),
-    ("my friend {name} is moving abroad", "I will be alone when {name} leaves", "plan a last weekend with {name}"),
-    ("my exam in {name} went badly", "I cannot stop thinking about {name}", "talk to the {name} tutor"),
-    ("my father {name} is in hospital", "the doctors say little about {name}", "ask the nurse about {name}"),
-]
-NAMES = ["Max", "Luna", "Anna", "Tom", "Orion", "Biology", "Maria", "Leo", "Nora", "Atlas", "Chemistry", "Sam"]
-EMOTIONS = ["sad", "anxious", "frustrated", "lonely", "overwhelmed", "angry"]
-FOLLOW_UPS = [
-    "It has been going on for {weeks} weeks now.",
-    "I keep thinking about it at night.",
-    "Honestly {echo}.",
-    "I am not sure anyone understands.",
-    "Maybe I am making too much of it.",
-    "Thanks, but it still feels {emotion}.",
-    "What would you do?",
-]
+def _phrases() -> dict:
+    """The phrases synthetic conversations are made of (phrases.yaml beside this module: content, kept as data)."""
+    import yaml
+
+    return yaml.safe_load((Path(__file__).with_name("phrases.yaml")).read_text(encoding="utf-8"))
+
+
+_PHRASES = _phrases()
+CUES: dict[str, dict[int, list[str]]] = _PHRASES["cues"]  # per dimension: 1 shows the behaviour, -1 its failure
+TOPICS = [(t["problem"], t["echo"], t["step"]) for t in _PHRASES["topics"]]
+NAMES: list[str] = _PHRASES["names"]
+EMOTIONS: list[str] = _PHRASES["emotions"]
+FOLLOW_UPS: list[str] = _PHRASES["follow_ups"]
 # Latent model constants (the truth the oracle uses).
 BASE = 3.0
 NOISE_SD = 0.7

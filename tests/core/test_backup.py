@@ -241,6 +241,34 @@ def test_an_older_archives_model_folders_are_restored_into_the_store(study, tmp_
     assert sorted(p.name for p in restored.model_dir.iterdir()) == ["cache"]
 
 
+def test_an_archive_unpacking_to_more_than_its_manifest_lists_writes_nothing(study, tmp_path):
+    """A stranger's archive whose member is larger than the manifest says (64 MiB of zeros: 64 kB packed) is
+    refused before a byte of it is written; one whose manifest lists more than the disk holds, before any file
+    is written; and a given cap is kept."""
+    _, archive, _, _ = study
+    bomb = b"\0" * (64 << 20)
+    swollen = _rewrite(archive, tmp_path / "swollen.tar.gz", lambda m, b: [
+        _file(m.name, bomb) if m.name == "secrets/ls_token" else (m, b)])
+    assert swollen.stat().st_size < 1 << 20
+    _assert_refused(swollen, tmp_path / "fresh1", "secrets/ls_token is not the size its manifest lists")
+
+    def claims_a_petabyte(member, body):
+        if member.name != "manifest.json":
+            return [(member, body)]
+        manifest = json.loads(body)
+        manifest["files"][0]["size"] = 10 ** 15
+        return [_file(member.name, json.dumps(manifest).encode())]
+
+    _assert_refused(_rewrite(archive, tmp_path / "huge.tar.gz", claims_a_petabyte), tmp_path / "fresh2",
+                    "unpacks to 1,000,000,000,")
+    capped = tmp_path / "capped"
+    capped.mkdir()
+    with pytest.raises(BackupError, match="are free for it"):
+        read_archive(archive, capped, max_bytes=1000)
+    assert list(capped.iterdir()) == []
+    assert read_archive(archive, tmp_path / "roomy", max_bytes=10 ** 9)["format"] == "sense7-backup"
+
+
 @pytest.mark.parametrize("name", ["../evil", "store/../../evil", "/tmp/evil", "secrets/./x", "elsewhere/x"])
 def test_a_stranger_archive_with_a_path_outside_is_refused(study, tmp_path, name):
     _, archive, _, _ = study
@@ -318,3 +346,42 @@ def test_a_postgresql_store_is_dumped_and_restored(pg_databases, tmp_path):
     assert again.returncode == 1 and "already holds a study (a store)" in again.stderr
     source.engine.dispose()
     target.engine.dispose()
+
+
+def test_label_studios_postgresql_database_is_dumped_and_restored(tmp_path):
+    """Label Studio on PostgreSQL (SENSE7_LS_DATABASE_URL, as the deployment guide recommends): its database is
+    dumped into the archive and restored into the target's; a target whose database has tables is refused
+    without --force (nothing changed), and replaced with it."""
+    import sqlalchemy
+
+    with throwaway_databases("sense7_backup_ls", 2) as (source_url, target_url):
+        plain = [url.replace("postgresql+psycopg2://", "postgresql://", 1) for url in (source_url, target_url)]
+        cfg = make_study(tmp_path / "home", {"SENSE7_LS_DATABASE_URL": plain[0]})
+        source = sqlalchemy.create_engine(source_url)
+        with source.begin() as conn:
+            conn.execute(sqlalchemy.text("CREATE TABLE authtoken_token (key TEXT, user_id INTEGER)"))
+            conn.execute(sqlalchemy.text("INSERT INTO authtoken_token VALUES (:k, 1), ('other', 2)"), {"k": cfg.ls_token})
+        archive = tmp_path / "ls-pg.tar.gz"
+        done = cli(cfg.home, "backup", "--out", str(archive), "--json", SENSE7_LS_DATABASE_URL=plain[0])
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["label_studio"] == "postgresql"
+        with tarfile.open(archive) as tar:
+            assert "label-studio/label_studio.pgdump" in tar.getnames()
+            assert "label-studio/label_studio.sqlite3" not in tar.getnames()  # the SQLite file beside it is not LS's
+
+        target = sqlalchemy.create_engine(target_url)
+        with target.begin() as conn:
+            conn.execute(sqlalchemy.text("CREATE TABLE leftover (x INTEGER)"))
+        refused = cli(tmp_path / "fresh", "restore", str(archive), SENSE7_LS_DATABASE_URL=plain[1])
+        assert refused.returncode == 1 and "Label Studio's database" in refused.stderr
+        assert sqlalchemy.inspect(target).get_table_names() == ["leftover"]
+        assert not (tmp_path / "fresh" / "store.sqlite").exists()
+
+        restored = cli(tmp_path / "fresh", "restore", str(archive), "--force", SENSE7_LS_DATABASE_URL=plain[1])
+        assert restored.returncode == 0, restored.stderr
+        with target.connect() as conn:
+            rows = conn.execute(sqlalchemy.text("SELECT key, user_id FROM authtoken_token ORDER BY user_id")).all()
+        assert [tuple(r) for r in rows] == [(cfg.ls_token, 1), ("other", 2)]
+        assert secret_values(tmp_path / "fresh")["ls_token"] == cfg.ls_token
+        source.dispose()
+        target.dispose()

@@ -47,6 +47,15 @@ class PacedFlow(Flow):
         if not self.lazy:
             self.work(rater_id)
 
+    def at_first_task(self, pid: str):
+        """A client of participant `pid` past consent, check, waiting room and questionnaire; their rater id."""
+        client = self.client()
+        pass_check(client, enter_and_consent(client, pid))
+        rater = self.rater(pid)
+        client.get("/s/pilot/wait")
+        answer_profile(client)
+        return client, rater
+
     def work(self, rater_id: str) -> None:
         queue = RaterQueue(self.store)
         items = [{"task_id": i.task_id, "kind": i.kind, "position": i.position, "conversation_id": i.conversation_id,
@@ -148,11 +157,7 @@ def test_a_pool_with_nothing_left_for_them_ends_with_what_they_did(tmp_path):
     """Decided: a participant whose next conversation cannot be had (every open one at K, or one they had)
     finishes with what they rated rather than wait for other participants' leases."""
     flow = PacedFlow(tmp_path, pool=3, k=1, n=5)
-    a = flow.client()
-    pass_check(a, enter_and_consent(a, PID_A))
-    rater = flow.rater(PID_A)
-    a.get("/s/pilot/wait")
-    answer_profile(a)
+    a, rater = flow.at_first_task(PID_A)
     for _ in range(3):
         no_code(a)
         rate_conversation(a, flow.store, rater)
@@ -179,11 +184,7 @@ def test_rater_a_cannot_advance_on_rater_bs_tasks(tmp_path):
 
 def test_a_learning_policy_reads_the_participants_own_page_answers_before_they_are_synced(tmp_path):
     flow = PacedFlow(tmp_path, pool=6, k=6, n=3, extra="assignment:\n  policy: learn_rater\n  floor: 0\n")
-    a = flow.client()
-    pass_check(a, enter_and_consent(a, PID_A))
-    rater = flow.rater(PID_A)
-    a.get("/s/pilot/wait")
-    answer_profile(a)
+    a, rater = flow.at_first_task(PID_A)
     first = rate_conversation(a, flow.store, rater)
     owner = assignments_of(flow.store, flow.study)
     assert owner.answers(rater)[first] == {rater: 3.0}  # the page's answers, nothing synced into the store
@@ -298,11 +299,7 @@ def test_many_participants_racing_never_put_a_conversation_beyond_k(tmp_path):
 
 def test_an_expired_lease_keeps_the_finished_conversation_and_frees_the_one_ahead(tmp_path):
     flow = PacedFlow(tmp_path, n=4)
-    a = flow.client()
-    pass_check(a, enter_and_consent(a, PID_A))
-    rater = flow.rater(PID_A)
-    a.get("/s/pilot/wait")
-    answer_profile(a)
+    a, rater = flow.at_first_task(PID_A)
     finished = rate_conversation(a, flow.store, rater)
     held = assignments_of(flow.store, flow.study).of(rater)
     assert len(held) == 3

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from sense7.crowd.lifecycle import assignments_of, install_study
-from sense7.crowd.participants import Participants, Studies
-from tests.support.crowd import csrf, enter_and_pass, participant_ids, until, write_study
+from sense7.crowd.lifecycle import assignments_of
+from sense7.crowd.participants import Participants
+from tests.support.crowd import csrf, enter_and_pass, open_study, participant_ids, until
 from tests.support.rater_page import start_rating_services
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.slow]
@@ -19,12 +19,10 @@ PID = "7b2c3d4e5f60718293a4b5c6"
 
 
 def test_each_next_conversation_is_taken_when_one_is_finished_and_prepared_by_the_real_job(job_stack, tmp_path):
-    stack = job_stack
-    rt = stack.runtime()
+    rt = job_stack.runtime()
     tax = rt.taxonomy
-    study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=5, turns=1, k=2, n=3, study="pilot"), tax)
-    Studies(rt.store).set_open(study.study_id, True)
-    url, _ = start_rating_services(stack, rt)
+    study = open_study(rt, tmp_path / "study", pool=5, turns=1, k=2, n=3, study="pilot")
+    url, _ = start_rating_services(job_stack, rt)
     browser, waiting = enter_and_pass(url, PID)
     assert waiting.headers["Location"].endswith("/s/pilot/wait")
     (rater,) = participant_ids(rt.store)

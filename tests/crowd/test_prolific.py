@@ -185,3 +185,43 @@ def test_beat_frees_the_places_of_returned_and_timed_out_submissions_at_once(tmp
     # Without a token the API is not used at all.
     (tmp_path / "plain").mkdir()
     assert ProlificClient.from_settings(Flow(tmp_path / "plain").settings) is None
+
+
+def test_a_pinned_platform_study_refuses_entries_naming_another_and_the_api_asks_about_the_pinned_one(tmp_path,
+                                                                                                   stand_in):
+    """Without a pinned study id the entry's STUDY_ID is the participant's word: a submission held in any
+    Prolific study (here `7` * 24) would pass the API check. `platform.study_id` pins ours."""
+    flow = _flow(tmp_path, stand_in.url, extra=f"platform:\n  study_id: {STUDY}\n")
+    other = "7" * 24
+    stand_in.add(PIDS[0], study=other)   # holds a place, but in another Prolific study
+    stand_in.add(PIDS[1])                # holds a place in ours
+    before = flow.store.snapshot()
+    for url in (entry_url(PIDS[0]).replace(STUDY, other),   # names the study it holds a place in
+                entry_url(PIDS[1]).replace(STUDY, other),   # a real participant of ours, the URL changed
+                f"/s/pilot?PROLIFIC_PID={PIDS[1]}&SESSION_ID={session_of(PIDS[1])}"):  # no STUDY_ID
+        browser = flow.client()
+        page = browser.get(url)
+        assert page.status_code == 403 and "I agree" not in page.get_data(as_text=True)
+        assert browser.post("/s/pilot/consent", data={"consent": "agree"}).status_code in (400, 404)
+    assert flow.store.snapshot() == before
+    browser = flow.client()
+    pass_check(browser, enter_and_consent(browser, PIDS[1]))
+    assert Participants(flow.store, flow.study).get(flow.rater(PIDS[1])).state == "rating"
+
+
+def test_a_pinned_platform_study_is_checked_without_prolifics_api_too(tmp_path):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    flow = Flow(tmp_path, extra=f"platform:\n  study_id: {STUDY}\n")
+    assert flow.client().get(entry_url(PIDS[0]).replace(STUDY, "7" * 24)).status_code == 403
+    assert "I agree" in flow.client().get(entry_url(PIDS[0])).get_data(as_text=True)
+
+
+def test_a_platform_study_id_that_is_not_an_id_is_refused_with_its_line(tmp_path):
+    from sense7.crowd.study import load_study
+    from sense7.readers.formats import FormatError
+    from tests.support.crowd import write_study
+
+    path = write_study(tmp_path / "s", extra="platform:\n  study_id: \"a b/../c\"\n")
+    with pytest.raises(FormatError) as refused:
+        load_study(path)
+    assert "platform.study_id" in str(refused.value) and f"{path.name}:" in str(refused.value)

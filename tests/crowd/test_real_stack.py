@@ -13,12 +13,11 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from sense7.crowd.lifecycle import install_study
-from sense7.crowd.participants import Participants, Studies
+from sense7.crowd.participants import Participants
 from sense7.store.study_design import SHOWN, arm_of
 from sense7.store.tables import annotations
-from tests.support.crowd import write_study
-from tests.support.crowd import dump_without_completions
+from tests.support.crowd import dump_without_completions, open_study
+from tests.support.jobs import serve_synthetic_model
 from tests.support.rater_page import start_rating_services
 from tests.support.crowd import csrf, enter_and_pass, participant_ids, participants_conversations, until
 
@@ -28,18 +27,11 @@ PID = "6a1b2c3d4e5f60718293a4b5"
 
 
 def test_a_participant_rates_their_assignment_under_a_pseudonym_through_the_real_stack(job_stack, tmp_path):
-    from sense7.synthetic import synth
-    from sense7.model.bundle import train_bundle
-    from sense7.model.registry import ModelRegistry
-
     stack = job_stack
     rt = stack.runtime()
     tax = rt.taxonomy
-    registry = ModelRegistry.from_settings(rt.settings, rt.store)
-    registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=tax).rating_data(), "v1", tax), "v1")
-    registry.promote("v1")
-    study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=4, turns=2, k=2, n=2), tax)
-    Studies(rt.store).set_open(study.study_id, True)
+    serve_synthetic_model(rt, "v1")
+    study = open_study(rt, tmp_path / "study", pool=4, turns=2, k=2, n=2)
     url, _ = start_rating_services(stack, rt)
 
     browser = requests.Session()

@@ -9,10 +9,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from sense7.crowd.lifecycle import expire_leases, install_study
-from sense7.crowd.participants import Participants, Studies
+from sense7.crowd.lifecycle import expire_leases
+from sense7.crowd.participants import Participants
 from sense7.store.rater_page_tables import RaterQueue
-from tests.support.crowd import write_study
+from tests.support.crowd import open_study
 from tests.support.crowd import consent_session
 from tests.support.rater_page import start_page_url
 from tests.support.crowd import csrf, participant_ids
@@ -34,8 +34,7 @@ def test_an_abandoned_or_screened_out_participants_unrated_tasks_are_deleted(job
     stack = job_stack
     rt = stack.runtime()
     tax = rt.taxonomy
-    study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=6, turns=2, k=1, n=2), tax)
-    Studies(rt.store).set_open(study.study_id, True)
+    study = open_study(rt, tmp_path / "study", pool=6, turns=2, k=1, n=2)
     url = start_page_url(stack)
     participants = Participants(rt.store, study)
 

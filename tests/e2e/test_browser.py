@@ -8,7 +8,6 @@ change two answers and submit; the sync job then brings exactly that annotation 
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
@@ -19,7 +18,8 @@ from sense7.settings import Settings
 from sense7.store.database import Store
 from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
-from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
+from tests.support.browser import ARTIFACTS, NEEDS_CHROMIUM, chromium
+from tests.support.jobs import wait_for
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
@@ -28,17 +28,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, NEEDS_CHROMIUM]
 
 RATER_EMAIL = "browser-rater@sense7.test"
 RATER_PASSWORD = "browser-Rater-9431"
-
-
-def _wait_for(get, what: str, timeout: float = 30.0):
-    """Poll until get() returns something truthy (a wait for an effect, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = get()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"{what} did not appear within {timeout:.0f} s")
 
 
 @pytest.fixture
@@ -82,7 +71,6 @@ def preannotated_project(label_studio, tmp_path):
 
 def test_rater_sees_the_turn_dimensions_and_preannotation_then_submits_and_it_syncs(label_studio,
                                                                                     preannotated_project):
-    from playwright.sync_api import sync_playwright
     from sense7.labelstudio.label_sync import LabelSync
 
     settings, store, project, conversation, tax = preannotated_project
@@ -94,52 +82,48 @@ def test_rater_sees_the_turn_dimensions_and_preannotation_then_submits_and_it_sy
                  if item.get("type") == "rating"}
     assert set(predicted) == set(tax.controls)
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 2600})
-        try:
-            # Sign-up is invite-only: the account comes from the organization's link (staff hand it out).
-            from sense7.labelstudio.label_studio_process import LabelStudioServer
+        # Sign-up is invite-only: the account comes from the organization's link (staff hand it out).
+        from sense7.labelstudio.label_studio_process import LabelStudioServer
 
-            page.goto(LabelStudioServer(label_studio.settings).invite_link())
+        page.goto(LabelStudioServer(label_studio.settings).invite_link())
+        page.fill('input[name="email"]', RATER_EMAIL)
+        page.fill('input[name="password"]', RATER_PASSWORD)
+        page.click('button[type="submit"], input[type="submit"]')
+        page.wait_for_load_state("networkidle")
+        if "/user/" in page.url:  # already signed up by an earlier run against this server: log in
+            page.goto(f"{label_studio.url}/user/login/")
             page.fill('input[name="email"]', RATER_EMAIL)
             page.fill('input[name="password"]', RATER_PASSWORD)
             page.click('button[type="submit"], input[type="submit"]')
             page.wait_for_load_state("networkidle")
-            if "/user/" in page.url:  # already signed up by an earlier run against this server: log in
-                page.goto(f"{label_studio.url}/user/login/")
-                page.fill('input[name="email"]', RATER_EMAIL)
-                page.fill('input[name="password"]', RATER_PASSWORD)
-                page.click('button[type="submit"], input[type="submit"]')
-                page.wait_for_load_state("networkidle")
 
-            page.goto(f"{label_studio.url}/projects/{project}/data?task={task_id}")
-            page.wait_for_selector("ul.ant-rate", timeout=60_000)
-            page.wait_for_timeout(1000)  # let the pre-annotation fill the stars
-            page.screenshot(path=str(ARTIFACTS / "browser-task.png"), full_page=True)
-            body = " ".join(page.inner_text("body").split())
+        page.goto(f"{label_studio.url}/projects/{project}/data?task={task_id}")
+        page.wait_for_selector("ul.ant-rate", timeout=60_000)
+        page.wait_for_timeout(1000)  # let the pre-annotation fill the stars
+        page.screenshot(path=str(ARTIFACTS / "browser-task.png"), full_page=True)
+        body = " ".join(page.inner_text("body").split())
 
-            for message in conversation.messages[:turn]:  # the conversation so far
-                assert " ".join(message.content.split()) in body
-            assert " ".join(conversation.messages[turn].content.split()) in body  # the turn being rated
-            for dim in tax.dimensions:
-                assert dim.title in body and dim.definition in body, dim.key
-            assert tax.overall.title in body and tax.expectation_title in body
+        for message in conversation.messages[:turn]:  # the conversation so far
+            assert " ".join(message.content.split()) in body
+        assert " ".join(conversation.messages[turn].content.split()) in body  # the turn being rated
+        for dim in tax.dimensions:
+            assert dim.title in body and dim.definition in body, dim.key
+        assert tax.overall.title in body and tax.expectation_title in body
 
-            stars = page.locator("ul.ant-rate")
-            assert stars.count() == len(tax.controls)
-            shown = [stars.nth(i).locator("li.ant-rate-star-full").count() for i in range(stars.count())]
-            assert shown == [predicted[c] for c in tax.controls]  # the pre-annotation, control by control
+        stars = page.locator("ul.ant-rate")
+        assert stars.count() == len(tax.controls)
+        shown = [stars.nth(i).locator("li.ant-rate-star-full").count() for i in range(stars.count())]
+        assert shown == [predicted[c] for c in tax.controls]  # the pre-annotation, control by control
 
-            new_overall = 5 if predicted["overall"] != 5 else 1
-            stars.nth(len(tax.controls) - 1).locator("li.ant-rate-star").nth(new_overall - 1).click()
-            page.locator("label").filter(has_text=re.compile(r"^partly")).first.click()
-            page.get_by_role("button", name="Submit").click()
-            annotations = _wait_for(lambda: client.annotations.list(id=task_id), "the submitted annotation")
-            page.screenshot(path=str(ARTIFACTS / "browser-submitted.png"), full_page=True)
-        finally:
-            browser.close()
+        new_overall = 5 if predicted["overall"] != 5 else 1
+        stars.nth(len(tax.controls) - 1).locator("li.ant-rate-star").nth(new_overall - 1).click()
+        page.locator("label").filter(has_text=re.compile(r"^partly")).first.click()
+        page.get_by_role("button", name="Submit").click()
+        annotations = wait_for(lambda: client.annotations.list(id=task_id), timeout=30.0, interval=0.3,
+                               what="the submitted annotation")
+        page.screenshot(path=str(ARTIFACTS / "browser-submitted.png"), full_page=True)
     assert len(annotations) == 1, "the UI submit must create exactly one annotation"
 
     synced = LabelSync(client, store, tax, rating_project=project).reconcile()

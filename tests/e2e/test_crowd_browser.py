@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from sense7.crowd.lifecycle import install_study
-from sense7.crowd.participants import Participants, Studies
-from tests.support.crowd import write_study
-from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
+from sense7.crowd.participants import Participants
+from tests.support.crowd import open_study
+from tests.support.browser import ARTIFACTS, NEEDS_CHROMIUM, answer_questionnaire, chromium
 from tests.support.rater_page import start_rating_services
 
 pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow, NEEDS_CHROMIUM]
@@ -29,68 +28,58 @@ def _answer_check(page, right: bool) -> None:
 
 
 def test_participant_consents_fails_once_passes_rates_and_is_sent_back_with_the_code(job_stack, tmp_path):
-    from playwright.sync_api import sync_playwright
 
     stack = job_stack
     rt = stack.runtime()
     tax = rt.taxonomy
     # Room for two shares of N=2: a second participant is offered the study only while a whole share is free.
-    study, _ = install_study(rt.store, write_study(tmp_path / "study", pool=4, turns=1, k=1, n=2), tax)
-    Studies(rt.store).set_open(study.study_id, True)
+    study = open_study(rt, tmp_path / "study", pool=4, turns=1, k=1, n=2)
     url, _ = start_rating_services(stack, rt)
     entry = f"{url}/s/pilot?PROLIFIC_PID={{}}&STUDY_ID=65aa11bb22cc33dd44ee55ff&SESSION_ID=x1"
     participants = Participants(rt.store, study)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 390, "height": 844})
-            sent_back = []
-            page.route("https://app.prolific.com/**",
-                       lambda route: (sent_back.append(route.request.url), route.fulfill(body="back on Prolific")))
-            page.goto(entry.format("aaaaaaaaaaaaaaaaaaaaaaa1"))
-            assert page.get_by_text("You will rate replies of an AI assistant").count() == 1
-            with page.expect_navigation():
-                page.get_by_role("button", name="I agree to take part").click()
-            assert len(page.locator("#resume-code").inner_text()) == 10
-            _answer_check(page, right=False)
-            assert "1 attempt left" in page.locator("[role=alert]").inner_text()
-            _answer_check(page, right=True)
-            # "Preparing" until the worker has created the tasks, then the questionnaire by itself.
-            page.wait_for_selector("text=About you", timeout=180_000)
-            for fld in tax.profile_fields:
-                page.locator(f"fieldset[data-control={fld.key}] input[type=radio]").first.check()
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        sent_back = []
+        page.route("https://app.prolific.com/**",
+                   lambda route: (sent_back.append(route.request.url), route.fulfill(body="back on Prolific")))
+        page.goto(entry.format("aaaaaaaaaaaaaaaaaaaaaaa1"))
+        assert page.get_by_text("You will rate replies of an AI assistant").count() == 1
+        with page.expect_navigation():
+            page.get_by_role("button", name="I agree to take part").click()
+        assert len(page.locator("#resume-code").inner_text()) == 10
+        _answer_check(page, right=False)
+        assert "1 attempt left" in page.locator("[role=alert]").inner_text()
+        _answer_check(page, right=True)
+        # "Preparing" until the worker has created the tasks, then the questionnaire by itself.
+        page.wait_for_selector("text=About you", timeout=180_000)
+        answer_questionnaire(page, tax)
+        rated = 0
+        while "/task/" in page.url:
+            for control in tax.controls:
+                page.locator(f"fieldset[data-control={control}] input[type=radio]").nth(2).check()
+            page.locator(f"fieldset[data-control={tax.expectation_key}] input[type=radio]").last.check()
             with page.expect_navigation():
                 page.get_by_role("button", name="Save and continue").click()
-            rated = 0
-            while "/task/" in page.url:
-                for control in tax.controls:
-                    page.locator(f"fieldset[data-control={control}] input[type=radio]").nth(2).check()
-                page.locator(f"fieldset[data-control={tax.expectation_key}] input[type=radio]").last.check()
-                with page.expect_navigation():
-                    page.get_by_role("button", name="Save and continue").click()
-                rated += 1
-            page.screenshot(path=str(ARTIFACTS / "crowd-finish.png"), full_page=True)
-            assert rated >= 2 and sent_back[-1] == COMPLETE
+            rated += 1
+        page.screenshot(path=str(ARTIFACTS / "crowd-finish.png"), full_page=True)
+        assert rated >= 2 and sent_back[-1] == COMPLETE
 
-            # A participant who declines: the no-consent code, nothing else kept.
-            declining = browser.new_page()
-            declining.goto(entry.format("bbbbbbbbbbbbbbbbbbbbbbb2"))
-            with declining.expect_navigation():
-                declining.get_by_role("button", name="I do not agree").click()
-            assert declining.locator("#platform-code").inner_text() == "NOCONS99"
+        # A participant who declines: the no-consent code, nothing else kept.
+        declining = browser.new_page()
+        declining.goto(entry.format("bbbbbbbbbbbbbbbbbbbbbbb2"))
+        with declining.expect_navigation():
+            declining.get_by_role("button", name="I do not agree").click()
+        assert declining.locator("#platform-code").inner_text() == "NOCONS99"
 
-            # A participant who fails twice: asked to return the submission with the screen-out code.
-            failing = browser.new_page()
-            failing.goto(entry.format("ccccccccccccccccccccccc3"))
-            with failing.expect_navigation():
-                failing.get_by_role("button", name="I agree to take part").click()
-            _answer_check(failing, right=False)
-            _answer_check(failing, right=False)
-            assert failing.locator("#platform-code").inner_text() == "SCREEN77"
-            assert "return your submission" in failing.content()
-        finally:
-            browser.close()
+        # A participant who fails twice: asked to return the submission with the screen-out code.
+        failing = browser.new_page()
+        failing.goto(entry.format("ccccccccccccccccccccccc3"))
+        with failing.expect_navigation():
+            failing.get_by_role("button", name="I agree to take part").click()
+        _answer_check(failing, right=False)
+        _answer_check(failing, right=False)
+        assert failing.locator("#platform-code").inner_text() == "SCREEN77"
+        assert "return your submission" in failing.content()
     counts = participants.counts()
     assert (counts["completed"], counts["declined"], counts["screened_out"]) == (1, 1, 1)
     outcomes = {r["platform_id"]: r["outcome"] for r in participants.completions()}

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from sense7.store.tables import annotations as annotations_table, ratings as ratings_table
-from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
+from tests.support.browser import ARTIFACTS, NEEDS_CHROMIUM, answer_questionnaire, chromium
 from tests.support.jobs import wait_for
 from tests.support.rater_page import build
 
@@ -32,51 +32,42 @@ def rate_with_keyboard(page, tax, first_level: int) -> dict[str, int]:
 
 
 def test_rater_rates_with_the_keyboard_changes_an_answer_and_finishes(job_stack):
-    from playwright.sync_api import sync_playwright
 
     s = build(job_stack, per_rater=1, turns=2, page_env={"SENSE7_COMPLETION_CODE": "C0DE-7431"})
     rt, tax = s.rt, s.rt.taxonomy
     tasks = sorted(s.rating_tasks("pg1"), key=lambda t: t.data["turn_index"])
     assert len(tasks) == 2
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 390, "height": 844})
-        try:
-            page.goto(s.links["pg1"])
-            assert page.locator("h1").inner_text() == "About you"  # the questionnaire comes first
-            for fld in tax.profile_fields:
-                page.locator(f"fieldset[data-control={fld.key}] input[type=radio]").first.check()
-            with page.expect_navigation():
-                page.get_by_role("button", name="Save and continue").click()
+        page.goto(s.links["pg1"])
+        assert page.locator("h1").inner_text() == "About you"  # the questionnaire comes first
+        answer_questionnaire(page, tax)
 
-            # Turn 1: everything on the page, labelled for screen readers, and no sideways scrolling.
-            assert page.locator("#progress").inner_text().startswith("Response 1 of 2 · conversation 1 of 1 · 0 of 2 done")
-            assert page.get_by_text(tasks[0].data["turn"][0]["content"]).count() >= 1
-            for dim in tax.dimensions:
-                assert page.get_by_role("group", name=dim.title).count() == 1
-            assert page.get_by_role("radio", name=f"1 {tax.scale[0]}").count() == len(tax.controls)
-            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-            first = rate_with_keyboard(page, tax, 0)
-            assert page.locator("#progress").inner_text().startswith("Response 2 of 2")
+        # Turn 1: everything on the page, labelled for screen readers, and no sideways scrolling.
+        assert page.locator("#progress").inner_text().startswith("Response 1 of 2 · conversation 1 of 1 · 0 of 2 done")
+        assert page.get_by_text(tasks[0].data["turn"][0]["content"]).count() >= 1
+        for dim in tax.dimensions:
+            assert page.get_by_role("group", name=dim.title).count() == 1
+        assert page.get_by_role("radio", name=f"1 {tax.scale[0]}").count() == len(tax.controls)
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        first = rate_with_keyboard(page, tax, 0)
+        assert page.locator("#progress").inner_text().startswith("Response 2 of 2")
 
-            # Back to turn 1: the earlier answers are there; change the first one.
-            with page.expect_navigation():
-                page.locator("#previous").click()
-            first_control = tax.controls[0]
-            assert page.locator(f"input[name={first_control}][value='{first[first_control]}']").is_checked()
-            page.locator(f"input[name={first_control}][value='{first[first_control]}']").focus()
-            changed = 1 + first[first_control] % tax.levels
-            page.keyboard.press(str(changed))
-            with page.expect_navigation():
-                page.keyboard.press("Enter")
-            first[first_control] = changed
+        # Back to turn 1: the earlier answers are there; change the first one.
+        with page.expect_navigation():
+            page.locator("#previous").click()
+        first_control = tax.controls[0]
+        assert page.locator(f"input[name={first_control}][value='{first[first_control]}']").is_checked()
+        page.locator(f"input[name={first_control}][value='{first[first_control]}']").focus()
+        changed = 1 + first[first_control] % tax.levels
+        page.keyboard.press(str(changed))
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        first[first_control] = changed
 
-            second = rate_with_keyboard(page, tax, 3)  # back at the next open one: turn 2
-            assert page.locator("#completion-code").inner_text() == "C0DE-7431"
-            page.screenshot(path=str(ARTIFACTS / "rater-page-done.png"))
-        finally:
-            browser.close()
+        second = rate_with_keyboard(page, tax, 3)  # back at the next open one: turn 2
+        assert page.locator("#completion-code").inner_text() == "C0DE-7431"
+        page.screenshot(path=str(ARTIFACTS / "rater-page-done.png"))
 
     expected = {tasks[0].id: first, tasks[1].id: second}
 

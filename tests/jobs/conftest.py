@@ -3,25 +3,13 @@ fresh PostgreSQL databases for Label Studio and the store, skipped without a ser
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
-from tests.support.jobs import PG, pg_admin
+from tests.support.postgres import throwaway_databases
 
 
 @pytest.fixture
 def pg_databases():
-    import psycopg2
-
-    try:
-        psycopg2.connect(f"{PG}/postgres", connect_timeout=3).close()
-    except psycopg2.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432: {exc}")
-    suffix = uuid.uuid4().hex[:10]
-    names = {"ls": f"sense7_jobs_ls_{suffix}", "store": f"sense7_jobs_store_{suffix}"}
-    for name in names.values():
-        pg_admin(f'CREATE DATABASE "{name}"')
-    yield names
-    for name in names.values():
-        pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    """The names of two new databases, {"ls": ..., "store": ...}, dropped after the test."""
+    with throwaway_databases("sense7_jobs", count=2) as (ls_url, store_url):
+        yield {"ls": ls_url.rsplit("/", 1)[1], "store": store_url.rsplit("/", 1)[1]}

@@ -18,13 +18,10 @@ import pytest
 import requests
 
 from sense7.labelstudio.label_studio_process import LabelStudioServer
-from sense7.model.bundle import train_bundle
-from sense7.model.registry import ModelRegistry
 from sense7.processes import free_port
 from sense7.settings import BACKEND_HOST, Settings
 from sense7.store.migrations import head_revision
-from sense7.synthetic import synth
-from tests.support.jobs import wait_for
+from tests.support.jobs import serve_synthetic_model, wait_for
 from tests.support.stack import JobStack, RedisHandle
 from tests.support.rater_page import answer_profile, build, hidden, start_rating_services, stored, submit
 
@@ -48,9 +45,7 @@ def test_a_study_restored_into_a_new_home_goes_on(job_stack, tmp_path):
     stack = job_stack
     rt = stack.runtime()
     tax = rt.taxonomy
-    registry = ModelRegistry.from_settings(rt.settings, rt.store)
-    registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=tax).rating_data(), "v1", tax), "v1")
-    registry.promote("v1")
+    serve_synthetic_model(rt, "v1")
     s = build(stack)
     a = s.session_for("pg1")
     traits = {f.key: (f.choices[0] if f.type == "choice" else f.max) for f in tax.profile_fields}

@@ -11,22 +11,20 @@ from sense7.taxonomy import load_taxonomy
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
 
-@pytest.fixture(scope="session")
-def synth_300():
-    """The planted-structure study of the quality test: 300 conversations, 40 raters."""
-    return generate(300, 40, seed=7, taxonomy=TAXONOMY)
+def synthetic_study_fixtures(study: str, items: str, n_conversations: int, n_raters: int, seed: int):
+    """Two session fixtures, named `study` and `items`: a synthetic study and its items (X, Y)."""
+
+    @pytest.fixture(scope="session", name=study)
+    def made_study():
+        return generate(n_conversations, n_raters, seed=seed, taxonomy=TAXONOMY)
+
+    @pytest.fixture(scope="session", name=items)
+    def made_items(request):
+        return build_items(request.getfixturevalue(study).rating_data(), TAXONOMY)
+
+    return made_study, made_items
 
 
-@pytest.fixture(scope="session")
-def items_300(synth_300):
-    return build_items(synth_300.rating_data(), TAXONOMY)
-
-
-@pytest.fixture(scope="session")
-def small_synth():
-    return generate(60, 12, seed=3, taxonomy=TAXONOMY)
-
-
-@pytest.fixture(scope="session")
-def small_items(small_synth):
-    return build_items(small_synth.rating_data(), TAXONOMY)
+# The planted-structure study of the quality test: 300 conversations, 40 raters.
+synth_300, items_300 = synthetic_study_fixtures("synth_300", "items_300", 300, 40, seed=7)
+small_synth, small_items = synthetic_study_fixtures("small_synth", "small_items", 60, 12, seed=3)

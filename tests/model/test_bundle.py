@@ -19,13 +19,8 @@ TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made 
 
 
 @pytest.fixture(scope="module")
-def synth():
-    return generate(60, 12, seed=3, taxonomy=TAXONOMY)
-
-
-@pytest.fixture(scope="module")
-def bundle(synth):
-    return train_bundle(synth.rating_data(), "v1", TAXONOMY)
+def bundle(small_synth):
+    return train_bundle(small_synth.rating_data(), "v1", TAXONOMY)
 
 
 def test_predict_items_kinds_and_values(bundle, small_items):

@@ -15,7 +15,8 @@ from sense7.privacy.release import SUPPRESSED, ReleaseError, build_release, k_an
 from sense7.privacy.release_check import Originals, check_release, originals_from_store
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import LinkBook, token_hash
-from tests.support.release import TAXONOMY, demo_like_study, fill_study, invoke, release_rows
+from tests.support.release import (TAXONOMY, demo_like_study, fill_study, home_store, invoke, release_rows,
+                                   unusable_target)
 
 
 @pytest.fixture
@@ -124,18 +125,13 @@ def test_check_catches_pii_ids_k_and_counts_without_printing_values(study, tmp_p
 
 @pytest.mark.parametrize("case", ["non-empty", "a file", "neither", "both", "k=1"])
 def test_release_misuse_is_one_line_and_writes_nothing(study, tmp_path, case):
-    target = tmp_path / "target"
+    target = unusable_target(tmp_path, case)
     args = ["release", "--out", target]
-    if case == "non-empty":
-        target.mkdir()
-        (target / "keep.txt").write_text("mine")
-    elif case == "a file":
-        target.write_text("mine")
-    elif case == "neither":
+    if case == "neither":
         args = ["release"]
     elif case == "both":
         args += ["--check", tmp_path]
-    else:
+    elif case == "k=1":
         args += ["--k", "1"]
     before = sorted(p.name for p in tmp_path.iterdir())
     result = invoke(*args)
@@ -187,13 +183,8 @@ def released(tmp_path_factory):
     from sense7.store.tables import crowd_completions
 
     root = tmp_path_factory.mktemp("released")
-    home = root / "home"
-    home.mkdir()
     with pytest.MonkeyPatch.context() as mp:
-        for name in ("SENSE7_STORE_URL", "SENSE7_MODEL_DIR", "SENSE7_TAXONOMY"):
-            mp.delenv(name, raising=False)
-        mp.setenv("SENSE7_HOME", str(home))
-        store = Store(f"sqlite:///{home / 'store.sqlite'}")
+        store = home_store(root, mp)
         data = fill_study(store, 40, 6)
         secret = LinkBook(store).issue("r001")
         traits = next({k: v for k, v in r.items() if k not in ("rater_id", "email")}
@@ -206,7 +197,7 @@ def released(tmp_path_factory):
         out = root / "release"
         result = invoke("release", "--out", out)
         assert result.exit_code == 0, result.output
-    return home, store, secret, out
+    return root / "home", store, secret, out
 
 
 def _snapshot(folder: Path) -> dict:

@@ -17,10 +17,10 @@ from sense7.privacy.croissant import CROISSANT_FILE
 from sense7.privacy.release import ReleaseError
 from sense7.privacy.release_check import check_release, originals_from_store
 from sense7.store import tables
-from sense7.store.database import Store
 from sense7.store.study_design import StudyRecords
 from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy
+from tests.support.release import croissant_with_rai_fields, home_store, rater_rows
 
 TAXONOMY = load_taxonomy()
 runner = CliRunner()
@@ -32,16 +32,9 @@ pytestmark = [pytest.mark.filterwarnings("ignore:ConjunctiveGraph is deprecated"
 def released(tmp_path, monkeypatch):
     """A synthetic study (8 raters, 30 conversations) with a randomized design, a recorded model version and a
     Prolific crowd study, released with the command."""
-    home = tmp_path / "home"
-    home.mkdir()
-    for name in ("SENSE7_STORE_URL", "SENSE7_MODEL_DIR", "SENSE7_TAXONOMY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SENSE7_HOME", str(home))
-    store = Store(f"sqlite:///{home / 'store.sqlite'}")
+    store = home_store(tmp_path, monkeypatch)
     data = synth.generate(30, 8, seed=2, taxonomy=TAXONOMY)
-    store.upsert_raters([{"rater_id": r["rater_id"], "email": r["email"],
-                          "traits": {k: v for k, v in r.items() if k not in ("rater_id", "email")}}
-                         for r in data.raters.to_dict("records")])
+    store.upsert_raters(rater_rows(data))
     store.upsert_conversations(data.conversations)
     store.import_ratings(data.ratings)
     from sense7.settings import StudyDesign
@@ -84,12 +77,7 @@ def test_the_release_croissant_validates_reads_back_the_rows_and_fills_the_rai_f
     assert sorted((r["ratings/rater_id"].decode(), r["ratings/dimension"].decode(), r["ratings/rating"])
                   for r in records) == sorted((r["rater_id"], r["dimension"], r["rating"]) for r in released_rows)
     assert len(released_rows) == len(data.ratings)
-    document = json.loads((out / CROISSANT_FILE).read_text())
-    assert document["conformsTo"] == "http://mlcommons.org/croissant/1.1"
-    metadata = dataset.metadata.to_json()
-    for key in ("rai:dataAnnotationProtocol", "rai:dataAnnotationPlatform", "rai:annotationsPerItem",
-                "rai:annotatorDemographics", "rai:machineAnnotationTools"):
-        assert metadata.get(key), key
+    document = croissant_with_rai_fields(out, dataset)
     assert any("Prolific (recruitment of crowd study wave-1)" in p for p in document["rai:dataAnnotationPlatform"])
     assert "4 raters per conversation by design" in document["rai:annotationsPerItem"]
     assert all("2 raters" in d for d in document["rai:annotatorDemographics"])  # the k the release was made with

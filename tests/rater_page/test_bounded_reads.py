@@ -136,8 +136,10 @@ def test_a_short_body_gets_408_and_the_worker_then_serves_others(tmp_path, redis
         for short in shorts:
             answer = short.makefile("rb")
             assert answer.readline().split()[1] == b"408"
-            while answer.readline() not in (b"\r\n", b""):
-                pass
+            headers = []
+            while (line := answer.readline()) not in (b"\r\n", b""):
+                headers.append(line.strip().lower())
+            assert b"connection: close" in headers and b"connection: keep-alive" not in headers
             assert b"did not arrive whole" in answer.read(), "the 408 page, then the connection's end"
             short.close()
         assert stored_rows(store) == []

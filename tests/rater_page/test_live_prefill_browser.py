@@ -10,14 +10,13 @@ import pytest
 from sense7.processes import free_port
 from sense7.store.rater_page_tables import LinkBook, RaterQueue
 from sense7.store.study_design import SHOWN, StudyRecords, live_version
-from tests.support.browser import ARTIFACTS, CHROMIUM, LAUNCH_ARGS, NEEDS_CHROMIUM
+from tests.support.browser import ARTIFACTS, NEEDS_CHROMIUM, answer_questionnaire, chromium
 from tests.support.rater_page import import_randomized_study, start_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.labelstudio, pytest.mark.slow, NEEDS_CHROMIUM]
 
 
 def test_three_answers_of_five_move_the_next_prefill_up(job_stack):
-    from playwright.sync_api import sync_playwright
     from sense7.tasks.delivery import refresh_queues
 
     stack = job_stack
@@ -40,35 +39,27 @@ def test_three_answers_of_five_move_the_next_prefill_up(job_stack):
     static = records.recorded(key[target.task_id], "v1")["levels"]  # what the served version pre-fills
     assert target.prediction and target.prediction["values"] == static
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1200, "height": 2400})
-        try:
-            page.goto(link)
-            for fld in tax.profile_fields:
-                page.locator(f"fieldset[data-control={fld.key}] input[value='{traits[fld.key]}']").check()
+        page.goto(link)
+        answer_questionnaire(page, tax, traits)
+        base = link.split("/r/")[0]
+        for item in queue[:3]:
+            page.goto(f"{base}/task/{item.task_id}")
+            page.wait_for_selector("form.rating-form")
+            for control in tax.controls:
+                page.locator(f"fieldset[data-control={control}] input[value='{tax.levels}']").check()
+            page.locator(f"fieldset[data-control={tax.expectation_key}] input[type=radio]").last.check()
+            if page.locator("fieldset[data-instructed]").count():
+                page.locator("fieldset[data-instructed] input[type=radio]").first.check()
             with page.expect_navigation():
                 page.get_by_role("button", name="Save and continue").click()
-            base = link.split("/r/")[0]
-            for item in queue[:3]:
-                page.goto(f"{base}/task/{item.task_id}")
-                page.wait_for_selector("form.rating-form")
-                for control in tax.controls:
-                    page.locator(f"fieldset[data-control={control}] input[value='{tax.levels}']").check()
-                page.locator(f"fieldset[data-control={tax.expectation_key}] input[type=radio]").last.check()
-                if page.locator("fieldset[data-instructed]").count():
-                    page.locator("fieldset[data-instructed] input[type=radio]").first.check()
-                with page.expect_navigation():
-                    page.get_by_role("button", name="Save and continue").click()
-            page.goto(f"{base}/task/{target.task_id}")
-            page.wait_for_selector("form.rating-form")
-            shown = {control: int(page.locator(f"fieldset[data-control={control}] input:checked").get_attribute("value"))
-                     for control in tax.controls}
-            assert page.locator("#prefill-note").count() == 1
-            page.screenshot(path=str(ARTIFACTS / "live-prefill-rater-page.png"), full_page=True)
-        finally:
-            browser.close()
+        page.goto(f"{base}/task/{target.task_id}")
+        page.wait_for_selector("form.rating-form")
+        shown = {control: int(page.locator(f"fieldset[data-control={control}] input:checked").get_attribute("value"))
+                 for control in tax.controls}
+        assert page.locator("#prefill-note").count() == 1
+        page.screenshot(path=str(ARTIFACTS / "live-prefill-rater-page.png"), full_page=True)
     assert sum(shown.values()) > sum(static.values()), (shown, static)  # moved up
     assert all(shown[c] >= static[c] for c in tax.controls), (shown, static)
     record = records.recorded(key[target.task_id], live_version("v1"))

@@ -12,7 +12,8 @@ import pytest
 
 from sense7.model.baselines import RaterMean
 from sense7.research import evaluation
-from sense7.research.evaluation import SPLITS, _bootstrap_spearman, evaluate_items
+from sense7.research.evaluation import SPLITS, evaluate_items
+from sense7.research.metrics import fold_spearman_draws
 from sense7.research.metrics import percentile_ci, spearman
 
 from tests.support.research import planted_items
@@ -29,7 +30,7 @@ def _clustered(n_clusters=30, per_cluster=10, offset_sd=1.0, noise_sd=0.5, seed=
 
 
 def _interval(y, scores, clusters, fold_ids, seed=0):
-    boot = _bootstrap_spearman(y, scores, clusters, fold_ids, n_boot=400, seed=seed)
+    boot = fold_spearman_draws(y, scores, clusters, fold_ids, n_boot=400, seed=seed)
     return percentile_ci(boot["model"]["__overall__"])
 
 
@@ -68,13 +69,13 @@ def _same_partition(codes, labels) -> bool:
 def test_evaluate_items_passes_the_split_clusters_and_reports_a_real_interval(monkeypatch):
     X, Y = planted_items(n_raters=12, n_conversations=5, n_turns=3, rater_sd=1.0, noise_sd=0.6, seed=5)
     calls = []
-    original = evaluation._bootstrap_spearman
+    original = evaluation.fold_spearman_draws
 
     def recording(y, scores, clusters, fold_ids, n_boot, seed):
         calls.append(np.asarray(clusters).copy())
         return original(y, scores, clusters, fold_ids, n_boot, seed)
 
-    monkeypatch.setattr(evaluation, "_bootstrap_spearman", recording)
+    monkeypatch.setattr(evaluation, "fold_spearman_draws", recording)
     result = evaluate_items(X, Y, {"rater_mean": RaterMean()}, splits=("known_rater", "cold_start"), n_folds=3,
                             n_boot=200)
 

@@ -120,7 +120,7 @@ def test_evaluate_reads_rating_data_with_whole_conversation_ratings():
 
 
 def test_bootstrap_resamples_equal_a_direct_weighted_spearman_per_fold():
-    from sense7.research.evaluation import _bootstrap_spearman
+    from sense7.research.metrics import fold_spearman_draws
     from sense7.research.metrics import RankStructure, cluster_weights, weighted_spearman
 
     rng = np.random.default_rng(7)
@@ -129,7 +129,7 @@ def test_bootstrap_resamples_equal_a_direct_weighted_spearman_per_fold():
     Y.loc[rng.random(n) < 0.2, "b"] = np.nan  # unrated cells are left out per control
     scores = {"m": pd.DataFrame({"a": Y["a"].fillna(3) + rng.normal(0, 1, n), "b": rng.normal(0, 1, n)})}
     clusters, folds = rng.integers(0, 40, n), rng.integers(0, 3, n)
-    boot = _bootstrap_spearman(Y, scores, clusters, folds, n_boot=5, seed=11)
+    boot = fold_spearman_draws(Y, scores, clusters, folds, n_boot=5, seed=11)
     for b, weights in enumerate(cluster_weights(clusters, 5, seed=11)):
         for c in ("a", "b"):
             acc = total = 0.0

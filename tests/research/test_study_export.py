@@ -11,17 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from sense7.cli import app
 from sense7.privacy.croissant import CROISSANT_FILE
 from sense7.research.lewidi import anad, mean_soft_label_wasserstein
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import token_hash
 
+from tests.support.release import croissant_with_rai_fields, home_store, invoke, unusable_target
 from tests.support.study_store import PLATFORM_ID, RATERS, TAXONOMY, WITHDRAWN, fill_study
-
-runner = CliRunner()
 CONTROLS = TAXONOMY.controls
 # mlcroissant's own dependencies (rdflib, its pandas calls) warn about their deprecations: not ours to fix.
 pytestmark = [pytest.mark.filterwarnings("ignore:ConjunctiveGraph is deprecated"),
@@ -30,17 +27,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:ConjunctiveGraph is deprecated"
 
 @pytest.fixture
 def study(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    for name in ("SENSE7_STORE_URL", "SENSE7_MODEL_DIR", "SENSE7_TAXONOMY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SENSE7_HOME", str(home))
-    store = Store(f"sqlite:///{home / 'store.sqlite'}")
-    return fill_study(store)
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
+    return fill_study(home_store(tmp_path, monkeypatch))
 
 
 def _store_ratings(store: Store) -> dict[tuple, int]:
@@ -138,13 +125,7 @@ def test_croissant_validates_and_its_record_reader_finds_the_stores_ratings(stud
     rows = pd.DataFrame(_records(out, "ratings"))
     rows["is_repeat"] = rows["is_repeat"].astype(bool)
     assert _exported(rows) == _store_ratings(study.store)
-    document = json.loads((out / CROISSANT_FILE).read_text())
-    assert document["conformsTo"] == "http://mlcommons.org/croissant/1.1"
-    # The RAI annotation fields, filled from the study.
-    metadata = dataset.metadata.to_json()
-    for key in ("rai:dataAnnotationProtocol", "rai:dataAnnotationPlatform", "rai:annotationsPerItem",
-                "rai:annotatorDemographics", "rai:machineAnnotationTools"):
-        assert metadata.get(key), key  # mlcroissant read it back
+    document = croissant_with_rai_fields(out, dataset)  # the RAI annotation fields, filled from the study
     protocol = " ".join(document["rai:dataAnnotationProtocol"])
     assert all(d.definition in protocol for d in TAXONOMY.dimensions) and "5-point scale" in protocol
     assert any("Prolific" in p for p in document["rai:dataAnnotationPlatform"])
@@ -226,18 +207,13 @@ def test_a_value_that_must_not_leave_stops_the_export_and_nothing_is_written(stu
 
 @pytest.mark.parametrize("case", ["non-empty", "a file", "unknown format", "no store", "no --out"])
 def test_misuse_is_one_line_and_writes_nothing(study, tmp_path, monkeypatch, case):
-    target = tmp_path / "target"
+    target = unusable_target(tmp_path, case)
     args = ["export", "--out", target]
-    if case == "non-empty":
-        target.mkdir()
-        (target / "keep.txt").write_text("mine")
-    elif case == "a file":
-        target.write_text("mine")
-    elif case == "unknown format":
+    if case == "unknown format":
         args += ["--format", "jsonl"]
     elif case == "no --out":
         args = ["export", "--with-ids"]
-    else:
+    elif case == "no store":
         monkeypatch.setenv("SENSE7_HOME", str(tmp_path / "nohome"))
     before_files = sorted(p.name for p in tmp_path.iterdir()) + (["nohome"] if case == "no store" else [])
     before = study.store.snapshot()

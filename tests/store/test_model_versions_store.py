@@ -4,7 +4,6 @@ upgrades with every row intact and then holds the registry; on SQLite and, when 
 from __future__ import annotations
 
 import importlib
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,8 @@ from sense7.store.database import Store
 from sense7.store.migrations import current_revision, head_revision
 from tests.support.fake_bundle import FakeBundle, load_fake, save_fake
 from tests.support.postgres import throwaway_databases
-from tests.support.store_fixtures.make_old_stores import fill
+from tests.support.store_fixtures.make_old_stores import STORE_7820ADD, fill, old_sqlite_store
 
-FIXTURES = Path(__file__).resolve().parents[1] / "support" / "store_fixtures"
 BASELINE = importlib.import_module("sense7.store.migrations.versions.0001_baseline")
 
 
@@ -55,10 +53,7 @@ def check_upgrade_and_registry(url: str, engine, tmp_path: Path) -> None:
 
 
 def test_a_sqlite_store_at_0001_upgrades_with_every_row_intact(tmp_path):
-    path = tmp_path / "store.sqlite"
-    conn = sqlite3.connect(path)
-    conn.executescript((FIXTURES / "store-7820add.sql").read_text())  # rows in every table of 0001's day
-    conn.close()
+    path = old_sqlite_store(tmp_path, STORE_7820ADD)  # rows in every table of 0001's day
     engine = create_engine(f"sqlite:///{path}")
     with engine.begin() as conn:  # the baseline's own upgrade, as sense7 at revision 0001 ran it
         from alembic.operations import Operations

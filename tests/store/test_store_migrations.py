@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -23,21 +22,12 @@ from sense7.store.migrations import (StoreTooNewError, current_revision, head_re
                                      revision_status)
 from sense7.store.tables import metadata, staff_log
 from tests.support.postgres import throwaway_databases
-from tests.support.store_fixtures.make_old_stores import ADDED_COLUMNS_OF_7820ADD, fill
+from tests.support.store_fixtures.make_old_stores import (ADDED_COLUMNS_OF_7820ADD, BEFORE_ADDED_COLUMNS, OLD_STORES,
+                                                          STORE_7820ADD, fill, old_sqlite_store)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "support" / "store_fixtures"
-OLD_STORES = ["store-7820add.sql", "store-before-added-columns.sql"]
+SENSE7 = str(Path(sys.executable).parent / "sense7")
 # The tables of revision 0001 (the old fixtures hold every one; later revisions add tables they cannot hold).
 BASELINE_TABLES = set(importlib.import_module("sense7.store.migrations.versions.0001_baseline").baseline_schema().tables)
-SENSE7 = str(Path(sys.executable).parent / "sense7")
-
-
-def old_sqlite_store(tmp_path: Path, fixture: str) -> Path:
-    path = tmp_path / "store.sqlite"
-    conn = sqlite3.connect(path)
-    conn.executescript((FIXTURES / fixture).read_text())
-    conn.close()
-    return path
 
 
 def rows_by_table(engine) -> dict[str, list[dict]]:
@@ -108,7 +98,7 @@ def test_an_upgrade_that_fails_half_way_changes_nothing(tmp_path, monkeypatch):
     and the error is not swallowed (the next opening tries again, and succeeds)."""
     from alembic.operations import Operations
 
-    path = old_sqlite_store(tmp_path, "store-before-added-columns.sql")
+    path = old_sqlite_store(tmp_path, BEFORE_ADDED_COLUMNS)
     raw = create_engine(f"sqlite:///{path}")
     before = rows_by_table(raw)
     real, calls = Operations.add_column, []
@@ -149,7 +139,7 @@ def _open_together(url: str, count: int, tmp_path: Path) -> list[dict]:
     return reports
 
 
-@pytest.mark.parametrize("fixture", [None, "store-before-added-columns.sql"])
+@pytest.mark.parametrize("fixture", [None, BEFORE_ADDED_COLUMNS])
 def test_processes_opening_a_store_at_once_upgrade_it_once(tmp_path, fixture):
     path = old_sqlite_store(tmp_path, fixture) if fixture else tmp_path / "store.sqlite"
     before = rows_by_table(create_engine(f"sqlite:///{path}")) if fixture else None
@@ -185,7 +175,7 @@ def test_a_store_newer_than_the_code_is_refused_and_left_alone(tmp_path):
 
 
 def test_store_upgrade_and_revision_commands(tmp_path):
-    path = old_sqlite_store(tmp_path, "store-7820add.sql")
+    path = old_sqlite_store(tmp_path, STORE_7820ADD)
     env = {**os.environ, "SENSE7_HOME": str(tmp_path / "home"), "SENSE7_STORE_URL": f"sqlite:///{path}"}
 
     def run(*args):

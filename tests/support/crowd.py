@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -20,6 +19,7 @@ from sense7.labelstudio.protocol import rating_tasks
 from sense7.rater_page.app import create_app
 from sense7.settings import Settings
 from sense7.taxonomy import load_taxonomy
+from tests.support.jobs import wait_for
 
 CONSENT = "# Consent\n\nYou will rate replies of an AI assistant. Your answers are kept under a pseudonym.\n"
 
@@ -178,13 +178,15 @@ def table_rows(store, table) -> list[dict]:
 
 
 def until(condition, timeout: float = 120.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+    """Poll until condition() is truthy; return its value (tests.support.jobs.wait_for, every half second)."""
+    return wait_for(condition, timeout=timeout, interval=0.5, what=what)
+
+
+def open_study(rt, folder: Path, **design):
+    """The study `write_study(folder, **design)` writes, installed in `rt`'s store and opened to entries."""
+    study, _ = install_study(rt.store, write_study(folder, **design), rt.taxonomy)
+    Studies(rt.store).set_open(study.study_id, True)
+    return study
 
 
 def participant_ids(store) -> list[str]:

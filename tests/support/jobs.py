@@ -25,6 +25,14 @@ def make_raters(n: int = 3, prefix: str = "r", domain: str = "raters.test") -> l
     return toy_study.make_raters(n, load_taxonomy(), prefix, domain)
 
 
+def serve_synthetic_model(rt, version: str = "v1") -> None:
+    """A model trained on a small synthetic study, added to `rt`'s registry as `version` and promoted."""
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
+    registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=rt.taxonomy).rating_data(), version,
+                              rt.taxonomy), version)
+    registry.promote(version)
+
+
 def rating_result(turn_text: str, bias: int = 0) -> list[dict]:
     """A full annotation result: warm turns get high ratings, cold ones low, shifted by the rater's bias."""
     tax = load_taxonomy()
@@ -177,15 +185,3 @@ def served_and_spoiled_store(tmp_path):
     spoiled.loc[outside, "rating"] = np.random.default_rng(0).permutation(spoiled.loc[outside, "rating"].to_numpy())
     store.import_ratings(spoiled)
     return store, registry, tax
-
-
-def pg_admin(sql: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(f"{PG}/postgres")
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-    finally:
-        conn.close()

@@ -22,12 +22,27 @@ TAXONOMY = load_taxonomy()
 runner = CliRunner()
 
 
-def fill_study(store: Store, n_conversations: int, n_raters: int, seed: int = 5):
-    data = synth.generate(n_conversations, n_raters, seed=seed, taxonomy=TAXONOMY)
-    rows = [{"rater_id": r["rater_id"], "email": r["email"],
+def home_store(root: Path, env) -> Store:
+    """A new SQLite store in `root`/home, made this process's SENSE7_HOME with no store, model or taxonomy
+    override (`env`: pytest's monkeypatch, or a MonkeyPatch context for a wider-scoped fixture)."""
+    home = root / "home"
+    home.mkdir()
+    for name in ("SENSE7_STORE_URL", "SENSE7_MODEL_DIR", "SENSE7_TAXONOMY"):
+        env.delenv(name, raising=False)
+    env.setenv("SENSE7_HOME", str(home))
+    return Store(f"sqlite:///{home / 'store.sqlite'}")
+
+
+def rater_rows(data) -> list[dict]:
+    """The synthetic study's raters as `Store.upsert_raters` takes them."""
+    return [{"rater_id": r["rater_id"], "email": r["email"],
              "traits": {k: v for k, v in r.items() if k not in ("rater_id", "email")}}
             for r in data.raters.to_dict("records")]
-    store.upsert_raters(rows)
+
+
+def fill_study(store: Store, n_conversations: int, n_raters: int, seed: int = 5):
+    data = synth.generate(n_conversations, n_raters, seed=seed, taxonomy=TAXONOMY)
+    store.upsert_raters(rater_rows(data))
     owner = data.conversations[0]
     # A conversation imported with --no-scrub: the release scrubs it again.
     data.conversations[0] = Conversation(owner.conversation_id, owner.rater_id, [
@@ -40,15 +55,36 @@ def fill_study(store: Store, n_conversations: int, n_raters: int, seed: int = 5)
 
 def demo_like_study(tmp_path, monkeypatch):
     """A demo-like demo_like_study (the demo's 6 raters, 40 conversations, one link issued) in this test's home."""
-    home = tmp_path / "home"
-    home.mkdir()
-    for name in ("SENSE7_STORE_URL", "SENSE7_MODEL_DIR", "SENSE7_TAXONOMY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SENSE7_HOME", str(home))
-    store = Store(f"sqlite:///{home / 'store.sqlite'}")
+    store = home_store(tmp_path, monkeypatch)
     data = fill_study(store, 40, 6)
     secret = LinkBook(store).issue("r001")
     return store, data, secret
+
+
+def unusable_target(tmp_path: Path, case: str) -> Path:
+    """`tmp_path`/target for a misuse test's `case`: "non-empty" (a folder holding keep.txt), "a file", or
+    (any other case) nothing there yet."""
+    target = tmp_path / "target"
+    if case == "non-empty":
+        target.mkdir()
+        (target / "keep.txt").write_text("mine")
+    elif case == "a file":
+        target.write_text("mine")
+    return target
+
+
+def croissant_with_rai_fields(folder: Path, dataset) -> dict:
+    """The Croissant document in `folder`, checked: Croissant 1.1, and the RAI annotation fields filled (as
+    mlcroissant's `dataset` read them back)."""
+    from sense7.privacy.croissant import CROISSANT_FILE
+
+    document = json.loads((folder / CROISSANT_FILE).read_text())
+    assert document["conformsTo"] == "http://mlcommons.org/croissant/1.1"
+    metadata = dataset.metadata.to_json()
+    for key in ("rai:dataAnnotationProtocol", "rai:dataAnnotationPlatform", "rai:annotationsPerItem",
+                "rai:annotatorDemographics", "rai:machineAnnotationTools"):
+        assert metadata.get(key), key
+    return document
 
 
 def invoke(*args):

@@ -1,13 +1,16 @@
-"""How the pre-Alembic stores in this folder were made: run once with the code of commit 7820add (before issue
-40's migrations), `python tests/support/store_fixtures/make_old_stores.py`, from the repository's root.
+"""The pre-Alembic stores the migration tests upgrade, and how they were made.
 
-- `store-7820add.sql`: a store as that code made it (every table of its schema, two rows in each);
-- `store-before-added-columns.sql`: the same store without the columns that code added to older stores
-  (its `Store._ADDED_COLUMNS`), i.e. a store from before those columns existed, rows and all.
+- `store-7820add.sql`: a store as the code of commit 7820add (before issue 40's migrations) made it, every table
+  of its schema with two rows in each. Made once with that code: `python tests/support/store_fixtures/
+  make_old_stores.py`, from the repository's root. Kept as SQL text (sqlite3's iterdump) so a review sees every
+  row. Do not regenerate it with newer code: it stands for stores made before the migrations existed.
+- `BEFORE_ADDED_COLUMNS`, a store from before the columns that code added to older stores (its
+  `Store._ADDED_COLUMNS`), rows and all: built at test time from `store-7820add.sql` by dropping those columns
+  (`drop_added_columns`). That is the very step that once wrote it as a second file, and that file was
+  byte for byte the iterdump of this result (checked on SQLite 3.40 when the file was retired), so the tests
+  upgrade the same store as before without a second copy of 300 lines.
 
-Kept as SQL text (sqlite3's iterdump) so a review sees every row. `tests/store/test_store_migrations.py`
-loads them, upgrades them and compares every row. Do not regenerate them with newer code: they stand for stores
-made before the migrations existed.
+`tests/store/test_store_migrations.py` loads them (`old_sqlite_store`), upgrades them and compares every row.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from pathlib import Path
 from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String, Text
 
 HERE = Path(__file__).resolve().parent
+STORE_7820ADD = "store-7820add.sql"
+BEFORE_ADDED_COLUMNS = "store-before-added-columns"  # derived from STORE_7820ADD, see the module's doc
+OLD_STORES = [STORE_7820ADD, BEFORE_ADDED_COLUMNS]
 
 
 def value_for(column, n: int):
@@ -49,6 +55,26 @@ ADDED_COLUMNS_OF_7820ADD = (("annotations", "author_id"), ("annotations", "quara
                             ("crowd_released", "tasks_cleared_at"))
 
 
+def drop_added_columns(conn: sqlite3.Connection) -> None:
+    """Make a 7820add store one from before the columns that code added to older stores."""
+    for table, column in ADDED_COLUMNS_OF_7820ADD:
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    conn.commit()
+
+
+def old_sqlite_store(folder: Path, name: str) -> Path:
+    """The old store `name` (one of OLD_STORES) as a SQLite file `store.sqlite` in `folder`."""
+    path = folder / "store.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript((HERE / STORE_7820ADD).read_text())
+    if name == BEFORE_ADDED_COLUMNS:
+        drop_added_columns(conn)
+    elif name != STORE_7820ADD:
+        raise ValueError(f"{name}: not one of {OLD_STORES}")
+    conn.close()
+    return path
+
+
 def fill(engine, metadata, explicit_ids: bool = True) -> None:
     """Two rows in every table. Without `explicit_ids`, serial `id` keys are left to the database (PostgreSQL's
     sequences then stay in step, as in a store that grew by itself)."""
@@ -70,11 +96,7 @@ def main() -> None:
         store.engine.dispose()
         conn = sqlite3.connect(path)
         conn.execute("PRAGMA journal_mode=DELETE")
-        (HERE / "store-7820add.sql").write_text("\n".join(conn.iterdump()) + "\n")
-        for table, column in ADDED_COLUMNS_OF_7820ADD:
-            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-        conn.commit()
-        (HERE / "store-before-added-columns.sql").write_text("\n".join(conn.iterdump()) + "\n")
+        (HERE / STORE_7820ADD).write_text("\n".join(conn.iterdump()) + "\n")
         conn.close()
 
 
