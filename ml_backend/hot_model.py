@@ -1,7 +1,8 @@
 """The model a serving process holds, swapped for a newly promoted version without a restart.
 
 Each process loads the registry's current version once at start. Requests call `get()`; at most once per
-`check_interval` seconds one of them stats the registry pointer. When it changed, that request thread
+`check_interval` seconds one of them reads the registry's pointer (one small query of the store; every other
+request reads nothing). When it changed, that request thread
 loads the new version *outside* any lock the other threads wait on (they keep answering with the old
 model) and then swaps one reference. A version that fails verification or loading is remembered and not
 retried until the pointer changes again; the old model keeps serving.
@@ -43,7 +44,12 @@ class HotModel:
         now = time.monotonic()
         if now >= self._next_check:
             self._next_check = now + self.check_interval
-            stamp = self.registry.pointer_stamp()
+            try:
+                stamp = self.registry.pointer_stamp()
+            except Exception as exc:  # the store is out of reach: the held model keeps serving
+                log.warning("model pointer not read (%s); still serving %s", type(exc).__name__,
+                            self._loaded.version if self._loaded else "nothing")
+                return self._loaded
             if stamp != self._stamp:
                 self.reload(stamp)
         return self._loaded
@@ -53,7 +59,7 @@ class HotModel:
         return self._loaded
 
     def stale(self) -> bool:
-        """Whether the pointer moved since the last load attempt (one stat)."""
+        """Whether the pointer moved since the last load attempt (one query of the store)."""
         return self.registry.pointer_stamp() != self._stamp
 
     def reload(self, stamp=None) -> bool:
@@ -61,8 +67,12 @@ class HotModel:
         if not self._load_lock.acquire(blocking=False):
             return False  # another thread is loading; keep serving the held model meanwhile
         try:
-            stamp = stamp if stamp is not None else self.registry.pointer_stamp()
-            version = self.registry.current()
+            try:
+                stamp = stamp if stamp is not None else self.registry.pointer_stamp()
+                version = self.registry.current()
+            except Exception as exc:  # the store is out of reach: the held model keeps serving
+                log.warning("model pointer not read (%s)", type(exc).__name__)
+                return False
             held = self._loaded
             if version is None or (held is not None and held.version == version):
                 self._stamp = stamp
@@ -82,6 +92,10 @@ class HotModel:
             self._loaded = LoadedModel(version, bundle, predictor, time.time())
             self._stamp = stamp
             self.last_error = None
+            try:  # versions the store no longer holds (pruned, or trained on an erased rater) leave this host too
+                self.registry.prune_cache()
+            except Exception as exc:
+                log.warning("model cache not pruned (%s)", type(exc).__name__)
             log.info("serving model %s (loaded in %.0f ms, was %s)", version,
                      (time.perf_counter() - started) * 1000, held.version if held else "nothing")
             return True
@@ -89,6 +103,9 @@ class HotModel:
             self._load_lock.release()
 
     def reload_in_background(self) -> None:
-        """Start a load without waiting for it (used by /setup, which must answer in milliseconds)."""
-        if self.stale() and not self._load_lock.locked():
+        """Look at the pointer and load a promoted version without waiting for either (used by /setup, which must
+        answer in milliseconds and so reads nothing itself); at most once per `check_interval` like `get`."""
+        now = time.monotonic()
+        if now >= self._next_check and not self._load_lock.locked():
+            self._next_check = now + self.check_interval
             threading.Thread(target=self.reload, name="sense7-model-reload", daemon=True).start()

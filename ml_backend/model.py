@@ -315,10 +315,10 @@ def build_model(settings, on_event: Callable[[str, dict], Any] | None = None,
     from sense7.model.registry import ModelRegistry
     from sense7.taxonomy import study_taxonomy
 
-    hot = HotModel(ModelRegistry(settings.model_dir), check_interval=check_interval)
+    store = Store(settings.store_url)
+    hot = HotModel(ModelRegistry.from_settings(settings, store), check_interval=check_interval)
     hot.reload()
     taxonomy = study_taxonomy(settings)
-    store = Store(settings.store_url)
     return Sense7Model(hot, RaterInfoCache(store, taxonomy, refresh_seconds=refresh_seconds),
                        taxonomy, on_event=on_event, prefill_rule=settings.study.prefill_rule,
                        live=LiveServing(store, taxonomy, check_interval=check_interval))

@@ -223,7 +223,7 @@ def prepare(home: Path, n_conversations: int, n_raters: int, seed: int):
     bundle = train_bundle(data.rating_data(), "v1", data.taxonomy)
     print(f"trained bundle v1 on {len(data.ratings)} ratings in {time.perf_counter() - started:.1f} s",
           file=sys.stderr)
-    registry = ModelRegistry(settings.model_dir)
+    registry = ModelRegistry.from_settings(settings)
     registry.add(bundle, "v1")
     registry.promote("v1")
     store = Store(settings.store_url)

@@ -299,7 +299,7 @@ def flood_main(args, cfg) -> None:
         stack.start_worker(beat=True, extra_args=("--without-gossip", "--without-mingle"))
         stack.start_rater_page()
         base = stack.rater_page.url
-        secret = study_secret(cfg.home, "bench")
+        secret = study_secret(cfg, "bench")
         flood = [f"{0xF1000D:06x}{i:018x}" for i in range(args.flood_ids)]
         flood_raters = {pseudonymous_id(secret, "bench", pid) for pid in flood}
         watch = SlotWatch(store, flood_raters)

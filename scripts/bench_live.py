@@ -51,15 +51,15 @@ def latency(repeats: int = 200) -> None:
     tax = load_taxonomy()
     synth = generate(400, 40, seed=0, taxonomy=tax)
     registry_dir = Path(tempfile.mkdtemp())
-    registry = ModelRegistry(registry_dir)
-    registry.promote(registry.add(train_bundle(synth.rating_data(), "v1", tax), "v1").name)
     store = Store(f"sqlite:///{registry_dir / 'store.sqlite'}")
+    registry = ModelRegistry(registry_dir / "models", store)
+    registry.promote(registry.add(train_bundle(synth.rating_data(), "v1", tax), "v1").name)
     convs = [c for c in synth.conversations]
     for conv in convs:
         conv.rater_id = "bench"
     store.upsert_conversations(convs)
     datas = [t["data"] for c in convs for t in rating_tasks(c)][:200 + 3 * repeats]
-    live = LivePrefills(registry_dir, store, tax)
+    live = LivePrefills(registry, store, tax)
     rng = np.random.default_rng(0)
     for round_, n in enumerate((10, 50, 200)):
         items = [QueueItem(100 + i, "rating", i, d["conversation_id"], d["turn_index"],

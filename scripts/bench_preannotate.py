@@ -99,7 +99,7 @@ def main() -> None:
             started = time.perf_counter()
             bundle = train_bundle(pilot_data, "v1", tax)
             figures["train_v1_s"] = round(time.perf_counter() - started, 1)
-            registry = ModelRegistry(settings.model_dir)
+            registry = ModelRegistry.from_settings(settings)
             registry.add(bundle, "v1")
             registry.promote("v1")
 

@@ -116,7 +116,7 @@ def promote_synthetic_version(cfg, tax) -> str:
     from sense7.model.bundle import train_bundle
     from sense7.model.registry import ModelRegistry
 
-    registry = ModelRegistry(cfg.model_dir)
+    registry = ModelRegistry.from_settings(cfg)
     name = registry.next_version()
     registry.promote(registry.add(train_bundle(generate(60, 10, seed=0, taxonomy=tax).rating_data(), name, tax),
                                   name).name)

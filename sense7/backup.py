@@ -1,7 +1,7 @@
 """A study's state in one archive, and back (`sense7 backup`, `sense7 restore`).
 
 A study is four things: sense7's store (SQLite copied through SQLite's backup API, so a running stack may keep
-writing; PostgreSQL through `pg_dump`), the model registry (every complete version and the served pointer),
+writing; PostgreSQL through `pg_dump`; it holds the model registry: every version and the served pointer),
 Label Studio's database (its SQLite file under the home, or `pg_dump` of SENSE7_LS_DATABASE_URL) and the home's
 secrets (`SENSE7_HOME/secrets/`: Label Studio's token and admin password, the webhook and backend secrets, the
 rater page's session key, each crowd study's id key). One tar.gz, written 0600, holds them with `manifest.json`:
@@ -36,9 +36,11 @@ from sqlalchemy.engine import make_url
 from sense7 import __version__
 from sense7.files import sha256_of
 from sense7.labelstudio.label_studio_process import LabelStudioServer
-from sense7.model.registry import MANIFEST_NAME, POINTER_NAME, ModelRegistry, RegistryError
+from sense7.model.registry import (MANIFEST_NAME, POINTER_NAME, ModelRegistry, RegistryError, check_version_name,
+                                   folder_versions, verify_folder)
 from sense7.settings import Settings, secure_home
 from sense7.store.database import Store, log_staff_entry
+from sense7.store.model_versions import ModelVersionRows
 
 FORMAT = "sense7-backup"
 FORMAT_VERSION = 1
@@ -144,6 +146,11 @@ def _gather(target: Target, staging: Path) -> dict:
     try:
         found["store_revision"] = current_revision(engine)
         check_known(found["store_revision"], engine)
+        rows = ModelVersionRows(engine)
+        if rows.present():  # listed before the copy below: every version listed is in the archive
+            found["model_versions"] = [row.name for row in rows.rows()]
+            pointer = rows.pointer()
+            found["current_model"] = pointer[0] if pointer else None
     finally:
         engine.dispose()
     (staging / "store").mkdir()
@@ -157,22 +164,25 @@ def _gather(target: Target, staging: Path) -> dict:
                             str(staging / STORE_DUMP)], target.store_url, "backing up the store")
         found["store"] = "postgresql"
 
-    registry = ModelRegistry(target.model_dir)
-    for version in registry.list_versions():
+    # Model versions live in the store (sense7.model.registry), so its copy above carries them. Folder versions of
+    # an older sense7 that no registry has moved into the store yet are carried as they were.
+    for folder in folder_versions(target.model_dir):
         try:
-            manifest = registry.verify(version.name)
+            manifest = verify_folder(folder, folder.name)
         except RegistryError:
             continue  # a corrupt version is never served: not worth keeping either
-        out = staging / "models" / version.name
+        out = staging / "models" / folder.name
         out.mkdir(parents=True)
         for rel in [*manifest["files"], MANIFEST_NAME]:
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(version.path / rel, out / rel)
-        found["model_versions"].append(version.name)
-    current = registry.current()
-    if current in found["model_versions"]:
-        (staging / "models" / POINTER_NAME).write_text(current + "\n")
-        found["current_model"] = current
+            shutil.copy2(folder / rel, out / rel)
+        found["model_versions"].append(folder.name)
+    pointer_file = target.model_dir / POINTER_NAME
+    if found["current_model"] is None and pointer_file.is_file():
+        current = pointer_file.read_text().strip()
+        if current in found["model_versions"]:
+            (staging / "models" / POINTER_NAME).write_text(current + "\n")
+            found["current_model"] = current
 
     (staging / "label-studio").mkdir()
     if target.ls_database_url:
@@ -374,8 +384,8 @@ def occupied(target: Target) -> list[str]:
                 held.append("a store")
         finally:
             engine.dispose()
-    if ModelRegistry(target.model_dir).list_versions():
-        held.append("model versions")
+    if folder_versions(target.model_dir) or (target.model_dir / POINTER_NAME).exists():
+        held.append("model versions")  # an older sense7's, not yet in its store (the store's are in "a store")
     if target.ls_database_url:
         engine = create_engine(target.ls_database_url.replace("postgresql://", "postgresql+psycopg2://", 1))
         try:
@@ -438,14 +448,14 @@ def restore(archive: Path, target: Target, force: bool = False) -> dict:
             _install_sqlite(staging / LS_SQLITE, target.label_studio_sqlite)
         elif manifest.get("label_studio") == "postgresql":
             _restore_pg(staging / LS_DUMP, target.ls_database_url, force, "restoring Label Studio's database")
-        models = staging / "models"
+        models = staging / "models"  # an older sense7's archive: version folders, moved into the store below
         if models.is_dir():
             target.model_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            for version in manifest.get("model_versions") or []:
-                dest = target.model_dir / version
+            for folder in sorted(p for p in models.iterdir() if p.is_dir()):
+                dest = target.model_dir / check_version_name(folder.name)
                 if dest.exists():
                     shutil.rmtree(dest)
-                shutil.move(models / version, dest)
+                shutil.move(folder, dest)
             pointer = models / POINTER_NAME
             if pointer.is_file():
                 shutil.move(pointer, target.model_dir / POINTER_NAME)
@@ -458,6 +468,7 @@ def restore(archive: Path, target: Target, force: bool = False) -> dict:
                 os.replace(secret, target.secrets_dir / secret.name)  # staging is inside the home
     summary = _summary(manifest, len(secrets))
     store = Store(target.store_url)  # brings an older archive's store to this sense7's revision
+    ModelRegistry(target.model_dir, store).adopt_folder_versions()  # an older archive's models/ into the store
     store.log_staff("restore", **{k: v for k, v in summary.items() if k != "created"},
                     archive_created=manifest["created"])
     store.engine.dispose()

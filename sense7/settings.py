@@ -11,7 +11,9 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 import secrets
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -397,6 +399,15 @@ class Settings:
     # What the retrain job fits beyond the defaults, as written (sense7.model.options.served_params parses them):
     model_alpha: str | None = None        # SENSE7_MODEL_ALPHA: the text penalty, a number above 0 or cv
     model_rater_ridge: str | None = None  # SENSE7_MODEL_RATER_RIDGE: each known rater's own content weights
+    # The secrets given in the environment rather than kept in this home (`secret`): SENSE7_RATER_PAGE_SECRET,
+    # SENSE7_CROWD_SECRET_<STUDY>, each also as <variable>_FILE. Never shown (repr=False).
+    secret_env: Mapping = field(default_factory=dict, repr=False, compare=False)
+
+    def secret(self, name: str, variable: str) -> str:
+        """A secret every host of a deployment must share: from the settings when given (`variable`: the value;
+        `variable`_FILE: a file only its owner may read), else this home's own file (`local_secret(home, name)`,
+        made once). When both exist, the settings win."""
+        return secret_from_env(self.secret_env, variable) or local_secret(self.home, name)
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> "Settings":
@@ -438,6 +449,7 @@ class Settings:
             prolific=ProlificApi.from_env(env),
             model_alpha=env.get("SENSE7_MODEL_ALPHA") or None,
             model_rater_ridge=env.get("SENSE7_MODEL_RATER_RIDGE") or None,
+            secret_env={k: v for k, v in env.items() if k.startswith(SHARED_SECRET_PREFIXES)},
         )
 
 
@@ -459,6 +471,44 @@ def taxonomy_path_from_env(env: dict | None = None) -> Path | None:
     env = os.environ if env is None else env
     value = env.get("SENSE7_TAXONOMY")
     return Path(value).expanduser().resolve() if value else None
+
+
+RATER_PAGE_SECRET = "SENSE7_RATER_PAGE_SECRET"  # the rater page's session key: every instance of the page signs with it
+CROWD_SECRET_PREFIX = "SENSE7_CROWD_SECRET_"     # + the study id: the key of a crowd study's pseudonymous ids
+SHARED_SECRET_PREFIXES = (RATER_PAGE_SECRET, CROWD_SECRET_PREFIX)
+
+
+def crowd_secret_variable(study_id: str) -> str:
+    """SENSE7_CROWD_SECRET_<STUDY>: the study id upper-cased, every character but letters and digits as '_'."""
+    return CROWD_SECRET_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", study_id).upper()
+
+
+def secret_from_env(env: Mapping, variable: str) -> str | None:
+    """`variable`'s value, else the content of the file `variable`_FILE names; None when neither is set.
+    SettingsError (naming the variable and file) for an empty secret, a missing file or one that others may
+    read (a secret file is 0600 or 0400: `chmod 600 FILE`)."""
+    value = env.get(variable)
+    if value is not None and value.strip():
+        return value.strip()
+    if value is not None:
+        raise SettingsError(f"{variable} is set but empty: give the secret, or unset it")
+    path = env.get(f"{variable}_FILE")
+    if not path:
+        return None
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise SettingsError(f"{variable}_FILE={path}: not a regular file")
+        if mode & 0o077:
+            raise SettingsError(f"{variable}_FILE={path}: the file is readable by others (mode "
+                                f"{stat.S_IMODE(mode):04o}): a secret file must be 0600 (chmod 600 {path})")
+        with open(path) as fh:
+            secret = fh.read().strip()
+    except OSError as exc:
+        raise SettingsError(f"{variable}_FILE={path}: {exc.strerror or exc}") from None
+    if not secret:
+        raise SettingsError(f"{variable}_FILE={path}: the file is empty")
+    return secret
 
 
 def local_secret(home: Path, name: str) -> str:

@@ -24,12 +24,9 @@ def retrain_threshold(every: int, n_train_items: int | None) -> int:
     return max(every, math.ceil(0.1 * (n_train_items or 0)))
 
 
-def _served_items(model_dir) -> int | None:
-    if model_dir is None:
+def _served_items(registry) -> int | None:
+    if registry is None:
         return None
-    from sense7.model.registry import ModelRegistry
-
-    registry = ModelRegistry(model_dir)
     current = registry.current()
     if current is None:
         return None
@@ -39,13 +36,13 @@ def _served_items(model_dir) -> int | None:
         return None
 
 
-def note_new_ratings(redis_url: str, count: int, every: int, model_dir=None) -> int | None:
+def note_new_ratings(redis_url: str, count: int, every: int, registry=None) -> int | None:
     """Add `count` new ratings; returns the total when it reached the threshold (and resets it), else None."""
     if not every or not count:
         return None
     conn = redis_client(redis_url)
     total = conn.incrby(NEW_RATINGS_KEY, count)
-    if total < retrain_threshold(every, _served_items(model_dir)):
+    if total < retrain_threshold(every, _served_items(registry)):
         return None
     conn.set(NEW_RATINGS_KEY, 0)
     return int(total)

@@ -46,7 +46,7 @@ def erase_withdrawn(rt: Runtime, rater_ids=None, confirmed_by: str | None = None
     `on_erased(receipt)`: called after each (the CLI's progress)."""
     withdrawals = Withdrawals(rt.store)
     pending = [w for w in withdrawals.pending() if rater_ids is None or w["rater_id"] in set(rater_ids)]
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     projects = [p for p in (rt.rating_project, rt.profile_project) if p]
     done = []
     for row in pending:

@@ -57,11 +57,12 @@ def _run(fn):
 
 def _count_new(rt: Runtime, result: SyncResult) -> None:
     """New ratings credited to raters count toward the next retrain (tasks/cadence.py decides when)."""
+    from sense7.model.registry import ModelRegistry
     from sense7.tasks.cadence import request_retrain
 
     app = get_app()
     total = note_new_ratings(app.conf.broker_url, result.credited, rt.jobs.retrain_every,
-                             rt.settings.model_dir)
+                             ModelRegistry(rt.settings.model_dir, rt.store))
     if total:
         request_retrain(app, f"{total} new annotations", rt.jobs.retrain_min_interval)
 

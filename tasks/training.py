@@ -41,13 +41,13 @@ def run_retrain(runtime, redis_url: str, reason: str) -> dict:
     jobs = runtime.jobs
     try:
         with retrain_lock(redis_url, ttl=jobs.retrain_lock_ttl):
-            registry = ModelRegistry(runtime.settings.model_dir)
+            registry = ModelRegistry.from_settings(runtime.settings, runtime.store)
             retrainer = Retrainer(runtime.store, registry, runtime.taxonomy, keep_versions=jobs.keep_versions,
                                   quality=runtime.settings.quality,
                                   personalized_params=served_params(runtime.settings))
             result = retrainer.run(reason)
     except RetrainBusy as exc:
-        return RetrainResult("skipped", None, ModelRegistry(runtime.settings.model_dir).current(), str(exc)).as_dict()
+        return RetrainResult("skipped", None, ModelRegistry.from_settings(runtime.settings, runtime.store).current(), str(exc)).as_dict()
     retrain_finished(redis_url, trained=result.status != "skipped")
     return result.as_dict()
 

@@ -49,7 +49,7 @@ def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; docs
     # As `sense7 import`: the pool's personal details were replaced before it was stored; counts only.
     store.log_staff("crowd init redaction", study=study.study_id, **redaction[0].as_dict())
     console.print(f"Redaction: {redaction[0].summary()}", highlight=False, markup=False)
-    study_secret(cfg.home, study.study_id)  # made now, 0600: the key of the study's pseudonymous ids
+    study_secret(cfg, study.study_id)  # made now, 0600: the key of the study's pseudonymous ids
     url = cfg.rater_page.public_url.rstrip("/")
     names = study.platform
     console.print(f"study {study.study_id}: {pool} conversations, K={study.raters_per_conversation}, "

@@ -182,7 +182,7 @@ def _start_study(cfg, stack, data_phase: str, conversations, raters, n_conversat
     store = Store(cfg.store_url)
     with phases.phase(data_phase):
         study = _study_data(cfg, store, tax, conversations, raters, n_conversations, n_raters, seed)
-    registry = ModelRegistry(cfg.model_dir)
+    registry = ModelRegistry.from_settings(cfg, store)
     with phases.phase("first model (pilot ratings)"):
         first_version = _first_model(cfg, store, registry, tax)
     return phases, tax, client, rating_id, profile_id, store, study, registry, first_version

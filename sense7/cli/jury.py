@@ -41,10 +41,10 @@ def _served_bundle():
     from sense7.model.registry import ModelRegistry
 
     cfg = settings()
-    registry = ModelRegistry(cfg.model_dir)
+    registry = ModelRegistry.from_settings(cfg)
     version = registry.current()
     if version is None:
-        raise fail(f"no served model in {cfg.model_dir}: run `sense7 retrain` first", 1)
+        raise fail("no served model in the store: run `sense7 retrain` first", 1)
     return version, registry.load(version)  # RegistryError: one clean line (sense7.cli._common)
 
 

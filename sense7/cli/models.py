@@ -18,10 +18,10 @@ def list_models() -> None:
     from sense7.model.registry import ModelRegistry
 
     cfg = settings()
-    registry = ModelRegistry(cfg.model_dir)
+    registry = ModelRegistry.from_settings(cfg)
     versions = registry.list_versions()
     if not versions:
-        console.print(f"No model versions in {cfg.model_dir} yet: run `sense7 retrain`.")
+        console.print("No model versions in the store yet: run `sense7 retrain`.")
         return
 
     def fmt(value) -> str:

@@ -1,7 +1,8 @@
 """Who entered a crowd study, under which pseudonymous id, and how far they got.
 
-- The rater id is a keyed hash (HMAC-SHA-256) of the platform id with the study's secret (a 0600 file under
-  SENSE7_HOME/secrets, `sense7.settings.local_secret`): the same participant always gets the same id, so a
+- The rater id is a keyed hash (HMAC-SHA-256) of the platform id with the study's secret (SENSE7_CROWD_SECRET_<STUDY>
+  or its _FILE when the settings give it, else a 0600 file under SENSE7_HOME/secrets; `Settings.secret`): the
+  same participant always gets the same id, so a
   platform id never gets a second assignment, and without the secret nobody can tell whose id it is.
 - The platform id itself is kept in one table only, `crowd_completions`, which `sense7 crowd completions`
   exports for approving payments. It never reaches Label Studio, task data, logs or another export.
@@ -33,7 +34,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from sense7.crowd.study import CrowdStudy
-from sense7.settings import local_secret
+from sense7.settings import crowd_secret_variable
 from sense7.store.database import Store
 from sense7.store.tables import (crowd_completions, crowd_participants, crowd_pool, crowd_studies, crowd_withdrawn,
                                  withdrawals, withdrawn_id_hash)
@@ -57,9 +58,10 @@ def valid_platform_id(value) -> bool:
     return isinstance(value, str) and bool(PLATFORM_ID.fullmatch(value))
 
 
-def study_secret(home, study_id: str) -> str:
-    """The study's key of pseudonymous ids (0600 under SENSE7_HOME/secrets, made once)."""
-    return local_secret(home, f"crowd_{study_id}")
+def study_secret(settings, study_id: str) -> str:
+    """The study's key of pseudonymous ids: SENSE7_CROWD_SECRET_<STUDY> (or its _FILE) when the settings give it,
+    so that hosts sharing no folder agree; else 0600 under SENSE7_HOME/secrets, made once."""
+    return settings.secret(f"crowd_{study_id}", crowd_secret_variable(study_id))
 
 
 def pseudonymous_id(secret: str, study_id: str, platform_id: str) -> str:

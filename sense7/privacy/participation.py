@@ -286,6 +286,10 @@ ERASURE = {
     # crowd studies (sense7.crowd): the participant's rows, their platform id (completions) included
     "crowd_participants": "rater", "crowd_slots": "rater", "crowd_released": "rater", "crowd_completions": "rater",
     "crowd_studies": "none", "crowd_pool": "none", "crowd_withdrawn": "tombstone",
+    # model versions (sense7.model.registry): a version trained on the rater's ratings is deleted by the retrain
+    # that replaces it (`Retrainer.remove_withdrawn_versions`; the receipt lists them), every host's cached copy
+    # at that host's next swap or prune
+    "model_versions": "retrain", "model_pointer": "none",
 }
 
 

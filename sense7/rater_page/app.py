@@ -34,7 +34,7 @@ from sense7.rater_page.crowd_pages import crowd
 from sense7.rater_page.participation import participation
 from sense7.rater_page.rating import rating
 from sense7.rater_page.services import EXTENSION, PageServices
-from sense7.settings import Settings, local_secret
+from sense7.settings import RATER_PAGE_SECRET, Settings
 from sense7.taxonomy import Taxonomy, study_taxonomy
 
 MAX_BODY = 64 * 1024  # bytes: a rating form with a long comment is ~6 kB
@@ -51,7 +51,7 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     request_prepare(study, rater): asks the worker for a crowd participant's tasks (sense7.rater_page.crowd_pages)."""
     app = Flask(__name__)
     app.config.update(
-        SECRET_KEY=local_secret(settings.home, "rater_page_secret"),
+        SECRET_KEY=settings.secret("rater_page_secret", RATER_PAGE_SECRET),  # one key for every instance
         SESSION_COOKIE_NAME="sense7_rater",
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",

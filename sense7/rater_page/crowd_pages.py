@@ -148,7 +148,7 @@ def entry(study_id: str):
     names = study.platform
     given = {field: request.args.get(names[param]) for param, field in PARAM_FIELDS}
     who = current(study)
-    secret = study_secret(page_services().settings.home, study.study_id)
+    secret = study_secret(page_services().settings, study.study_id)
     if who is not None and (given["platform_id"] is None or (
             valid_platform_id(given["platform_id"])
             and pseudonymous_id(secret, study.study_id, given["platform_id"]) == who.rater_id)) \
@@ -191,7 +191,7 @@ def consent(study_id: str):
     if choice not in ("agree", "decline"):
         abort(422)
     participants = Participants(page_services().store, study)
-    secret = study_secret(page_services().settings.home, study.study_id)
+    secret = study_secret(page_services().settings, study.study_id)
     rater = pseudonymous_id(secret, study.study_id, entry_["platform_id"])
     session.pop("crowd_entry", None)
     try:

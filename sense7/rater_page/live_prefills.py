@@ -39,8 +39,8 @@ class LivePrefills:
     """The rater page's live pre-fills for one process: the registry's current version, re-checked at most
     every `check_interval` seconds (a promotion is picked up without a restart; see `predictor`)."""
 
-    def __init__(self, model_dir, store: Store, taxonomy, check_interval: float = 5.0):
-        self.registry = ModelRegistry(model_dir)
+    def __init__(self, registry: ModelRegistry, store: Store, taxonomy, check_interval: float = 5.0):
+        self.registry = registry
         self.store = store
         self.records = StudyRecords(store)
         self.taxonomy = taxonomy
@@ -63,7 +63,11 @@ class LivePrefills:
             if now - self._checked < self.check_interval:
                 return self._predictor
             self._checked = now
-            stamp = self.registry.pointer_stamp()
+            try:
+                stamp = self.registry.pointer_stamp()
+            except Exception as exc:  # the store is out of reach: the version held keeps answering
+                log.warning("model pointer not read (%s)", type(exc).__name__)
+                return self._predictor
             if stamp == self._stamp or stamp == self._loading:
                 return self._predictor
             if self._predictor is None:
@@ -79,16 +83,23 @@ class LivePrefills:
             self._predictor, self._stamp, self._loading = predictor, stamp, None
 
     def _load(self) -> LivePredictor | None:
-        version = self.registry.current()
-        if version is None:
-            return None
+        version = None
         try:
-            return LivePredictor(self.registry.load(version).compile())
+            version = self.registry.current()
+            if version is None:
+                return None
+            predictor = LivePredictor(self.registry.load(version).compile())
         except LiveUnsupported as exc:
             log.info("version %s has no live pre-fills (%s)", version, exc)
+            return None
         except Exception as exc:  # a broken version must not break the page: the queue's pre-fill stays
             log.warning("version %s could not be loaded for live pre-fills (%s)", version, type(exc).__name__)
-        return None
+            return None
+        try:  # versions the store no longer holds (pruned, or trained on an erased rater) leave this host too
+            self.registry.prune_cache()
+        except Exception as exc:
+            log.warning("model cache not pruned (%s)", type(exc).__name__)
+        return predictor
 
     def traits(self, rater_id: str, items: list[QueueItem]) -> pd.DataFrame:
         """The rater's trait_<name> row: the questionnaire answered on this page, else the store's."""

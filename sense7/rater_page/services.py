@@ -18,6 +18,7 @@ from limits.strategies import MovingWindowRateLimiter
 from sense7.crowd.participants import Studies, rater_page_admits
 from sense7.crowd.prolific import ProlificClient
 from sense7.privacy.participation import ConversationChoices
+from sense7.model.registry import ModelRegistry
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, Outbox, RaterQueue
 from sense7.rater_page.live_prefills import LivePrefills
@@ -82,7 +83,7 @@ class PageServices:
         return cls(settings=settings, taxonomy=taxonomy, store=store, links=LinkBook(store),
                    queue=RaterQueue(store), outbox=Outbox(store), instructed_answers=InstructedAnswers(store),
                    choices=ConversationChoices(store),
-                   live_prefills=LivePrefills(settings.model_dir, store, taxonomy),  # this rater's answers so far
+                   live_prefills=LivePrefills(ModelRegistry(settings.model_dir, store), store, taxonomy),  # this rater's answers so far
                    studies=Studies(store), prolific=ProlificClient.from_settings(settings),
                    link_guesses=LinkGuesses(limiter_storage, attempts),
                    crowd_entries=LinkGuesses(limiter_storage, attempts, "sense7-crowd-entries"),

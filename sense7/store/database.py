@@ -7,6 +7,7 @@ retried job or a webhook delivered three times leaves one row.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -473,6 +474,9 @@ class Store:
                 if table is raters:  # the upsert time changes on a no-op re-import; the content does not
                     for r in rows:
                         r.pop("updated_at")
+                for r in rows:  # a blob (a model version's bundle) by its SHA-256: PostgreSQL returns memoryviews
+                    r.update({k: "sha256:" + hashlib.sha256(bytes(v)).hexdigest() for k, v in r.items()
+                              if isinstance(v, (bytes, memoryview))})
                 out[table.name] = sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
         return json.dumps(out, sort_keys=True)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import hashlib
 
-from sqlalchemy import JSON, Boolean, Column, DateTime, Float, Integer, MetaData, String, Table, Text, UniqueConstraint
+from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Float, Integer, LargeBinary, MetaData, String, Table,
+                        Text, UniqueConstraint)
 
 metadata = MetaData()
 
@@ -354,6 +355,29 @@ crowd_withdrawn = Table(
     "crowd_withdrawn", metadata,
     study_id_column(primary_key=True),
     Column("id_hash", String(64), primary_key=True),
+)
+
+# The model registry (sense7.model.registry, rows owned by sense7.store.model_versions): every trained version's
+# bundle as one blob (a tar of the bundle's files) with its SHA-256, and the pointer to the served version, so
+# that processes on other hosts (ML backend, worker, rater page) share versions through the store, not a folder.
+model_versions = Table(
+    "model_versions", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("created_at", Float, nullable=False),  # seconds since the epoch (ModelVersion.created_at)
+    Column("metrics", JSON, nullable=False),
+    Column("sha256", String(64), nullable=False),  # of `bundle`: the key of every process's local cache
+    Column("size", BigInteger, nullable=False),
+    Column("bundle", LargeBinary, nullable=False),
+)
+
+# One row (id 1): the served version; `serial` grows by one at every promotion, so a process that saw
+# (version, serial) knows whether anything was promoted since, even the same version again.
+model_pointer = Table(
+    "model_pointer", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("version", String(64), nullable=False),
+    Column("serial", Integer, nullable=False),
+    Column("promoted_at", DateTime(timezone=True), nullable=False),
 )
 
 

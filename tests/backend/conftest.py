@@ -25,8 +25,8 @@ def label_config() -> str:
 
 
 @pytest.fixture
-def registry(tmp_path) -> ModelRegistry:
-    return ModelRegistry(tmp_path / "models", loader=load_fake, saver=save_fake)
+def registry(tmp_path, store) -> ModelRegistry:
+    return ModelRegistry(tmp_path / "models", store, loader=load_fake, saver=save_fake)
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ def test_label_studio_retrieves_personalized_predictions(label_studio, rating_pr
         "SENSE7_STORE_URL": f"sqlite:///{tmp_path / 'store.sqlite'}", "SENSE7_BACKEND_PORT": str(port),
         "SENSE7_BACKEND_USER": USER, "SENSE7_BACKEND_PASSWORD": PASSWORD, "SENSE7_WEBHOOK_SECRET": SECRET})
     monkeypatch.setenv("SENSE7_BACKEND_ACCESS_LOG", "1")  # the gunicorn process logs each request line
-    registry = ModelRegistry(settings.model_dir)
+    registry = ModelRegistry.from_settings(settings)
     registry.add(bundle, "v1")
     registry.promote("v1")
     store = Store(settings.store_url)

@@ -24,7 +24,7 @@ from sense7.store.rater_page_tables import LinkBook, RaterQueue
 from sense7.store.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.support.backend import PASSWORD, SECRET, USER, auth_headers
-from tests.support.rater_page import NEW, answer_on_page, checked_levels, trained_version
+from tests.support.rater_page import NEW, answer_on_page, checked_levels, serve_trained, trained_version
 
 TAXONOMY = load_taxonomy()
 HIDDEN_TURN = 4
@@ -46,6 +46,7 @@ def rater_page_study(tmp_path, trained):
     model_dir, newcomer, profile = trained
     store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
     store = Store(store_url)
+    serve_trained(store, model_dir)
     store.upsert_conversations(newcomer)
     datas = [t["data"] for conv in newcomer for t in rating_tasks(conv)]
     planned = [{"data": {**d, "prefill": HIDDEN if i == HIDDEN_TURN else SHOWN}} for i, d in enumerate(datas)]
@@ -142,7 +143,7 @@ def test_no_store_query_per_request_once_the_answers_are_known(tmp_path, trained
 
     store_url, _, _, datas = rater_page_study(tmp_path, trained)
     store = Store(store_url)
-    hot = HotModel(ModelRegistry(trained[0]))
+    hot = HotModel(ModelRegistry(trained[0], store))
     hot.reload()
     live = LiveServing(store, TAXONOMY, check_interval=0.0)
     model = Sense7Model(hot, RaterInfoCache(store, TAXONOMY, refresh_seconds=3600), TAXONOMY, live=live)

@@ -43,10 +43,10 @@ def served_app(study, tmp_path, settings, request):
 
 
 def _served_app(study, tmp_path, settings, params):
-    registry = ModelRegistry(tmp_path / "real-models")
+    store = Store(f"sqlite:///{tmp_path / 'real-store.sqlite'}")
+    registry = ModelRegistry(tmp_path / "real-models", store)
     registry.add(train_bundle(study.rating_data(), "v1", TAXONOMY, personalized_params=params), "v1")
     registry.promote("v1")
-    store = Store(f"sqlite:///{tmp_path / 'real-store.sqlite'}")
     raters = study.raters.drop(columns=["email"]).set_index("rater_id")
 
     def profile(row) -> dict:  # plain Python values, answered fields only

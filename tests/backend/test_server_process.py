@@ -93,7 +93,7 @@ def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
 
     port = free_port()
     settings = Settings.from_env(_env(tmp_path, port))
-    registry = ModelRegistry(settings.model_dir)
+    registry = ModelRegistry.from_settings(settings)
     registry.add(small_bundles[0], "v1")
     registry.promote("v1")
     server = BackendServer(settings, port=port)

@@ -17,6 +17,7 @@ import csv
 import itertools
 import json
 import os
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,6 +31,7 @@ from sense7.model.bundle import train_bundle
 from sense7.model.registry import ModelRegistry
 from sense7.processes import free_port
 from sense7.readers.formats import load_native
+from sense7.store.database import Store
 from sense7.synthetic.synth import generate, write
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.support.taxonomy import SEVEN_POINT_CONTROLS, write_seven_point_taxonomy
@@ -57,11 +59,13 @@ def study(tmp_path_factory):
     tax = load_taxonomy(path)
     files = write(generate(24, 6, seed=2, taxonomy=tax), root / "files")
     # A served model of the study (for `jury` and `models list`), trained on its files.
+    # Versions live in the store: each test's home starts from a copy of this one (`_env`).
     model_dir = root / "models"
     data = load_native(files["conversations.jsonl"], files["ratings.csv"], files["raters.csv"], taxonomy=tax)
-    registry = ModelRegistry(model_dir)
+    registry = ModelRegistry(model_dir, Store(f"sqlite:///{root / 'served.sqlite'}"))
     registry.add(train_bundle(data, "v1", tax), "v1")
     registry.promote("v1")
+    registry.store.engine.dispose()
     return SimpleNamespace(path=path, tax=tax, files=files, root=root, model_dir=model_dir)
 
 
@@ -77,6 +81,10 @@ def test_the_study_files_are_the_study_taxonomys_own(study):
 
 
 def _env(study, home: Path, **extra) -> dict:
+    """A home whose store serves the study's v1 (a copy of the fixture's store, made once)."""
+    if not (home / "store.sqlite").exists():
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(study.root / "served.sqlite", home / "store.sqlite")
     return {"SENSE7_HOME": str(home), "SENSE7_TAXONOMY": str(study.path), "SENSE7_MODEL_DIR": str(study.model_dir),
             "SENSE7_STORE_URL": f"sqlite:///{home / 'store.sqlite'}", **extra}
 

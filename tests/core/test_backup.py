@@ -43,9 +43,9 @@ def make_study(home: Path, env_extra: dict | None = None) -> Settings:
     store.upsert_raters([{"rater_id": "r1", "email": "r1@example.org", "traits": {"tipi_1": 3}},
                          {"rater_id": "r2", "traits": {}}])
     store.log_staff("import", raters=2)
-    study_secret(cfg.home, "pilot")
+    study_secret(cfg, "pilot")
     tax = load_taxonomy()
-    registry = ModelRegistry(cfg.model_dir)
+    registry = ModelRegistry.from_settings(cfg)
     bundle = train_bundle(synth.generate(12, 4, seed=3, taxonomy=tax).rating_data(), "v1", tax)
     for version in ("v1", "v2"):
         registry.add(bundle, version)
@@ -100,8 +100,18 @@ def test_the_archive_is_private_complete_and_checksummed(study, tmp_path):
 
             assert hashlib.sha256(body).hexdigest() == entry["sha256"]
     assert set(names) == {"manifest.json", *(e["path"] for e in manifest["files"])}
-    assert {"store/store.sqlite", "label-studio/label_studio.sqlite3", "models/CURRENT", "secrets/ls_token",
-            "secrets/crowd_pilot", "models/v1/MANIFEST.json", "models/v2/MANIFEST.json"} <= set(names)
+    assert {"store/store.sqlite", "label-studio/label_studio.sqlite3", "secrets/ls_token",
+            "secrets/crowd_pilot"} <= set(names)
+    assert not [n for n in names if n.startswith("models/")]  # the versions are rows of the archived store
+    with tarfile.open(archive) as tar:
+        copy = tmp_path / "archived-store.sqlite"
+        copy.write_bytes(tar.extractfile("store/store.sqlite").read())
+    import sqlite3
+
+    conn = sqlite3.connect(copy)
+    assert conn.execute("SELECT name FROM model_versions ORDER BY name").fetchall() == [("v1",), ("v2",)]
+    assert conn.execute("SELECT version FROM model_pointer").fetchall() == [("v2",)]
+    conn.close()
     assert manifest["sense7_version"] and manifest["created"] and manifest["store_revision"] == head_revision()
     # no secret is printed or logged: not in the command's output, not in the staff log
     entries = Store(cfg.store_url).staff_entries()
@@ -123,7 +133,7 @@ def test_a_restore_into_a_fresh_home_gives_the_study_back(study, tmp_path):
     assert secret_values(fresh) == secret_values(cfg.home)
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in (fresh / "secrets").iterdir())
     assert (fresh / "secrets").stat().st_mode & 0o777 == 0o700
-    registry, original = ModelRegistry(restored.model_dir), ModelRegistry(cfg.model_dir)
+    registry, original = ModelRegistry.from_settings(restored), ModelRegistry.from_settings(cfg)
     assert registry.current() == "v2" and [v.name for v in registry.list_versions()] == ["v1", "v2"]
     assert registry.verify("v2") == original.verify("v2")
     import sqlite3
@@ -148,7 +158,7 @@ def test_a_home_holding_a_study_is_refused_without_force(study, tmp_path):
     assert (Store(other.store_url).snapshot(), secret_values(other.home)) == before
     forced = cli(other.home, "restore", str(archive), "--force")
     assert forced.returncode == 0, forced.stderr
-    assert secret_values(other.home) == secret_values(cfg.home) and ModelRegistry(other.model_dir).current() == "v2"
+    assert secret_values(other.home) == secret_values(cfg.home) and ModelRegistry.from_settings(other).current() == "v2"
     assert "someone-else" not in Store(other.store_url).raters_frame().index
 
 
@@ -195,11 +205,43 @@ def test_a_partial_archive_is_refused(study, tmp_path):
     cut.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
     _assert_refused(cut, tmp_path / "fresh1", "not a complete sense7 backup")
     dropped = _rewrite(archive, tmp_path / "dropped.tar.gz",
-                       lambda m, b: [] if m.name == "models/CURRENT" else [(m, b)])
-    _assert_refused(dropped, tmp_path / "fresh2", "is partial: models/CURRENT")
+                       lambda m, b: [] if m.name == "secrets/ls_token" else [(m, b)])
+    _assert_refused(dropped, tmp_path / "fresh2", "is partial: secrets/ls_token")
     added = _rewrite(archive, tmp_path / "added.tar.gz", lambda m, b: [(m, b)] + (
         [_file("secrets/planted", b"x")] if m.name == "manifest.json" else []))
     _assert_refused(added, tmp_path / "fresh3", "which the manifest does not list")
+
+
+def test_an_older_archives_model_folders_are_restored_into_the_store(study, tmp_path):
+    """An archive of the folder registry (models/<version>/ with MANIFEST.json, models/CURRENT): its versions
+    are rows of the restored store, and no folder is left in the new home's model directory."""
+    cfg, archive, _, _ = study
+    [cached] = list((cfg.model_dir / "cache").iterdir())  # v1 and v2 are one bundle: one folder, with its manifest
+    folder = {f"models/v9/{p.relative_to(cached).as_posix()}": p.read_bytes()
+              for p in sorted(cached.rglob("*")) if p.is_file()}
+    folder["models/CURRENT"] = b"v9\n"
+
+    def add_folder(member, body):
+        if member.name != "manifest.json":
+            return [(member, body)]
+        import hashlib
+
+        manifest = json.loads(body)
+        manifest["model_versions"] = [*manifest["model_versions"], "v9"]
+        manifest["files"] += [{"path": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                              for name, data in folder.items()]
+        return [_file("manifest.json", json.dumps(manifest).encode()),
+                *(_file(name, data) for name, data in folder.items())]
+
+    older = _rewrite(archive, tmp_path / "older.tar.gz", add_folder)
+    fresh = tmp_path / "fresh"
+    done = cli(fresh, "restore", str(older))
+    assert done.returncode == 0, done.stderr
+    restored = ModelRegistry.from_settings(Settings.from_env({"SENSE7_HOME": str(fresh)}))
+    assert sorted(v.name for v in restored.list_versions()) == ["v1", "v2", "v9"]
+    assert restored.current() == "v2"  # the store's pointer stands; the folder's CURRENT only fills an empty one
+    assert restored.load("v9").controls
+    assert sorted(p.name for p in restored.model_dir.iterdir()) == ["cache"]
 
 
 def test_an_archive_unpacking_to_more_than_its_manifest_lists_writes_nothing(study, tmp_path):

@@ -29,7 +29,7 @@ def test_the_crowd_demo_ends_with_the_expected_counts(job_stack, monkeypatch):
 
     configure(rt.settings, stack.redis.url)
     tax = rt.taxonomy
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=tax).rating_data(), "v1", tax), "v1")
     registry.promote("v1")
     url, _ = start_rating_services(stack, rt)

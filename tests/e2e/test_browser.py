@@ -61,7 +61,7 @@ def preannotated_project(label_studio, tmp_path):
     earlier = read_ratings(tmp_path / "batch" / "ratings.csv", TAXONOMY)
     store.upsert_conversations(conversations)
     store.import_ratings(earlier[earlier.conversation_id != live[0].conversation_id])
-    registry = ModelRegistry(settings.model_dir)
+    registry = ModelRegistry.from_settings(settings)
     result = Retrainer(store, registry, tax).run("browser test")
     assert result.serving, result.as_dict()
     pushed = Preannotator(client, build_model(settings), project).run()

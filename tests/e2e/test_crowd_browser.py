@@ -87,7 +87,7 @@ def test_participant_consents_fails_once_passes_rates_and_is_sent_back_with_the_
     from tests.support.crowd import participants_conversations
     from sense7.crowd.participants import pseudonymous_id, study_secret
 
-    secret = study_secret(rt.settings.home, study.study_id)
+    secret = study_secret(rt.settings, study.study_id)
     completer = pseudonymous_id(secret, study.study_id, "aaaaaaaaaaaaaaaaaaaaaaa1")
     screened = pseudonymous_id(secret, study.study_id, "ccccccccccccccccccccccc3")
     assert participants_conversations(rt.store, screened) == []  # never held: slots come with a passed check

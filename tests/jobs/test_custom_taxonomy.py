@@ -83,7 +83,7 @@ def test_study_taxonomy_setting_drives_the_whole_stack(job_stack, tmp_path):
     assert stored.loc[stored["dimension"] != tax.expectation_key, "rating"].max() == 7
     result = job_stack.run("sense7.retrain", reason="custom taxonomy")
     assert result["status"] == "promoted" and result["version"] == "v1", result
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     assert registry.current() == "v1"
 
     # The ML backend predicts exactly the study's controls, on its scale.

@@ -153,7 +153,7 @@ def test_worker_killed_during_retrain_leaves_the_served_version_intact(job_stack
     job_stack.env.update({"SENSE7_VISIBILITY_TIMEOUT": "10", "SENSE7_RETRAIN_LOCK_TTL": "6"})
     worker = job_stack.start_worker()
     assert job_stack.run("sense7.retrain", reason="first")["status"] == "promoted"
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     assert registry.current() == "v1"
     job_stack.start_backend()
     task_data = {"conversation_id": "k1-k1-0", "turn_index": 1, "rater_id": "k1", "position": "Response 1 of 4",
@@ -172,10 +172,10 @@ def test_worker_killed_during_retrain_leaves_the_served_version_intact(job_stack
     # Served version untouched and still answering; no partial version anywhere.
     assert registry.current() == "v1"
     assert [v.name for v in registry.list_versions()] == ["v1"]
-    for path in rt.settings.model_dir.iterdir():
-        assert path.name in ("v1", "CURRENT") or path.name.startswith(".staging-"), path
-        if path.is_dir() and not path.name.startswith("."):
-            assert (path / MANIFEST_NAME).exists()
+    for path in rt.settings.model_dir.iterdir():  # this home's cache of the store's versions, and debris
+        assert path.name == "cache" or path.name.startswith(".staging-"), path
+    for path in (rt.settings.model_dir / "cache").iterdir():
+        assert (path / MANIFEST_NAME).exists()
     after = _predict(job_stack.backend_url, rt, task_data)
     assert after["model_version"] == "v1" and after["result"] == before["result"]
 

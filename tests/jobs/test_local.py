@@ -100,7 +100,7 @@ def test_sense7_retrain_fits_the_served_model_options(tmp_path, redis_server):
     done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "sense7"), "retrain"], env=env,
                           capture_output=True, text=True, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr
-    registry = ModelRegistry(home / "models")
+    registry = ModelRegistry(home / "models", store)
     served = registry.load(registry.current())
     assert served.metrics["personalized_params"] == {"rater_ridge": 30.0, "rater_ridge_from": "text"}
     assert [r.alpha_ for r in served.personalized.rater_ridges_] == [30.0] * len(served.controls)

@@ -45,7 +45,7 @@ def test_webhook_sync_retrain_and_preannotate(job_stack):
 
     # The 30th new annotation (SENSE7_RETRAIN_EVERY=30) enqueued a retrain; its promotion enqueued a
     # preannotation of the remaining tasks.
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     wait_for(lambda: registry.current() == "v1", timeout=300, what="automatic retrain to promote v1")
     metrics = registry.metrics("v1")
     # (coalesced sync may credit a few more in the round that crosses the threshold)

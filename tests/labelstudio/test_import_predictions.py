@@ -35,7 +35,7 @@ def test_import_with_a_served_model_creates_tasks_with_their_predictions(label_s
     from sense7.model.registry import ModelRegistry
 
     settings = labelstudio_settings(label_studio, tmp_path)
-    registry = ModelRegistry(settings.model_dir)
+    registry = ModelRegistry.from_settings(settings)
     registry.add(bundle, "v1")
     registry.promote("v1")
     client, store = label_studio.client, Store(settings.store_url)

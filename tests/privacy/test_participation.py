@@ -101,7 +101,7 @@ def test_erasing_a_rater_deletes_every_row_of_theirs_and_leaves_a_receipt_and_th
     # Every table but the study's seed and the withdrawals holds a row of theirs here: the scan means something.
     assert tables_with_rows >= set(participation.ERASURE) - {"study_values", "withdrawals", "ratings",
                                                              "rating_history", "crowd_studies", "crowd_pool",
-                                                             "crowd_withdrawn"}
+                                                             "crowd_withdrawn", "model_versions", "model_pointer"}
     receipt = Withdrawals(store).request("leaver7", "participant")
     assert LinkBook(store).rater_for(secret) is None  # revoked with the request
     done = erase_rater_rows(store, "leaver7", account_id=700, confirmed_by="staff", model_versions=["v1"])

@@ -19,7 +19,7 @@ from sense7.store.database import Store
 from sense7.store.rater_page_tables import LinkBook, RaterQueue
 from sense7.store.study_design import HIDDEN, SHOWN, StudyRecords
 from sense7.taxonomy import load_taxonomy
-from tests.support.rater_page import NEW, answer_on_page, checked_levels, trained_version
+from tests.support.rater_page import NEW, answer_on_page, checked_levels, serve_trained, trained_version
 
 TAXONOMY = load_taxonomy()
 
@@ -34,6 +34,7 @@ def _page(tmp_path, trained, static_values, hidden_turn):
     model_dir, newcomer, profile = trained
     settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_MODEL_DIR": str(model_dir)})
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    serve_trained(store, model_dir)
     store.upsert_conversations(newcomer)
     tasks = [t for conv in newcomer for t in rating_tasks(conv)]
     datas = [t["data"] for t in tasks]
@@ -203,21 +204,16 @@ def test_an_older_store_gains_the_own_ratings_column(tmp_path):
 def test_a_promotion_is_picked_up_while_the_old_version_keeps_answering(tmp_path, trained):
     """LivePrefills follows the registry's pointer: a new version is loaded in the background, the previous
     one answers meanwhile, then live records carry the new version."""
-    import shutil
     import time
 
-    from sense7.model.bundle import load_bundle
     from sense7.rater_page.live_prefills import LivePrefills
 
-    model_dir, newcomer, profile = trained
-    own_models = tmp_path / "models"
-    shutil.copytree(model_dir, own_models)
-    registry = ModelRegistry(own_models)
     static = {c: 2 for c in TAXONOMY.controls}
-    _, store, datas, _, _ = _page(tmp_path, (own_models, newcomer, profile), static, hidden_turn=-1)
-    live = LivePrefills(own_models, store, TAXONOMY, check_interval=0.0)
+    _, store, datas, _, _ = _page(tmp_path, trained, static, hidden_turn=-1)
+    registry = ModelRegistry(tmp_path / "models", store)  # this process's own cache: the store holds v1
+    live = LivePrefills(registry, store, TAXONOMY, check_interval=0.0)
     assert live.predictor().version == "v1"
-    bundle = load_bundle(own_models / "v1")
+    bundle = registry.load("v1")
     bundle.version = "v2"
     registry.promote(registry.add(bundle, "v2").name)
     deadline = time.monotonic() + 60

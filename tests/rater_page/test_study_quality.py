@@ -35,7 +35,7 @@ def test_a_randomized_study_hides_pre_fills_flags_the_planted_raters_and_reports
     tax = rt.taxonomy
     raters, convs = import_randomized_study(stack, 6, "qs", per_rater=3, turns=4, repeat_share=0.2)
     ids = [r["rater_id"] for r in raters]
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     url, links = serve_study(stack, ids)
 
     # Before anyone rates: a hidden-arm turn shows no pre-fill on the page, a shown-arm turn does.

@@ -314,11 +314,12 @@ def home(tmp_path, monkeypatch, study):
     monkeypatch.setenv("SENSE7_HOME", str(home))
     monkeypatch.setenv("SENSE7_MODEL_DIR", str(home / "models"))
     monkeypatch.setenv("SENSE7_STORE_URL", f"sqlite:///{tmp_path / 'store.sqlite'}")
-    registry = ModelRegistry(home / "models")
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    registry = ModelRegistry(home / "models", store)
     registry.add(study.bundle, "v1")
     registry.promote("v1")
     profiles = study.synth.raters.drop(columns=["email"]).set_index("rater_id")
-    Store(f"sqlite:///{tmp_path / 'store.sqlite'}").upsert_raters(
+    store.upsert_raters(
         {"rater_id": rid, "traits": {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}}
         for rid, row in profiles.iterrows())
     return home

@@ -73,7 +73,7 @@ def test_randomized_import_records_both_arms_and_label_studio_holds_only_shown_p
     from sense7.model.registry import ModelRegistry
 
     settings = labelstudio_settings(label_studio, tmp_path)
-    registry = ModelRegistry(settings.model_dir)
+    registry = ModelRegistry.from_settings(settings)
     registry.add(bundles[0], "v1")
     registry.promote("v1")
     client, store = label_studio.client, Store(settings.store_url)

@@ -110,7 +110,7 @@ class Flow:
 
     def rater(self, pid: str) -> str:
         """The pseudonymous rater id of a platform id (as the page derives it)."""
-        return pseudonymous_id(study_secret(self.settings.home, "pilot"), "pilot", pid)
+        return pseudonymous_id(study_secret(self.settings, "pilot"), "pilot", pid)
 
 
 def entry_url(pid, study="pilot", **extra) -> str:

@@ -27,7 +27,7 @@ def make_raters(n: int = 3, prefix: str = "r", domain: str = "raters.test") -> l
 
 def serve_synthetic_model(rt, version: str = "v1") -> None:
     """A model trained on a small synthetic study, added to `rt`'s registry as `version` and promoted."""
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=rt.taxonomy).rating_data(), version,
                               rt.taxonomy), version)
     registry.promote(version)
@@ -176,7 +176,7 @@ def served_and_spoiled_store(tmp_path):
     store.upsert_conversations(read_conversations(tmp_path / "data" / "conversations.jsonl", taxonomy=tax))
     ratings = read_ratings(tmp_path / "data" / "ratings.csv", tax)
     store.import_ratings(ratings)
-    registry = ModelRegistry(tmp_path / "models")
+    registry = ModelRegistry(tmp_path / "models", store)
     registry.add(train_bundle(store.rating_data(tax), "v1", tax), "v1")
     registry.promote("v1")
     held = holdout_conversations(ratings["conversation_id"])

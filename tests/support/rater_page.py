@@ -24,7 +24,7 @@ from sense7.labelstudio.importer import (
 )
 from sense7.labelstudio.label_sync import LabelSync
 from sense7.labelstudio.protocol import webhook_headers
-from sense7.model.bundle import train_bundle
+from sense7.model.bundle import save_bundle, train_bundle
 from sense7.model.registry import ModelRegistry
 from sense7.processes import ManagedProcess, free_port
 from sense7.taxonomy import load_taxonomy
@@ -121,12 +121,12 @@ def import_randomized_study(stack, n_raters: int, prefix: str, per_rater: int, t
     Returns (raters, conversations)."""
     from sense7.synthetic import synth
     from sense7.ml_backend.model import build_model
-    from sense7.model.bundle import train_bundle
+    from sense7.model.bundle import save_bundle, train_bundle
     from sense7.model.registry import ModelRegistry
     from sense7.settings import StudyDesign
 
     rt = stack.runtime()
-    registry = ModelRegistry(rt.settings.model_dir)
+    registry = ModelRegistry.from_settings(rt.settings, rt.store)
     registry.add(train_bundle(synth.generate(30, 6, seed=2, taxonomy=TAXONOMY).rating_data(), "v1", TAXONOMY), "v1")
     registry.promote("v1")
     raters = make_raters(n_raters, prefix=prefix)
@@ -166,6 +166,20 @@ def start_page_url(stack) -> str:
 NEW = "new-rater"
 
 
+TRAINED_BUNDLE = "trained-v1"
+
+
+def serve_trained(store, model_dir: Path) -> ModelRegistry:
+    """The registry of `store` (cached in `model_dir`) serving trained_version's bundle as v1 (nothing when
+    `model_dir` holds no trained bundle: a registry without versions)."""
+    from sense7.model.bundle import load_bundle
+
+    registry = ModelRegistry(model_dir, store)
+    if (Path(model_dir) / TRAINED_BUNDLE).is_dir() and registry.current() is None:
+        registry.promote(registry.add(load_bundle(Path(model_dir) / TRAINED_BUNDLE), "v1").name)
+    return registry
+
+
 def trained_version(tmp_path_factory):
     """A version trained on a synthetic study; the newcomer gets 2 held-out conversations of its own."""
     synth = copy.deepcopy(generate(60, 10, seed=11, taxonomy=TAXONOMY))
@@ -174,9 +188,8 @@ def trained_version(tmp_path_factory):
     data.ratings = data.ratings[~data.ratings["conversation_id"].isin(held)]
     data.conversations = {k: v for k, v in data.conversations.items() if k[0] not in held}
     bundle = train_bundle(data, "v1", TAXONOMY)
-    model_dir = tmp_path_factory.mktemp("models")
-    registry = ModelRegistry(model_dir)
-    registry.promote(registry.add(bundle, "v1").name)
+    model_dir = tmp_path_factory.mktemp("models")  # every test's registry cache; the bundle each store serves
+    save_bundle(bundle, model_dir / TRAINED_BUNDLE)
     newcomer = [copy.deepcopy(c) for c in synth.conversations if c.conversation_id in held]
     for conv in newcomer:
         conv.rater_id = NEW
