@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.deployment import SERVICE_COMMANDS, SERVICE_SETTINGS, SHARED_SECRETS, SHARED_SETTINGS
+from tests.support.deployment import (SERVICE_COMMANDS, SERVICE_SETTINGS, SHARED_SECRETS, SHARED_SETTINGS,
+                                      haproxy_binary, self_signed)
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 PROXY_CONFIG = "deploy/haproxy/rater-page.cfg"
@@ -219,7 +220,6 @@ def test_the_shipped_proxy_config_takes_a_second_rater_page(compose, tmp_path):
     """HAProxy itself reads the config with the compose file's two instances (names resolved here to
     127.0.0.1); the second `server` line is live: a bad second address is refused."""
     from sense7.processes import free_port
-    from tests.deploy.test_tls_proxy import haproxy_binary, self_signed
 
     haproxy = haproxy_binary()
     pem, _ = self_signed(tmp_path)

@@ -6,11 +6,15 @@ settings, so the compose file is tested through the commands the multi-home test
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
+PROXY_CONFIG = REPO / "deploy" / "haproxy" / "rater-page.cfg"  # the shipped TLS proxy in front of the rater pages
 
 # docker-compose.yml service -> its command, run from the repository root (the image's WORKDIR holds the same
 # folders: ml_backend/, sense7/).
@@ -60,3 +64,23 @@ def stop(process: subprocess.Popen | None, timeout: float = 60) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=10)
+
+
+def haproxy_binary() -> str:
+    """Debian's haproxy, or a skip naming the packages (openssl makes the test certificates)."""
+    found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
+    if found is None or shutil.which("openssl") is None:
+        pytest.skip("HAProxy or openssl is not installed (Debian: apt-get install haproxy openssl)")
+    return found
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """(the PEM HAProxy reads: certificate then key, 0600; the certificate a client trusts) for 127.0.0.1."""
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    combined = folder / "rater-page.pem"
+    combined.write_bytes(cert.read_bytes() + key.read_bytes())
+    combined.chmod(0o600)
+    return combined, cert
