@@ -1,8 +1,9 @@
-"""Shared-nothing processes (issue 40 item 1): the worker, the ML backend and two rater pages, each in a home of
-its own with no folder in common, against one PostgreSQL store and one Redis over TCP. A's worker retrains and
+"""Shared-nothing processes (issue 40 item 1): the worker, the ML backend, two rater pages and beat, each in a home
+of its own with no folder in common, against one PostgreSQL store and one Redis over TCP. A's worker retrains and
 promotes; B's backend serves the new version without a restart; a link A's CLI made opens on C's rater page, the
 participant's session continues on C2's, and failed link openings count against one limit across both pages.
-Label Studio is not needed: nothing here reads it."""
+Each service runs docker-compose.yml's command with its settings (tests/support/deployment.py, the one list
+tests/jobs/test_compose.py holds the compose file to). Label Studio is not needed: nothing here reads it."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from sense7.store.rater_page_tables import RaterQueue
 from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.support.backend import PASSWORD, SECRET, USER
+from tests.support.deployment import SHARED_SETTINGS, service_process, stop
 from tests.support.jobs import wait_for
 from tests.support.postgres import throwaway_databases
 
@@ -46,11 +48,13 @@ def deployment(tmp_path, redis_server):
     """The settings every host shares (the store, Redis, the secrets) and one home per host."""
     with throwaway_databases("sense7_multi_home") as (store_url,):
         base = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
-        base.update(SENSE7_STORE_URL=store_url, SENSE7_REDIS_URL=redis_server.url, SENSE7_BACKEND_USER=USER,
-                    SENSE7_BACKEND_PASSWORD=PASSWORD, SENSE7_WEBHOOK_SECRET=SECRET,
-                    SENSE7_RATER_PAGE_SECRET="shared-session-key-" + "9" * 24, SENSE7_RATER_PAGE_LINK_LIMIT="4 per minute",
-                    SENSE7_LS_URL="http://127.0.0.1:9", SENSE7_LS_TOKEN="no-label-studio-here")
-        homes = {name: tmp_path / f"host-{name}" for name in ("a", "b", "c", "c2")}
+        shared = dict(SENSE7_STORE_URL=store_url, SENSE7_REDIS_URL=redis_server.url, SENSE7_BACKEND_USER=USER,
+                      SENSE7_BACKEND_PASSWORD=PASSWORD, SENSE7_WEBHOOK_SECRET=SECRET,
+                      SENSE7_RATER_PAGE_SECRET="shared-session-key-" + "9" * 24,
+                      SENSE7_LS_URL="http://127.0.0.1:9", SENSE7_LS_TOKEN="no-label-studio-here")
+        assert set(shared) == set(SHARED_SETTINGS)  # what docker-compose.yml gives every sense7 service
+        base.update(shared, SENSE7_RATER_PAGE_LINK_LIMIT="4 per minute")
+        homes = {name: tmp_path / f"host-{name}" for name in ("a", "b", "c", "c2", "d")}
         envs = {name: {**base, "SENSE7_HOME": str(home)} for name, home in homes.items()}
         yield store_url, homes, envs
 
@@ -65,18 +69,18 @@ def test_worker_backend_and_rater_pages_share_only_the_store_redis_and_settings(
     store.import_ratings(read_ratings(tmp_path / "data" / "ratings.csv", TAXONOMY))
 
     backend_port = free_port()
-    envs["b"].update(SENSE7_BACKEND_PORT=str(backend_port), SENSE7_BACKEND_WORKERS="1")
+    envs["b"].update(SENSE7_BACKEND_BIND=f"{BACKEND_HOST}:{backend_port}", SENSE7_BACKEND_WORKERS="1")
     page_ports = {name: free_port() for name in ("c", "c2")}
     for name, port in page_ports.items():
-        envs[name].update(SENSE7_RATER_PAGE_PORT=str(port), SENSE7_RATER_PAGE_WORKERS="1")
-    worker = None
+        envs[name].update(SENSE7_RATER_PAGE_HOST="127.0.0.1", SENSE7_RATER_PAGE_PORT=str(port),
+                          SENSE7_RATER_PAGE_WORKERS="1")
+    worker = beat = None
     started = []
     try:
         # B: the ML backend, before any version exists.
-        done = cli(envs["b"], "backend", "start")
-        assert done.returncode == 0, done.stderr
-        started.append(("b", "backend"))
+        started.append(service_process("ml-backend", envs["b"], tmp_path / "backend-b.log"))
         backend = f"http://{BACKEND_HOST}:{backend_port}"
+        wait_for(lambda: _answers(f"{backend}/health", auth=(USER, PASSWORD)), timeout=120, what="B's backend")
         conversation = data.conversations[0]
         body = {"tasks": [{"id": 1, "data": rating_tasks(conversation)[0]["data"]}],
                 "label_config": render_rating_config(TAXONOMY)}
@@ -88,8 +92,7 @@ def test_worker_backend_and_rater_pages_share_only_the_store_redis_and_settings(
         assert served_version() is None
 
         # A: the worker retrains (the job sent by A's CLI through Redis) and promotes v1 into the store.
-        worker = subprocess.Popen([SENSE7, "worker", "--no-beat", "--concurrency", "1"], env=envs["a"],
-                                  stdout=open(tmp_path / "worker-a.log", "wb"), stderr=subprocess.STDOUT)
+        worker = service_process("worker", envs["a"], tmp_path / "worker-a.log")
         queued = cli(envs["a"], "retrain", "--enqueue")
         assert queued.returncode == 0, queued.stderr
         assert wait_for(served_version, timeout=600, what="B's backend serving the version A's worker promoted") == "v1"
@@ -109,10 +112,10 @@ def test_worker_backend_and_rater_pages_share_only_the_store_redis_and_settings(
                    "--base-url", f"http://127.0.0.1:{page_ports['c']}")
         assert made.returncode == 0, made.stderr
         url = links.read_text().splitlines()[1].split(",")[1]
-        for name in ("c", "c2"):
-            done = cli(envs[name], "rater-page", "start")
-            assert done.returncode == 0, done.stderr
-            started.append((name, "rater-page"))
+        for name, service in (("c", "rater-page"), ("c2", "rater-page-2")):
+            started.append(service_process(service, envs[name], tmp_path / f"{service}.log"))
+            wait_for(lambda port=page_ports[name]: _answers(f"http://127.0.0.1:{port}/healthz"), timeout=120,
+                     what=f"{service} in host {name}")
         participant = requests.Session()
         opened = participant.get(url, timeout=30)
         assert opened.status_code == 200 and urlparse(opened.url).path == "/task/501", (opened.url, opened.text[:300])
@@ -128,6 +131,11 @@ def test_worker_backend_and_rater_pages_share_only_the_store_redis_and_settings(
         codes = [requests.get(f"{pages[i % 2]}/r/{'x' * 43}{i}", timeout=30).status_code for i in range(6)]
         assert codes[:4] == [404] * 4 and codes[4:] == [429, 429], codes
 
+        # D: the one scheduler, its schedule's state in its own home.
+        beat = service_process("beat", envs["d"], tmp_path / "beat-d.log")
+        wait_for(lambda: list((homes["d"] / "run").glob("celerybeat-schedule*")), timeout=120, what="beat's schedule")
+        assert beat.poll() is None, (tmp_path / "beat-d.log").read_text()[-2000:]
+
         # No folder in common: each host wrote only into its own home (no link out of it), and the versions each
         # used are its own copies.
         for home in homes.values():
@@ -136,14 +144,8 @@ def test_worker_backend_and_rater_pages_share_only_the_store_redis_and_settings(
             {p.name for p in (homes["b"] / "models" / "cache").iterdir()}
         assert not (homes["b"] / "secrets" / "rater_page_secret").exists()  # the page's key came from the settings
     finally:
-        for name, service in reversed(started):
-            cli(envs[name], service, "stop")
-        if worker is not None:
-            worker.terminate()
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+        for process in (beat, *reversed(started), worker):
+            stop(process)
         store.engine.dispose()
 
 
@@ -225,8 +227,8 @@ def test_one_participant_across_two_rater_pages_behind_haproxy(deployment, tmp_p
         store.engine.dispose()
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, auth=None) -> bool:
     try:
-        return requests.get(url, timeout=5).status_code == 200
+        return requests.get(url, timeout=5, auth=auth).status_code == 200
     except requests.RequestException:
         return False

@@ -6,40 +6,20 @@ address (they cannot). Skipped, with the reason, where Debian's haproxy or opens
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 import requests
 
 from sense7.processes import free_port
+from tests.support.deployment import PROXY_CONFIG, haproxy_binary, self_signed
 from tests.support.jobs import wait_for
 from tests.support.rater_page import gunicorn_page
 
 pytestmark = pytest.mark.slow  # real processes: gunicorn and HAProxy
 
-CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "haproxy" / "rater-page.cfg"
-
-
-def haproxy_binary() -> str:
-    found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
-    if found is None or shutil.which("openssl") is None:
-        pytest.skip("HAProxy or openssl is not installed (Debian: apt-get install haproxy openssl)")
-    return found
-
-
-def self_signed(folder: Path) -> tuple[Path, Path]:
-    """(the PEM HAProxy reads: certificate then key, 0600; the certificate a client trusts) for 127.0.0.1."""
-    key, cert = folder / "key.pem", folder / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    combined = folder / "rater-page.pem"
-    combined.write_bytes(cert.read_bytes() + key.read_bytes())
-    combined.chmod(0o600)
-    return combined, cert
+CONFIG = PROXY_CONFIG
 
 
 def answers(url: str, verify) -> bool:

@@ -1,15 +1,22 @@
 """docker-compose.yml, checked by parsing it (no Docker engine here): the services, pinned images, the
-Label Studio settings that allow a local backend, health checks, start order, shared volumes."""
+Label Studio settings that allow a local backend, health checks, start order, and the several-host topology:
+each sense7 service runs the command tests/deploy/test_multi_home.py runs, with the settings it gives every host
+(tests/support/deployment.py holds both), in a volume of its own, behind the shipped HAProxy config."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support.deployment import (SERVICE_COMMANDS, SERVICE_SETTINGS, SHARED_SECRETS, SHARED_SETTINGS,
+                                      haproxy_binary, self_signed)
+
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+PROXY_CONFIG = "deploy/haproxy/rater-page.cfg"
 PINNED = re.compile(r"^[\w./-]+:\d+(\.\d+)+[\w.-]*$")  # name:1.2[.3][-variant], never latest
 
 
@@ -21,7 +28,7 @@ def compose() -> dict:
 def test_services_and_pinned_images(compose):
     services = compose["services"]
     assert set(services) == {"postgres", "redis", "label-studio", "ml-backend", "worker", "beat",
-                             "rater-page"}
+                             "rater-page", "rater-page-2", "haproxy"}
     assert services["label-studio"]["image"] == "heartexlabs/label-studio:1.23.2"
     for name, service in services.items():
         assert PINNED.match(service["image"]), f"{name}: image {service['image']!r} is not pinned"
@@ -73,8 +80,8 @@ def test_jobs_and_backend_share_configuration_and_models(compose):
     assert env["SENSE7_LS_URL"] == "http://label-studio:8080"
     assert env["SENSE7_STORE_URL"].startswith("postgresql") and "@postgres:5432/" in env["SENSE7_STORE_URL"]
     assert env["SENSE7_BACKEND_URL"] == "http://ml-backend:9090"
-    # The worker writes model versions, the backend serves them: one volume, mounted at SENSE7_HOME.
-    assert backend["volumes"] == worker["volumes"] == ["sense7-data:/data"]
+    # The worker writes model versions into the store, the backend caches them in its own home.
+    assert "volumes" not in worker and backend["volumes"] == ["backend-home:/data"]
     assert env["SENSE7_MODEL_DIR"].startswith(env["SENSE7_HOME"])
     assert "sense7.ml_backend.wsgi:app_from_env()" in backend["command"]
     assert worker["command"][:2] == ["sense7", "worker"]
@@ -83,7 +90,8 @@ def test_jobs_and_backend_share_configuration_and_models(compose):
 def test_no_secret_is_written_in_the_file(compose):
     text = COMPOSE.read_text()
     for key in ("SENSE7_LS_TOKEN", "SENSE7_WEBHOOK_SECRET", "SENSE7_BACKEND_PASSWORD", "POSTGRES_PASSWORD",
-                "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN"):
+                "LABEL_STUDIO_PASSWORD", "LABEL_STUDIO_USER_TOKEN", "SENSE7_RATER_PAGE_SECRET",
+                r"SENSE7_CROWD_SECRET_\w+"):
         for match in re.finditer(rf"{key}: (.+)", text):
             assert match.group(1).startswith("${"), f"{key} must come from the environment: {match.group(0)}"
 
@@ -101,11 +109,13 @@ def test_entry_points_named_in_the_file_exist(compose):
     assert app.conf.beat_schedule["deliver-submissions"]["task"] == "sense7.deliver_submissions"
 
 
-def test_rater_page_service_runs_the_page_and_publishes_it_on_this_machine_only(compose):
+def test_rater_pages_run_the_page_and_only_the_proxy_is_published_on_this_machine_only(compose):
     import importlib
 
-    page = compose["services"]["rater-page"]
-    assert page["ports"] == ["127.0.0.1:8090:8090"]
+    services = compose["services"]
+    page = services["rater-page"]
+    assert "ports" not in page and "ports" not in services["rater-page-2"]
+    assert all(port.startswith("127.0.0.1:") for port in services["haproxy"]["ports"])
     assert (COMPOSE.parent / page["command"][2]).exists()
     module, _, factory = page["command"][-1].partition(":")
     assert callable(getattr(importlib.import_module(module), factory.rstrip("()")))
@@ -124,3 +134,116 @@ def test_workers_scale_without_multiplying_the_schedule(compose):
     # beat reaches the same broker with the same settings as the workers it feeds.
     assert beat["environment"] == worker["environment"]
 
+
+
+def sense7_services(compose: dict) -> dict:
+    """The services running the sense7 image."""
+    return {name: s for name, s in compose["services"].items() if s.get("image", "").startswith("sense7:")}
+
+
+def test_each_sense7_service_runs_a_command_the_multi_home_test_runs(compose):
+    services = sense7_services(compose)
+    assert set(services) == set(SERVICE_COMMANDS)
+    for name, service in services.items():
+        assert service["command"] == SERVICE_COMMANDS[name], name
+    # Two rater-page instances: the multi-home test carries one session across two.
+    assert services["rater-page"]["environment"] == services["rater-page-2"]["environment"]
+
+
+def test_each_sense7_service_gets_the_settings_every_host_shares_alike(compose):
+    services = sense7_services(compose)
+    for name, service in services.items():
+        env = service["environment"]
+        missing = {*SHARED_SETTINGS, *SERVICE_SETTINGS[name], "SENSE7_HOME"} - set(env)
+        assert not missing, f"{name}: {sorted(missing)} not set"
+    for key in SHARED_SETTINGS:
+        assert len({s["environment"][key] for s in services.values()}) == 1, f"{key} differs between services"
+
+
+def test_no_two_services_share_a_writable_volume(compose):
+    """Shared nothing but the settings: each home is its own volume (or the container's own files), and a
+    scaled worker has no named volume its replicas would share."""
+    owners: dict[str, list[str]] = {}
+    for name, service in compose["services"].items():
+        for volume in service.get("volumes", []):
+            source, _, rest = volume.partition(":")
+            if not rest.endswith(":ro"):
+                owners.setdefault(source, []).append(name)
+    shared = {source: names for source, names in owners.items() if len(names) > 1}
+    assert not shared, f"writable volumes shared by several services: {shared}"
+    assert "volumes" not in compose["services"]["worker"]  # `--scale worker=N`: N containers, one volume
+
+
+def test_every_secret_is_required_from_the_environment(compose):
+    """Each secret every host must agree on is `${VAR:?...}` (compose refuses to start without it), never
+    written down or defaulted; so is the proxy's certificate file."""
+    variable = re.compile(r"\$\{(\w+)(:?[-?+]?)")
+    for name, service in sense7_services(compose).items():
+        for key in SHARED_SECRETS:
+            value = service["environment"][key]
+            found = variable.findall(value)
+            assert found, f"{name}: {key} is written in the file: {value!r}"
+            assert all(op == ":?" for _, op in found), f"{name}: {key} is not required: {value!r}"
+    for key in ("SENSE7_RATER_PAGE_SECRET", "SENSE7_WEBHOOK_SECRET", "SENSE7_BACKEND_PASSWORD", "SENSE7_LS_TOKEN"):
+        value = compose["services"]["worker"]["environment"][key]
+        assert value.startswith(f"${{{key}:?"), (key, value)
+    assert compose["secrets"]["rater-page-tls"]["file"].startswith("${SENSE7_TLS_CERT_FILE:?")
+
+
+def test_the_proxy_mounts_the_shipped_config_in_front_of_both_rater_pages(compose):
+    services = compose["services"]
+    proxy = services["haproxy"]
+    assert PINNED.match(proxy["image"])
+    mounts = [v for v in proxy["volumes"] if v.startswith(f"./{PROXY_CONFIG}:")]
+    assert len(mounts) == 1 and mounts[0].endswith(":ro"), proxy["volumes"]
+    target = mounts[0].split(":")[1]
+    assert proxy["command"] == ["haproxy", "-f", target]
+    env = proxy["environment"]
+    needed = set(re.findall(r"\$\{(\w+)\}", (COMPOSE.parent / PROXY_CONFIG).read_text()))
+    assert needed <= set(env), f"the config reads {sorted(needed - set(env))}, not set"
+    assert {env["SENSE7_RATER_PAGE_ADDR"], env["SENSE7_RATER_PAGE_ADDR_2"]} == {
+        f"{page}:{services[page]['environment']['SENSE7_RATER_PAGE_PORT']}" for page in ("rater-page", "rater-page-2")}
+    # The certificate comes from a mounted file (a compose secret), not the image.
+    assert env["SENSE7_TLS_CERT"] == f"/run/secrets/{proxy['secrets'][0]['target']}"
+    assert proxy["secrets"][0]["source"] in compose["secrets"]
+    # Published ports land on the binds the config listens on, on this machine only.
+    inside = {env["SENSE7_PROXY_HTTPS_BIND"].rsplit(":", 1)[1], env["SENSE7_PROXY_HTTP_BIND"].rsplit(":", 1)[1]}
+    assert {port.rsplit(":", 1)[1] for port in proxy["ports"]} == inside
+    # The pages trust X-Forwarded-For from the proxy's fixed address only.
+    proxy_ip = proxy["networks"]["default"]["ipv4_address"]
+    for page in ("rater-page", "rater-page-2"):
+        assert services[page]["environment"]["SENSE7_TRUSTED_PROXIES"] == proxy_ip
+        assert set(services["haproxy"]["depends_on"]) >= {page}
+
+
+def test_the_shipped_proxy_config_takes_a_second_rater_page(compose, tmp_path):
+    """HAProxy itself reads the config with the compose file's two instances (names resolved here to
+    127.0.0.1); the second `server` line is live: a bad second address is refused."""
+    from sense7.processes import free_port
+
+    haproxy = haproxy_binary()
+    pem, _ = self_signed(tmp_path)
+    env = {**compose["services"]["haproxy"]["environment"], "SENSE7_TLS_CERT": str(pem),
+           "SENSE7_PROXY_HTTPS_BIND": f"127.0.0.1:{free_port()}", "SENSE7_PROXY_HTTP_BIND": f"127.0.0.1:{free_port()}"}
+    for key in ("SENSE7_RATER_PAGE_ADDR", "SENSE7_RATER_PAGE_ADDR_2"):
+        env[key] = "127.0.0.1:" + env[key].rsplit(":", 1)[1]
+
+    def check(**changes) -> subprocess.CompletedProcess:
+        return subprocess.run([haproxy, "-c", "-f", str(COMPOSE.parent / PROXY_CONFIG)], capture_output=True,
+                              text=True, env={"PATH": "/usr/bin:/bin", **env, **changes})
+
+    both = check()
+    assert both.returncode == 0, both.stdout + both.stderr
+    one = {k: v for k, v in env.items() if k != "SENSE7_RATER_PAGE_ADDR_2"}
+    alone = subprocess.run([haproxy, "-c", "-f", str(COMPOSE.parent / PROXY_CONFIG)], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", **one})
+    assert alone.returncode == 0, alone.stdout + alone.stderr  # one instance, as the guide's single host runs it
+    assert check(SENSE7_RATER_PAGE_ADDR_2="no-such-host.invalid:8090").returncode != 0
+
+
+def test_label_studio_runs_several_worker_processes(compose):
+    """The image ships uWSGI, not gunicorn: its `label-studio-uwsgi` mode, with SENSE7_LS_WORKERS processes."""
+    ls = compose["services"]["label-studio"]
+    assert ls["command"] == ["label-studio-uwsgi"]
+    workers = re.fullmatch(r"\$\{SENSE7_LS_WORKERS:-(\d+)\}", ls["environment"]["UWSGI_PROCESSES"])
+    assert workers and int(workers.group(1)) >= 2
