@@ -16,45 +16,23 @@ import pytest
 
 from sense7.data.items import build_items, task_columns
 from sense7.labelstudio.importer import plan_tasks
-from sense7.model import static_embeddings
 from sense7.model.bundle import train_bundle
-from sense7.model.static_embeddings import StaticEmbeddingEncoder
 from sense7.model.vector_cache import (CachedTextEncoder, VectorCache, embed_stored_conversations, embed_texts,
                                        encoder_key, with_vector_cache)
 from sense7.store.database import Store
 from sense7.store.text_vectors import TextVectorRows
 from sense7.synthetic.synth import generate
 from sense7.taxonomy import load_taxonomy
-from tests.support.tiny_bert import tiny_model
+from tests.support.tiny_bert import CountingEncoder, counting_encoders
 
 TAXONOMY = load_taxonomy()
 REPO = Path(__file__).resolve().parents[2]
 TEXTS = ["the dog died", "so sad", "the dog died", "how are you", "", "my stock rose today"]
 
 
-class CountingEncoder(StaticEmbeddingEncoder):
-    """The static encoder, keeping every text it embeds (in a list shared by its clones)."""
-
-    embedded: list = []
-
-    def transform(self, texts):
-        texts = list(texts)
-        CountingEncoder.embedded.extend(texts)
-        return super().transform(texts)
-
-
 @pytest.fixture
 def make_encoder(tmp_path):
-    static_embeddings._tables.clear()
-    CountingEncoder.embedded.clear()
-    folders = {}
-
-    def make(seed: int = 0, dimensions: int = 4) -> CountingEncoder:
-        if seed not in folders:
-            folders[seed] = tiny_model(tmp_path / f"model-{seed}", seed=seed)
-        return CountingEncoder(model_path=str(folders[seed]), cache_dir=str(tmp_path / "tables"),
-                               dimensions=dimensions)
-    return make
+    return counting_encoders(tmp_path)
 
 
 @pytest.fixture

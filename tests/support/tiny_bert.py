@@ -43,3 +43,34 @@ def tiny_model(folder: Path, seed: int = 0) -> Path:
     (folder / "config.json").write_text(json.dumps({"hidden_size": hidden, "num_attention_heads": 2,
                                                     "num_hidden_layers": 1, "layer_norm_eps": 1e-12}))
     return folder
+
+
+from sense7.model import static_embeddings  # noqa: E402
+from sense7.model.static_embeddings import StaticEmbeddingEncoder  # noqa: E402
+
+
+class CountingEncoder(StaticEmbeddingEncoder):
+    """The static encoder, keeping every text it embeds (in a list shared by its clones): a real encoder whose
+    calls a test can count."""
+
+    embedded: list = []
+
+    def transform(self, texts):
+        texts = list(texts)
+        CountingEncoder.embedded.extend(texts)
+        return super().transform(texts)
+
+
+def counting_encoders(folder: Path):
+    """A maker of CountingEncoders over tiny models in `folder` (make(seed, dimensions)); the process's tables and
+    the count start empty."""
+    static_embeddings._tables.clear()
+    CountingEncoder.embedded.clear()
+    models_made = {}
+
+    def make(seed: int = 0, dimensions: int = 4) -> CountingEncoder:
+        if seed not in models_made:
+            models_made[seed] = tiny_model(folder / f"model-{seed}", seed=seed)
+        return CountingEncoder(model_path=str(models_made[seed]), cache_dir=str(folder / "tables"),
+                               dimensions=dimensions)
+    return make
