@@ -217,7 +217,8 @@ def test_giving_up_on_a_job_names_it_the_queue_depths_the_backlog_and_the_log(tm
     redis.Redis.from_url(redis_server.url).sadd(PENDING_KEY, "1:2:3", "1:2:4", "1:5:6")
     app.send_task("sense7.retrain", kwargs={"reason": "test"})
     result = app.send_task("sense7.reconcile")
-    assert queue_depths(app) == {"celery": 0, "sense7.crowd": 0, "sense7.deliver": 0, "sense7.preannotate": 0,
+    assert queue_depths(app) == {"celery": 0, "sense7.crowd": 0, "sense7.deliver": 0, "sense7.embed": 0,
+                                 "sense7.preannotate": 0,
                                  "sense7.reconcile": 1, "sense7.sync": 0, "sense7.train": 1}
     with pytest.raises(JobWaitTimeout) as caught:
         wait_for_job(result, "the reconciliation", 1, "/var/log/worker.log")
