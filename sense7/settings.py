@@ -61,6 +61,15 @@ def _positive_seconds(env, name: str, default: float) -> float:
     return seconds
 
 
+def _budget_seconds(env, name: str, default: float) -> float:
+    """A time budget in seconds, 0 included (0: never wait), from the environment variable `name`."""
+    seconds = _number_from_env(env, name, default, float)
+    if seconds is None or not 0 <= seconds < float("inf"):
+        raise SettingsError(f"environment variable {name}: expected a number of seconds, 0 or more, "
+                            f"got {env.get(name)!r}")
+    return seconds
+
+
 def _numbers_from_env(cls, env, prefix: str) -> dict:
     """Numeric fields of a settings dataclass from PREFIX + FIELD_NAME (upper case); unset keeps defaults."""
     values = {}
@@ -454,7 +463,7 @@ class Settings:
             model_alpha=env.get("SENSE7_MODEL_ALPHA") or None,
             model_rater_ridge=env.get("SENSE7_MODEL_RATER_RIDGE") or None,
             model_text_encoder=env.get("SENSE7_MODEL_TEXT_ENCODER") or None,
-            text_vector_budget=float(env.get("SENSE7_TEXT_VECTOR_BUDGET") or 0.5),
+            text_vector_budget=_budget_seconds(env, "SENSE7_TEXT_VECTOR_BUDGET", 0.5),
             secret_env={k: v for k, v in env.items() if k.startswith(SHARED_SECRET_PREFIXES)},
         )
 

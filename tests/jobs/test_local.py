@@ -65,6 +65,7 @@ def test_bad_job_setting_is_named_and_the_cli_changes_nothing(tmp_path):
 @pytest.mark.parametrize("variable, value, expected", [
     ("SENSE7_MODEL_RATER_RIDGE", "lots", "expected cv, cv_rater, cv_rater_1se or a penalty, got 'lots'"),
     ("SENSE7_MODEL_ALPHA", "-1", "a penalty must be a finite number above 0, got '-1'"),
+    ("SENSE7_MODEL_TEXT_ENCODER", "bert", "expected one of static, ngrams, minilm, got 'bert'"),
 ])
 @pytest.mark.slow
 def test_a_bad_served_model_option_is_named_and_the_cli_changes_nothing(tmp_path, variable, value, expected):
