@@ -31,7 +31,6 @@ def _study(store, study_id: str):
     return found
 
 
-@crowd_app.command("init")
 def _embed_pool(cfg, store, study_id: str) -> None:
     """Queue the embed job for the pool's conversations (sense7.tasks.embedding), as `sense7 import` does."""
     from sense7.crowd.participants import Studies
@@ -42,6 +41,7 @@ def _embed_pool(cfg, store, study_id: str) -> None:
                       "first read", highlight=False, markup=False)
 
 
+@crowd_app.command("init")
 def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; docs/guides/crowd.md)"),
                taxonomy: Path = taxonomy_option()) -> None:
     """Validate a study file, its consent text and its pool, and store them (the study starts closed;
