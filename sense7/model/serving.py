@@ -294,7 +294,9 @@ class Predictions:
         returns and records); None when the model reads no cached vectors."""
         if self.embedded is None:
             return None
-        return ["embedded" if e else "lexical" for e in self.embedded.tolist()]
+        from sense7.model.vector_cache import EMBEDDED, LEXICAL
+
+        return [EMBEDDED if e else LEXICAL for e in self.embedded.tolist()]
 
     def expected(self) -> np.ndarray:
         """Expected rating (items, controls) under the probabilities."""

@@ -214,8 +214,8 @@ class CachedTextEncoder(TextEncoder):
 def embed_texts(encoder, texts, cache: VectorCache) -> dict:
     """Make sure every distinct text of `texts` has `encoder`'s vector in `cache` (a fitted encoder, wrapped or
     not); what is there already is not computed again. Returns {key, texts, embedded, seconds}."""
-    wrapped = encoder if isinstance(encoder, CachedTextEncoder) else CachedTextEncoder.around(encoder, cache)
-    wrapped = CachedTextEncoder.around(wrapped.encoder_, cache)  # (every missing text: no time budget)
+    fitted = encoder.encoder_ if isinstance(encoder, CachedTextEncoder) else encoder
+    wrapped = CachedTextEncoder.around(fitted, cache)  # (every missing text: no time budget)
     started = time.perf_counter()
     distinct = list(dict.fromkeys(_clean(t) for t in texts))
     missing = wrapped.missing(distinct)
