@@ -146,8 +146,11 @@ class Retrainer:
 
     def vectors(self) -> VectorCache:
         """The store's text vectors (sense7.model.vector_cache): a text encoder reads them, computing only texts
-        no process embedded before."""
-        return VectorCache.of_store(self.store)
+        no process embedded before. One cache per retrainer: the candidate's fit and the served version's
+        scoring share its LRU."""
+        if getattr(self, "_vectors", None) is None:
+            self._vectors = VectorCache.of_store(self.store)
+        return self._vectors
 
     def fit_params(self) -> dict:
         """personalized_params with a text encoder (SENSE7_MODEL_TEXT_ENCODER) reading the store's text vectors."""
