@@ -112,7 +112,7 @@ def create_app(settings: Settings | None = None, *, model: Sense7Model | None = 
     every /predict through Flask (the reference the fast path's tests compare with)."""
     settings = settings or Settings.from_env()
     if model is None:
-        model = build_model(settings, on_event=on_event)
+        model = build_model(settings, on_event=on_event, serving=True)
     elif on_event is not None:
         model.on_event = on_event
     user, password = settings.backend_user, settings.backend_password

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sense7.model.registry import ModelRegistry, RegistryError
+from sense7.model.vector_cache import VectorCache, with_vector_cache
 
 log = logging.getLogger("sense7.ml_backend")
 
@@ -30,8 +31,13 @@ class LoadedModel:
 
 
 class HotModel:
-    def __init__(self, registry: ModelRegistry, check_interval: float = 1.0):
+    def __init__(self, registry: ModelRegistry, check_interval: float = 1.0, vectors: VectorCache | None = None,
+                 on_demand_seconds: float | None = None):
         self.registry = registry
+        # The text vectors' cache a loaded version's text encoder reads (sense7.model.vector_cache), and how long
+        # one call may embed texts it lacks (None: all of them, e.g. bulk pre-annotation).
+        self.vectors = vectors
+        self.on_demand_seconds = on_demand_seconds
         self.check_interval = check_interval
         self._loaded: LoadedModel | None = None
         self._stamp = None
@@ -80,6 +86,8 @@ class HotModel:
             started = time.perf_counter()
             try:
                 bundle = self.registry.load(version)
+                if self.vectors is not None:  # (before compiling: serving reads the encoder when it compiles)
+                    with_vector_cache(bundle, self.vectors, self.on_demand_seconds)
                 predictor = bundle.compile()  # once per version and process, before any request sees it
             except Exception as exc:  # RegistryError, or a bundle that cannot be compiled for serving
                 # Remember the stamp: a broken version is not retried on every request.

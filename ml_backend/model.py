@@ -44,6 +44,8 @@ class ServedItem(NamedTuple):
     kind: str  # personalized, traits or generic
     levels: list  # level per control (the predictor's `controls` order) under the study's pre-fill rule
     confidences: list  # probability of that level
+    # A model with a cached text encoder: "embedded" or "lexical" (sense7.model.vector_cache); None: no encoder.
+    text_vectors: str | None = None
 
 
 class Sense7Model:
@@ -167,7 +169,8 @@ class Sense7Model:
         levels, confidences = predictions.best(self.prefill_rule)
         if len(predictions.kinds) != len(task_datas):
             raise RuntimeError(f"predictor returned {len(predictions.kinds)} predictions for {len(task_datas)} items")
-        return list(map(ServedItem, predictions.kinds, levels.tolist(), confidences.tolist()))
+        text_vectors = predictions.text_vectors() or [None] * len(task_datas)
+        return list(map(ServedItem, predictions.kinds, levels.tolist(), confidences.tolist(), text_vectors))
 
     def _plan(self, controls: tuple[RatingControl, ...], loaded: LoadedModel) -> list:
         """(predicted control index, Rating control) for each Rating of the config the model predicts."""
@@ -196,7 +199,10 @@ class Sense7Model:
             if confidence is not None and confidence == confidence:  # (NaN != NaN)
                 scored.append(confidence)
         score = sum(scored) / len(scored) if scored else 0.0
-        return {"result": result, "score": round(score, 4), "model_version": version, "kind": item.kind}
+        answer = {"result": result, "score": round(score, 4), "model_version": version, "kind": item.kind}
+        if item.text_vectors is not None:  # (an extra field, ignored by Label Studio, like "kind")
+            answer["text_vectors"] = item.text_vectors
+        return answer
 
     @staticmethod
     def _hidden_result(version: str) -> dict:
@@ -242,6 +248,7 @@ class Sense7Model:
         controls = list(predictor.controls)
         (s_level, s_conf), g_level = served.best(self.prefill_rule), generic.best(self.prefill_rule)[0]
         s_exp, g_exp = served.expected(), generic.expected()
+        text_vectors = served.text_vectors() or [None] * len(datas)
         for row, (i, data) in enumerate(zip(good, datas)):
             records[i] = {
                 "task_key": str(data.get("task_key") or ""), "version": loaded.version,
@@ -251,11 +258,12 @@ class Sense7Model:
                 "expected": {c: round(float(v), 4) for c, v in zip(controls, s_exp[row])},
                 "generic_levels": {c: int(v) for c, v in zip(controls, g_level[row])},
                 "generic_expected": {c: round(float(v), 4) for c, v in zip(controls, g_exp[row])},
+                "text_vectors": text_vectors[row],
             }
             if plan is not None:
                 answers[i] = (self._hidden_result(loaded.version) if arm_of(data) == HIDDEN else
-                              self._result(ServedItem(served.kinds[row], s_level[row].tolist(), s_conf[row].tolist()),
-                                           plan, loaded.version))
+                              self._result(ServedItem(served.kinds[row], s_level[row].tolist(), s_conf[row].tolist(),
+                                                      text_vectors[row]), plan, loaded.version))
         return answers, records
 
     # ------------------------------------------------------------------ bulk import
@@ -308,15 +316,21 @@ def log_event(action: str, payload: dict) -> None:
 
 
 def build_model(settings, on_event: Callable[[str, dict], Any] | None = None,
-                check_interval: float = 1.0, refresh_seconds: float = 30.0) -> Sense7Model:
+                check_interval: float = 1.0, refresh_seconds: float = 30.0, serving: bool = False) -> Sense7Model:
     """The model of one serving process (the backend's gunicorn worker, or a Celery worker pushing
-    pre-annotations): the registry's current version loaded now, once."""
+    pre-annotations): the registry's current version loaded now, once. Its text encoder, if any, reads the
+    store's text vectors; `serving` (the backend's requests): a text not embedded yet is embedded within
+    settings.text_vector_budget seconds or answered by the lexical part (each answer's `text_vectors` says which);
+    otherwise (bulk pre-annotation, imports) every missing text is embedded."""
     from sense7.store.database import Store
     from sense7.model.registry import ModelRegistry
+    from sense7.model.vector_cache import VectorCache
     from sense7.taxonomy import study_taxonomy
 
     store = Store(settings.store_url)
-    hot = HotModel(ModelRegistry.from_settings(settings, store), check_interval=check_interval)
+    hot = HotModel(ModelRegistry.from_settings(settings, store), check_interval=check_interval,
+                   vectors=VectorCache.of_store(store),
+                   on_demand_seconds=settings.text_vector_budget if serving else None)
     hot.reload()
     taxonomy = study_taxonomy(settings)
     return Sense7Model(hot, RaterInfoCache(store, taxonomy, refresh_seconds=refresh_seconds),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from sense7.model.registry import STAGING_PREFIX, ModelRegistry, RegistryError
+from sense7.model.vector_cache import VectorCache, cached_encoder, with_vector_cache
 from sense7.privacy.participation import Withdrawals, drop_left_out
 from sense7.research.metrics import macro_metrics, point_metrics
 from sense7.taxonomy import Taxonomy
@@ -143,6 +144,21 @@ class Retrainer:
         self.tolerance = tolerance
         self.min_items = min_items
 
+    def vectors(self) -> VectorCache:
+        """The store's text vectors (sense7.model.vector_cache): a text encoder reads them, computing only texts
+        no process embedded before. One cache per retrainer: the candidate's fit and the served version's
+        scoring share its LRU."""
+        if getattr(self, "_vectors", None) is None:
+            self._vectors = VectorCache.of_store(self.store)
+        return self._vectors
+
+    def fit_params(self) -> dict:
+        """personalized_params with a text encoder (SENSE7_MODEL_TEXT_ENCODER) reading the store's text vectors."""
+        params = dict(self.personalized_params)
+        if params.get("text_encoder") is not None:
+            params["text_encoder"] = cached_encoder(params["text_encoder"], self.vectors())
+        return params
+
     def clean_staging(self) -> list[str]:
         """Remove staging directories: while we hold the retrain lock, any staging directory is debris
         of a killed run (the registry only ever renames complete ones into place)."""
@@ -200,14 +216,15 @@ class Retrainer:
         Y_test = Y_test.reindex(columns=[c for c in Y_train.columns if c in Y_test.columns])
         version = self.registry.next_version()
         started = time.perf_counter()
-        bundle = train_bundle(train, version, self.taxonomy, personalized_params=self.personalized_params)
+        bundle = train_bundle(train, version, self.taxonomy, personalized_params=self.fit_params())
         train_seconds = time.perf_counter() - started
         levels = list(range(1, self.taxonomy.levels + 1))
         candidate = score_bundle(bundle, X_test, Y_test, levels)
         served = None
         if serving and serving not in withdrawn:  # a version trained on erased data is replaced whatever it scores
             try:
-                served = score_bundle(self.registry.load(serving), X_test, Y_test, levels)
+                served = score_bundle(with_vector_cache(self.registry.load(serving), self.vectors()), X_test, Y_test,
+                                      levels)
             except RegistryError as exc:
                 log.warning("served version %s cannot be scored (%s): the candidate replaces it", serving, exc)
         baseline = score_baseline(X_train, Y_train, X_test, Y_test, levels)

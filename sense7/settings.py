@@ -61,6 +61,15 @@ def _positive_seconds(env, name: str, default: float) -> float:
     return seconds
 
 
+def _budget_seconds(env, name: str, default: float) -> float:
+    """A time budget in seconds, 0 included (0: never wait), from the environment variable `name`."""
+    seconds = _number_from_env(env, name, default, float)
+    if seconds is None or not 0 <= seconds < float("inf"):
+        raise SettingsError(f"environment variable {name}: expected a number of seconds, 0 or more, "
+                            f"got {env.get(name)!r}")
+    return seconds
+
+
 def _numbers_from_env(cls, env, prefix: str) -> dict:
     """Numeric fields of a settings dataclass from PREFIX + FIELD_NAME (upper case); unset keeps defaults."""
     values = {}
@@ -399,6 +408,10 @@ class Settings:
     # What the retrain job fits beyond the defaults, as written (sense7.model.options.served_params parses them):
     model_alpha: str | None = None        # SENSE7_MODEL_ALPHA: the text penalty, a number above 0 or cv
     model_rater_ridge: str | None = None  # SENSE7_MODEL_RATER_RIDGE: each known rater's own content weights
+    model_text_encoder: str | None = None  # SENSE7_MODEL_TEXT_ENCODER: static, minilm or ngrams (the default)
+    # How long one served request may spend embedding texts the text vectors' cache lacks (seconds): the texts
+    # left are served by the model's lexical part and embedded by a later request or the embed job.
+    text_vector_budget: float = 0.5       # SENSE7_TEXT_VECTOR_BUDGET
     # The secrets given in the environment rather than kept in this home (`secret`): SENSE7_RATER_PAGE_SECRET,
     # SENSE7_CROWD_SECRET_<STUDY>, each also as <variable>_FILE. Never shown (repr=False).
     secret_env: Mapping = field(default_factory=dict, repr=False, compare=False)
@@ -449,6 +462,8 @@ class Settings:
             prolific=ProlificApi.from_env(env),
             model_alpha=env.get("SENSE7_MODEL_ALPHA") or None,
             model_rater_ridge=env.get("SENSE7_MODEL_RATER_RIDGE") or None,
+            model_text_encoder=env.get("SENSE7_MODEL_TEXT_ENCODER") or None,
+            text_vector_budget=_budget_seconds(env, "SENSE7_TEXT_VECTOR_BUDGET", 0.5),
             secret_env={k: v for k, v in env.items() if k.startswith(SHARED_SECRET_PREFIXES)},
         )
 

@@ -27,7 +27,8 @@ QUEUES = {names.SYNC_PENDING: "sense7.sync", names.SYNC_ANNOTATION: "sense7.sync
           names.DELETE_ANNOTATIONS: "sense7.sync", names.RECONCILE: "sense7.reconcile",
           names.RETRAIN: "sense7.train", names.PREANNOTATE: "sense7.preannotate",
           names.DELIVER: "sense7.deliver", names.REFRESH_QUEUES: "sense7.deliver",
-          names.CROWD_PREPARE: "sense7.crowd", names.CROWD_EXPIRE: "sense7.crowd"}
+          names.CROWD_PREPARE: "sense7.crowd", names.CROWD_EXPIRE: "sense7.crowd",
+          names.EMBED_TEXTS: "sense7.embed"}
 
 _lock = threading.Lock()
 _app: Celery | None = None
@@ -55,6 +56,9 @@ def celery_config(url: str | None, jobs: JobSettings) -> dict:
                    for name in (names.SYNC_PENDING, names.SYNC_ANNOTATION, names.DELETE_ANNOTATIONS,
                                 names.RECONCILE, names.PREANNOTATE, names.DELIVER,
                                  names.REFRESH_QUEUES, names.CROWD_PREPARE, names.CROWD_EXPIRE)}
+    # Embedding a large import is CPU work like a retrain: the retrain's limits.
+    annotations[names.EMBED_TEXTS] = {**retry, "soft_time_limit": jobs.retrain_soft_limit,
+                                      "time_limit": jobs.retrain_time_limit}
     annotations[names.RETRAIN] = {"soft_time_limit": jobs.retrain_soft_limit,
                                   "time_limit": jobs.retrain_time_limit}
     return {

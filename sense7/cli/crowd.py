@@ -31,6 +31,16 @@ def _study(store, study_id: str):
     return found
 
 
+def _embed_pool(cfg, store, study_id: str) -> None:
+    """Queue the embed job for the pool's conversations (sense7.tasks.embedding), as `sense7 import` does."""
+    from sense7.crowd.participants import Studies
+    from sense7.tasks.embedding import request_embedding
+
+    if request_embedding(cfg, store, list(Studies(store).pool(study_id))) == "unavailable":
+        console.print("Text vectors: the embed job could not be queued (no Redis); texts are embedded when "
+                      "first read", highlight=False, markup=False)
+
+
 @crowd_app.command("init")
 def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; docs/guides/crowd.md)"),
                taxonomy: Path = taxonomy_option()) -> None:
@@ -50,6 +60,7 @@ def crowd_init(file: Path = typer.Argument(..., help="the study file (YAML; docs
     store.log_staff("crowd init redaction", study=study.study_id, **redaction[0].as_dict())
     console.print(f"Redaction: {redaction[0].summary()}", highlight=False, markup=False)
     study_secret(cfg, study.study_id)  # made now, 0600: the key of the study's pseudonymous ids
+    _embed_pool(cfg, store, study.study_id)
     url = cfg.rater_page.public_url.rstrip("/")
     names = study.platform
     console.print(f"study {study.study_id}: {pool} conversations, K={study.raters_per_conversation}, "

@@ -277,6 +277,9 @@ def _import_tasks(cfg: Settings, client, store, tax, study: StudyData, rating_id
     design = dataclasses.replace(cfg.study, seed=cfg.study.seed or f"demo-{seed}")
     result = import_conversations(client, rating_id, study.live, store, predict=predict, design=design, taxonomy=tax)
     import_profile_tasks(client, profile_id, study.rater_ids)
+    from sense7.tasks.embedding import request_embedding
+
+    request_embedding(cfg, store, [c.conversation_id for c in study.live])  # (a no-op with n-grams only)
     return result
 
 

@@ -109,6 +109,17 @@ def import_batch(
     if predict is not None:
         console.print(f"{result.predicted} of the new task(s) pre-annotated by {predict.version}")
     console.print(f"Project: {cfg.ls_url}/projects/{rating_id}")
+    _embed_texts(cfg, store, [c.conversation_id for c in conversations])
+
+
+def _embed_texts(cfg, store, conversation_ids: list[str]) -> None:
+    """Queue the embed job for the imported conversations (sense7.tasks.embedding) when a text encoder reads
+    their vectors; say so when it could not be queued."""
+    from sense7.tasks.embedding import request_embedding
+
+    if request_embedding(cfg, store, conversation_ids) == "unavailable":
+        console.print("Text vectors: the embed job could not be queued (no Redis); texts are embedded when "
+                      "first read", highlight=False, markup=False)
 
 
 def _import_predictor(cfg, client, rating_id: int):

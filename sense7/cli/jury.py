@@ -45,7 +45,11 @@ def _served_bundle():
     version = registry.current()
     if version is None:
         raise fail("no served model in the store: run `sense7 retrain` first", 1)
-    return version, registry.load(version)  # RegistryError: one clean line (sense7.cli._common)
+    from sense7.model.vector_cache import VectorCache, with_vector_cache
+
+    # Its text encoder, if any, reads the store's text vectors (and keeps what it embeds there).
+    bundle = registry.load(version)  # RegistryError: one clean line (sense7.cli._common)
+    return version, with_vector_cache(bundle, VectorCache.of_store(registry.store))
 
 
 def _print_summary(juries, labels, comparison) -> None:

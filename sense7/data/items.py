@@ -322,6 +322,28 @@ def items_from_tasks(task_datas: list[dict], raters: pd.DataFrame, contexts: dic
 # ---------------------------------------------------------------------------------------------------
 # From unrated transcripts (the jury)
 
+HISTORY_CHARS = 300  # the history's end a rater model reads by default (ItemFeatures.history_chars)
+
+
+def encoder_texts(messages: list[dict], history_chars: int = HISTORY_CHARS) -> list[str]:
+    """The distinct texts a text encoder reads for the items of one conversation (messages: role and content):
+    each assistant turn and the whole conversation's turns, the message each answers, the history's last
+    `history_chars` characters (what sense7.model.features.ItemFeatures.encoded_texts reads from the items'
+    columns). What the store's text vectors of a conversation are keyed by (sense7.privacy.participation
+    erases them with the conversation)."""
+    rows = []
+    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    for position, index in enumerate(turns, start=1):
+        rows.append(item_row("", index, "", messages[:index], [messages[index]], position, len(turns)))
+    if turns:
+        rows.append(item_row("", None, "", [m for m in messages if m["role"] != "assistant"],
+                             [m for m in messages if m["role"] == "assistant"], 0, len(turns)))
+    columns = {"history_text": [r["history_text"] for r in rows], "turn_position": [r["turn_position"] for r in rows]}
+    keep = int(history_chars)
+    tails = [h[-keep:] if keep > 0 else "" for h in columns["history_text"]]
+    return list(dict.fromkeys([r["text"] for r in rows] + answered_texts(columns) + tails))
+
+
 def transcript_columns(conversations: list[Conversation], taxonomy: Taxonomy) -> dict[str, list]:
     """The item columns of every assistant turn of each conversation, in order, each read with its own
     conversation's context (rater_id: the conversation's own rater)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -104,6 +105,16 @@ class SentenceEmbeddingEncoder(TextEncoder):
 
     def _path(self) -> str:
         return str(self.model_path) if self.model_path else _packaged_model_path()
+
+    def cache_key(self) -> str:
+        """What names this encoder's vectors in sense7.model.vector_cache: the weights' digest and the
+        parameters that change a text's vector (not batch_size)."""
+        from sense7.model.static_embeddings import file_digest
+
+        folder = Path(self._path())
+        weights = [folder / name for name in ("model.safetensors", "pytorch_model.bin") if (folder / name).is_file()]
+        digest = file_digest(weights[0]) if weights else str(folder)
+        return f"minilm {digest} split_lines={bool(self.split_lines)} max_lines={int(self.max_lines or 0)}"
 
     def fit(self, texts, y=None):
         # Nothing is learned from the study's texts (the model is pre-trained); the width is fixed here so a

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from sense7.data.items import RELATIONAL_COLUMNS, answered_texts, relational_columns
+from sense7.data.items import HISTORY_CHARS, RELATIONAL_COLUMNS, answered_texts, relational_columns
 from sense7.model.text import BulkNgramVectorizer, TextEncoder  # noqa: F401 (TextEncoder: the interface, also here)
 
 TEXT_FEATURE_KINDS = ("tfidf", "tfidf+char", "none")
@@ -70,7 +70,7 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     turn with the encoded message it answers and history), a block after the encoder's, at the same scale.
     """
 
-    def __init__(self, text_features: str = "tfidf", max_features: int = 30000, history_chars: int = 300,
+    def __init__(self, text_features: str = "tfidf", max_features: int = 30000, history_chars: int = HISTORY_CHARS,
                  min_df: int = 2, text_weighting: str = "presence", context_weight: float = 0.1,
                  context_interactions: bool = False, relational_weight: float = 0.0, text_encoder=None):
         self.relational_weight = relational_weight
@@ -234,15 +234,27 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
         return bool(getattr(self, "relational_weight", 0.0) or 0.0) \
             and (getattr(self, "vectorizers_", {}) or {}).get("encoder") is not None
 
-    def encoder_relations(self, X, encoded=None) -> np.ndarray:
+    def encoder_relations(self, X, encoded=None, answered=None, history=None) -> np.ndarray:
         """(n, len(ENCODER_RELATIONAL_COLUMNS)) the cosine similarity of each encoded turn (`encoded`: the
         encoder's transform of the turns, when already computed) with the encoded message it answers and
-        with the encoded history tail (0 where either is empty)."""
+        with the encoded history tail (0 where either is empty); `answered`, `history`: those encoded, when
+        already computed (sense7.model.serving reads all three from the text vectors' cache in one call)."""
         encoder = self.vectorizers_["encoder"]
         if encoded is None:
             encoded = encoder.transform(self.block_texts(X, "encoder"))
-        return np.column_stack([_row_cosine(encoded, encoder.transform(texts))
-                                for texts in (answered_texts(X), self.block_texts(X, "history"))])
+        if answered is None:
+            answered = encoder.transform(answered_texts(X))
+        if history is None:
+            history = encoder.transform(self.block_texts(X, "history"))
+        return np.column_stack([_row_cosine(encoded, answered), _row_cosine(encoded, history)])
+
+    def encoded_texts(self, X) -> tuple[list[str], list[str], list[str]]:
+        """(turns, the messages they answer, history tails): every text the encoder reads for the items of X
+        (the last two only with the encoder's relational columns: relational_weight > 0)."""
+        turns = self.block_texts(X, "encoder")
+        if not (getattr(self, "relational_weight", 0.0) or 0.0):
+            return turns, [], []
+        return turns, answered_texts(X), self.block_texts(X, "history")
 
     def _encoder_relation_block(self, X, encoded):
         return sp.csr_matrix(self.encoder_relations(X, encoded) * self.relational_scale(), dtype=np.float32)

@@ -50,4 +50,11 @@ def served_params(settings) -> dict:
             raise ValueError(f"{variable}: {exc}") from None
     if "rater_ridge" in params:
         params["rater_ridge_from"] = "text"
+    encoder = getattr(settings, "model_text_encoder", None)
+    if encoder not in (None, ""):
+        from sense7.model.features import TEXT_ENCODER_NAMES
+        if encoder not in TEXT_ENCODER_NAMES:
+            raise ValueError(f"SENSE7_MODEL_TEXT_ENCODER: expected one of {', '.join(TEXT_ENCODER_NAMES)}, "
+                             f"got {encoder!r}")
+        params["text_encoder"] = None if encoder == "ngrams" else encoder
     return params

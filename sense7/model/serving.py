@@ -79,6 +79,8 @@ class _TextScores:
                 self.blocks.append((name, vec, block))
                 self.block_columns.append((offset, float(features.block_scales_[name])))
             offset += width
+        # An encoder that reads the text vectors' cache (sense7.model.vector_cache): it says which texts had vectors.
+        self.cached_encoder = hasattr(self.encoder, "transform_known")
         # Whole text scores kept per distinct item when they read the texts beyond n-gram look-ups (`scores`).
         self.text_rows: dict | None = {} if self.encoder is not None or self.dense_rows is None else None
 
@@ -88,14 +90,21 @@ class _TextScores:
         return [vec.present_cells(self.features.block_texts(columns, name)) for name, vec, _ in self.blocks]
 
     def scores(self, columns: dict, cells: list | None = None) -> np.ndarray:
+        return self.scores_known(columns, cells)[0]
+
+    def scores_known(self, columns: dict, cells: list | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """(n, controls) text scores of the items in `columns`; `cells`: cells(columns), when known.
 
         With a text encoder or relational columns, each distinct item (its texts, position and context
         answers: all the text score reads) is scored once per process (at most TEXT_ROWS_KEPT): Label
         Studio asks for the same tasks again, and a live pre-fill re-predicts a rater's page after each
-        answer; encoding the texts and the relational features are most of a request's cost otherwise."""
+        answer; encoding the texts and the relational features are most of a request's cost otherwise.
+
+        Also (n,) whether each item's texts had their vectors (a cached encoder, sense7.model.vector_cache,
+        under a time budget: False where the lexical part answered alone), or None when the encoder reads
+        no cache. An item scored without its vectors is not kept: the next request scores it again."""
         if not self.fast:
-            return self.model.text_scores(pd.DataFrame(columns))
+            return self.model.text_scores(pd.DataFrame(columns)), None
         rows = self.text_rows  # entries are only ever added to this dict (a full one is replaced): thread-safe
         if rows is None or cells is not None:
             return self._scores(columns, cells)
@@ -105,16 +114,30 @@ class _TextScores:
             missing = [i for i, key in enumerate(keys) if key not in rows]
         except TypeError:  # an unhashable value
             return self._scores(columns)
+        known = np.ones(n, dtype=bool) if self.cached_encoder else None
         if missing:
-            computed = self._scores(columns if len(missing) == n else _rows_of(columns, np.asarray(missing)))
-            if len(rows) + len(missing) > TEXT_ROWS_KEPT:
-                rows = {key: rows[key] for key in keys if key in rows}
-            rows.update(zip((keys[i] for i in missing), computed))
-            self.text_rows = rows
-        return np.array([rows[key] for key in keys]).reshape(n, len(self.intercept))
+            computed, known_missing = self._scores(columns if len(missing) == n else _rows_of(columns, np.asarray(missing)))
+            fresh = dict(zip((keys[i] for i in missing), computed))
+            if known_missing is not None and not known_missing.all():
+                # Scored without some vectors: answered from these scores, never kept (the next request
+                # scores the item again, with its vectors once they are embedded).
+                known[np.asarray(missing)[~known_missing]] = False
+                scored = [fresh[key] if key in fresh else rows[key] for key in keys]
+                self._keep(rows, keys, [(keys[i], computed[j]) for j, i in enumerate(missing) if known_missing[j]])
+                return np.array(scored).reshape(n, len(self.intercept)), known
+            rows = self._keep(rows, keys, list(fresh.items()))
+        return np.array([rows[key] for key in keys]).reshape(n, len(self.intercept)), known
 
-    def _scores(self, columns: dict, cells: list | None = None) -> np.ndarray:
+    def _keep(self, rows: dict, keys: list, entries: list) -> dict:
+        if len(rows) + len(entries) > TEXT_ROWS_KEPT:
+            rows = {key: rows[key] for key in keys if key in rows}
+        rows.update(entries)
+        self.text_rows = rows
+        return rows
+
+    def _scores(self, columns: dict, cells: list | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         out = self.dense_scores(columns)
+        known = None
         for i, (name, vec, coef) in enumerate(self.blocks):
             # Presence features: a term counts once per document, however often it occurs.
             rows, cols = cells[i] if cells is not None else vec.present_cells(self.features.block_texts(columns, name))
@@ -126,13 +149,26 @@ class _TextScores:
                 out += sums
             else:
                 out[rows[starts]] += sums
-        if self.encoder is not None:
+        if self.encoder is not None and self.cached_encoder:
+            # Every text the encoder reads (turns, answered messages, history tails) in one look-up of the
+            # text vectors' cache, under one on-demand budget.
+            turns, answered, history = self.features.encoded_texts(columns)
+            vectors, present = self.encoder.transform_known(turns + answered + history)
+            n = len(turns)
+            encoded = vectors[:n].astype(np.float64)
+            known = present[:n].copy()
+            out += encoded @ self.encoder_coef
+            if self.relation_coef is not None:
+                known &= present[n:2 * n] & present[2 * n:]
+                out += self.features.encoder_relations(columns, encoded, vectors[n:2 * n], vectors[2 * n:]) \
+                    @ self.relation_coef
+        elif self.encoder is not None:
             encoded = self.encoder.transform(self.features.block_texts(columns, "encoder"))
             encoded = encoded.toarray() if hasattr(encoded, "toarray") else np.asarray(encoded, dtype=np.float64)
             out += encoded @ self.encoder_coef
             if self.relation_coef is not None:
                 out += self.features.encoder_relations(columns, encoded) @ self.relation_coef
-        return out
+        return out, known
 
 
     def dense_scores(self, columns: dict) -> np.ndarray:
@@ -249,6 +285,18 @@ class Predictions:
     kinds: list  # per item: "personalized", "traits" or "generic" (as ModelBundle.kinds)
     probs: np.ndarray  # (items, controls, levels)
     levels: np.ndarray  # the rating of each level column
+    # (items,) whether each item's texts had their vectors from the text vectors' cache (False: the model's
+    # lexical part answered alone, sense7.model.vector_cache); None: the model reads no cached vectors.
+    embedded: np.ndarray | None = None
+
+    def text_vectors(self) -> list[str] | None:
+        """Per item, "embedded" or "lexical" (sense7.model.vector_cache.EMBEDDED / LEXICAL: what the ML backend
+        returns and records); None when the model reads no cached vectors."""
+        if self.embedded is None:
+            return None
+        from sense7.model.vector_cache import EMBEDDED, LEXICAL
+
+        return [EMBEDDED if e else LEXICAL for e in self.embedded.tolist()]
 
     def expected(self) -> np.ndarray:
         """Expected rating (items, controls) under the probabilities."""
@@ -350,7 +398,8 @@ class CompiledBundle:
         kinds = ["generic"] * n
         # The content shifts read the same present cells as the text scores: found once for both.
         cells = self._text.cells(columns) if self._content is not None and len(personal) else None
-        text = self._text.scores(columns, cells) if len(personal) or self._generic_text is self._text else None
+        text, embedded = self._text.scores_known(columns, cells) \
+            if len(personal) or self._generic_text is self._text else (None, None)
         assistants = columns["assistant_id"]
         if len(personal):
             everyone = len(personal) == n
@@ -381,8 +430,13 @@ class CompiledBundle:
             for i, is_known in zip(personal.tolist(), known.tolist()):
                 kinds[i] = "personalized" if is_known else "traits"
         if len(generic):
-            g = text[generic] if self._generic_text is self._text else \
-                self._generic_text.scores(_rows_of(columns, generic))
+            if self._generic_text is self._text:
+                g = text[generic]
+            else:
+                g, generic_embedded = self._generic_text.scores_known(_rows_of(columns, generic))
+                if generic_embedded is not None:
+                    embedded = np.ones(n, dtype=bool) if embedded is None else embedded.copy()
+                    embedded[generic] = generic_embedded
             scores = g + self._generic_assistants([assistants[i] for i in generic])
             if len(generic) == n:
                 probs = self._generic_links(scores)
@@ -390,7 +444,7 @@ class CompiledBundle:
                 probs[generic] = self._generic_links(scores)
         if probs is None:  # no items
             probs = np.empty((0, len(self.controls), len(self.levels)))
-        return Predictions(kinds, probs, self.levels)
+        return Predictions(kinds, probs, self.levels, embedded)
 
     def content_inputs(self, columns: dict):
         """What content_shifts reads of the items, computed once for several calls on the same items: the

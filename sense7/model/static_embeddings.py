@@ -84,7 +84,8 @@ def default_cache_dir() -> Path:
     return Path(base) / "sense7"
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """A file's SHA-256, computed once per process for each (path, size, modification time)."""
     stat = path.stat()
     memo = (str(path), stat.st_size, stat.st_mtime_ns)
     if memo not in _digests:
@@ -216,10 +217,15 @@ class StaticEmbeddingEncoder(TextEncoder):
         missing = [name for name in SOURCE_FILES if not (path / name).is_file()]
         if missing:
             raise FileNotFoundError(f"{path}: no {', '.join(missing)} (a model folder for the static text encoder)")
-        parts = [f"{name}={_file_digest(path / name)}" for name in SOURCE_FILES]
+        parts = [f"{name}={file_digest(path / name)}" for name in SOURCE_FILES]
         parts += [f"dimensions={int(self.dimensions)}", f"sif={float(self.sif_coefficient)!r}",
                   f"version={DISTILL_VERSION}"]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+
+    def cache_key(self) -> str:
+        """What names this encoder's vectors in sense7.model.vector_cache: its table's key (weights, parameters,
+        recipe), so a changed table never reads vectors of another."""
+        return f"static table {self.table_key()}"
 
     def table_path(self, key: str | None = None) -> Path:
         directory = Path(self.cache_dir) if self.cache_dir else default_cache_dir()

@@ -27,7 +27,9 @@ from datetime import datetime, timezone
 
 from sqlalchemy import delete, or_, select, update
 
+from sense7.data.items import encoder_texts
 from sense7.store import tables
+from sense7.store.text_vectors import text_sha256
 from sense7.store.database import Store, staff_user
 
 PARTICIPANT = "participant"  # requested_by of a withdrawal asked for on the rater page
@@ -290,6 +292,9 @@ ERASURE = {
     # that replaces it (`Retrainer.remove_withdrawn_versions`; the receipt lists them), every host's cached copy
     # at that host's next swap or prune
     "model_versions": "retrain", "model_pointer": "none",
+    # text vectors (sense7.model.vector_cache): every encoder's vectors of the texts of the conversations erased
+    # (keyed by the texts' hashes: sense7.data.items.encoder_texts at the default history length)
+    "text_vectors": "conversation texts",
 }
 
 
@@ -360,6 +365,11 @@ def erase_rater_rows(store: Store, rater_id: str, account_id: int | None = None,
         counts["crowd_withdrawn_kept"] = len(studies)
         for table in by_rater:
             counts[table.name] = conn.execute(delete(table).where(table.c.rater_id == rater_id)).rowcount
+        erased_texts = [text_sha256(t) for (messages,) in conn.execute(select(tables.conversations.c.messages).where(
+            tables.conversations.c.conversation_id.in_(own_conversations))) for t in encoder_texts(messages)]
+        counts["text_vectors"] = sum(conn.execute(delete(tables.text_vectors).where(
+            tables.text_vectors.c.text_sha256.in_(erased_texts[start:start + 500]))).rowcount
+            for start in range(0, len(erased_texts), 500))
         counts["conversations"] = conn.execute(delete(tables.conversations).where(
             tables.conversations.c.conversation_id.in_(own_conversations))).rowcount
         # Staff entries stay (what was done, when), with their id and conversation ids replaced.

@@ -27,6 +27,7 @@ from sense7.data.conversations import task_key
 from sense7.data.items import task_columns, trait_table
 from sense7.model.live_posterior import LivePredictor, LiveUnsupported
 from sense7.model.registry import ModelRegistry
+from sense7.model.vector_cache import VectorCache, with_vector_cache
 from sense7.store.database import Store
 from sense7.store.rater_answers import is_repeat, queue_task_datas, rated_items
 from sense7.store.rater_page_tables import QueueItem
@@ -39,9 +40,14 @@ class LivePrefills:
     """The rater page's live pre-fills for one process: the registry's current version, re-checked at most
     every `check_interval` seconds (a promotion is picked up without a restart; see `predictor`)."""
 
-    def __init__(self, registry: ModelRegistry, store: Store, taxonomy, check_interval: float = 5.0):
+    def __init__(self, registry: ModelRegistry, store: Store, taxonomy, check_interval: float = 5.0,
+                 text_vector_budget: float | None = 0.5):
         self.registry = registry
         self.store = store
+        # A version's text encoder reads the store's text vectors (sense7.model.vector_cache); a text not embedded
+        # yet gets at most this long per page (then the lexical part answers for it).
+        self.vectors = VectorCache.of_store(store)
+        self.text_vector_budget = text_vector_budget
         self.records = StudyRecords(store)
         self.taxonomy = taxonomy
         self.check_interval = check_interval
@@ -88,7 +94,8 @@ class LivePrefills:
             version = self.registry.current()
             if version is None:
                 return None
-            predictor = LivePredictor(self.registry.load(version).compile())
+            bundle = with_vector_cache(self.registry.load(version), self.vectors, self.text_vector_budget)
+            predictor = LivePredictor(bundle.compile())
         except LiveUnsupported as exc:
             log.info("version %s has no live pre-fills (%s)", version, exc)
             return None
@@ -176,5 +183,7 @@ class LivePrefills:
             "expected": {c: round(float(v), 4) for c, v in zip(controls, live.predictions.expected()[0])},
             "generic_levels": {c: int(v) for c, v in zip(controls, generic.best()[0][0])},
             "generic_expected": {c: round(float(v), 4) for c, v in zip(controls, generic.expected()[0])},
+            # (the target's texts, read by the live prediction as by the generic one: embedded or lexical)
+            "text_vectors": (generic.text_vectors() or [None])[0],
         }])
         return self.records.recorded(key, version)  # the first record wins (another worker may have made it)

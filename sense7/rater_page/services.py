@@ -83,7 +83,8 @@ class PageServices:
         return cls(settings=settings, taxonomy=taxonomy, store=store, links=LinkBook(store),
                    queue=RaterQueue(store), outbox=Outbox(store), instructed_answers=InstructedAnswers(store),
                    choices=ConversationChoices(store),
-                   live_prefills=LivePrefills(ModelRegistry(settings.model_dir, store), store, taxonomy),  # this rater's answers so far
+                   live_prefills=LivePrefills(ModelRegistry(settings.model_dir, store), store, taxonomy,
+                                              text_vector_budget=settings.text_vector_budget),  # this rater's answers so far
                    studies=Studies(store), prolific=ProlificClient.from_settings(settings),
                    link_guesses=LinkGuesses(limiter_storage, attempts),
                    crowd_entries=LinkGuesses(limiter_storage, attempts, "sense7-crowd-entries"),

@@ -220,6 +220,9 @@ recorded_predictions = Table(
     timestamp_column("recorded_at", nullable=False),
     # kind live (the rater page, version "<served>+live"): how many of the rater's own answers moved it.
     Column("own_ratings", Integer, nullable=True),
+    # A model with a cached text encoder (sense7.model.vector_cache): "embedded" (its texts' vectors were read)
+    # or "lexical" (not embedded within the request's budget: the n-grams and context answered); None: no encoder.
+    Column("text_vectors", String(16), nullable=True),
 )
 
 # Study-wide values drawn once and kept (the pre-fill seed when SENSE7_PREFILL_SEED is not given).
@@ -384,3 +387,19 @@ model_pointer = Table(
 def withdrawn_id_hash(rater_id: str) -> str:
     """What `crowd_withdrawn` keeps of an erased crowd participant: the SHA-256 of their pseudonymous id."""
     return hashlib.sha256(rater_id.encode()).hexdigest()
+
+# Text vectors (sense7.model.vector_cache, rows owned by sense7.store.text_vectors): a text encoder's vector of
+# each distinct text, computed once and read by every process (ML backend, worker, rater page, retraining). Keyed
+# by the encoder's key (its class, parameters and weights' hash: a changed encoder never reads another's
+# vectors) and the SHA-256 of the text's UTF-8 bytes; the vector as raw little-endian bytes of `dtype`. Derived
+# from the texts only (no rater, no rating); erased with the conversations of a withdrawn rater
+# (sense7.privacy.participation.ERASURE: by the hashes of the conversation's texts).
+text_vectors = Table(
+    "text_vectors", metadata,
+    Column("encoder_key", String(64), primary_key=True),
+    Column("text_sha256", String(64), primary_key=True),
+    Column("dtype", String(8), nullable=False),        # float16 | float32
+    Column("dimension", Integer, nullable=False),
+    Column("vector", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),       # seconds since the epoch
+)

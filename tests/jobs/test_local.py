@@ -65,6 +65,7 @@ def test_bad_job_setting_is_named_and_the_cli_changes_nothing(tmp_path):
 @pytest.mark.parametrize("variable, value, expected", [
     ("SENSE7_MODEL_RATER_RIDGE", "lots", "expected cv, cv_rater, cv_rater_1se or a penalty, got 'lots'"),
     ("SENSE7_MODEL_ALPHA", "-1", "a penalty must be a finite number above 0, got '-1'"),
+    ("SENSE7_MODEL_TEXT_ENCODER", "bert", "expected one of static, ngrams, minilm, got 'bert'"),
 ])
 @pytest.mark.slow
 def test_a_bad_served_model_option_is_named_and_the_cli_changes_nothing(tmp_path, variable, value, expected):
@@ -217,7 +218,8 @@ def test_giving_up_on_a_job_names_it_the_queue_depths_the_backlog_and_the_log(tm
     redis.Redis.from_url(redis_server.url).sadd(PENDING_KEY, "1:2:3", "1:2:4", "1:5:6")
     app.send_task("sense7.retrain", kwargs={"reason": "test"})
     result = app.send_task("sense7.reconcile")
-    assert queue_depths(app) == {"celery": 0, "sense7.crowd": 0, "sense7.deliver": 0, "sense7.preannotate": 0,
+    assert queue_depths(app) == {"celery": 0, "sense7.crowd": 0, "sense7.deliver": 0, "sense7.embed": 0,
+                                 "sense7.preannotate": 0,
                                  "sense7.reconcile": 1, "sense7.sync": 0, "sense7.train": 1}
     with pytest.raises(JobWaitTimeout) as caught:
         wait_for_job(result, "the reconciliation", 1, "/var/log/worker.log")

@@ -72,3 +72,25 @@ def test_the_served_model_options_reach_the_retrained_version_and_are_recorded(s
     registry.load(result.version).compile()  # the ML backend can serve it
     default = Retrainer(store, registry, tax, tolerance=2.0).run("test: defaults")
     assert default.metrics["personalized_params"] == {} and registry.load(default.version).personalized.rater_ridge is None
+
+
+def test_a_retrain_with_a_text_encoder_reads_the_store_s_text_vectors(served_and_spoiled, tmp_path):
+    """The retrain fits the encoder through the store's text vectors (Retrainer.fit_params): the first run embeds
+    each distinct text once and keeps it; the next run (the held-out scoring of the served version included)
+    embeds nothing; the version saved holds no cache and serves once a process gives it one."""
+    from sense7.model.vector_cache import CachedTextEncoder
+    from sense7.store.text_vectors import TextVectorRows
+    from tests.support.tiny_bert import CountingEncoder, counting_encoders
+
+    store, registry, tax = served_and_spoiled
+    params = {"text_encoder": counting_encoders(tmp_path / "encoder")(), "relational_weight": 1.0}
+    first = Retrainer(store, registry, tax, tolerance=2.0, personalized_params=params).run("test: encoder")
+    assert first.status == "promoted"
+    embedded = list(CountingEncoder.embedded)
+    assert embedded and len(embedded) == len(set(embedded)) == TextVectorRows(store.engine).count()
+    saved = registry.load(first.version).personalized.features_.vectorizers_["encoder"]
+    assert isinstance(saved, CachedTextEncoder) and saved.cache is None
+    CountingEncoder.embedded.clear()
+    second = Retrainer(store, registry, tax, tolerance=2.0, personalized_params=params).run("test: encoder again")
+    assert second.metrics["served_on_holdout"]["version"] == first.version
+    assert CountingEncoder.embedded == []

@@ -195,3 +195,34 @@ def test_traits_of_raters_imported_first_never_reach_task_data(label_studio, cli
         blob = json.dumps(task.data)
         assert not private & keys(task.data), (task.id, private & keys(task.data))
         assert not [v for v in telling | emails if v in blob], task.id
+
+
+def test_import_queues_the_embed_job_for_its_conversations_when_an_encoder_reads_them(
+        label_studio, cli_env, batch50, redis_server, tmp_path):
+    """With a text encoder (SENSE7_MODEL_TEXT_ENCODER) `sense7 import` queues sense7.embed_texts for the
+    conversations it stored (sense7.tasks.embedding); with n-grams only it queues nothing."""
+    import base64
+    import os
+    import subprocess
+    import sys
+
+    import redis
+
+    sense7 = os.path.join(os.path.dirname(sys.executable), "sense7")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SENSE7_", "CELERY_"))}
+    env.update(cli_env, SENSE7_HOME=str(tmp_path / "home"), SENSE7_REDIS_URL=redis_server.url)
+    broker = redis.Redis.from_url(redis_server.url)
+    done = subprocess.run([sense7, "import", str(batch50 / "conversations.jsonl")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert broker.llen("sense7.embed") == 0  # n-grams only: nothing to embed
+    done = subprocess.run([sense7, "import", str(batch50 / "conversations.jsonl")],
+                          env={**env, "SENSE7_MODEL_TEXT_ENCODER": "static"}, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert broker.llen("sense7.embed") == 1
+    message = json.loads(broker.lindex("sense7.embed", 0))
+    assert message["headers"]["task"] == "sense7.embed_texts"
+    args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
+    expected = sorted(c.conversation_id for c in read_conversations(batch50 / "conversations.jsonl", TAXONOMY))
+    assert kwargs == {"conversation_ids": expected}

@@ -30,3 +30,19 @@ def test_served_params_are_empty_by_default_and_name_the_variable_when_wrong(tmp
     assert params(SENSE7_MODEL_RATER_RIDGE="10") == {"rater_ridge": 10.0, "rater_ridge_from": "text"}
     with pytest.raises(ValueError, match="^SENSE7_MODEL_RATER_RIDGE: expected cv, cv_rater, cv_rater_1se or a "):
         params(SENSE7_MODEL_RATER_RIDGE="often")
+
+
+def test_the_served_text_encoder_and_the_request_budget_name_the_variable_when_wrong(tmp_path):
+    from sense7.settings import SettingsError
+
+    def settings(**env):
+        return Settings.from_env({"SENSE7_HOME": str(tmp_path), **env})
+
+    assert served_params(settings(SENSE7_MODEL_TEXT_ENCODER="static")) == {"text_encoder": "static"}
+    assert served_params(settings(SENSE7_MODEL_TEXT_ENCODER="ngrams")) == {"text_encoder": None}
+    with pytest.raises(ValueError, match="^SENSE7_MODEL_TEXT_ENCODER: expected one of static, ngrams, minilm, got 'bert'"):
+        served_params(settings(SENSE7_MODEL_TEXT_ENCODER="bert"))
+    assert settings().text_vector_budget == 0.5 and settings(SENSE7_TEXT_VECTOR_BUDGET="0").text_vector_budget == 0.0
+    for bad in ("-1", "soon", "inf"):
+        with pytest.raises(SettingsError, match="SENSE7_TEXT_VECTOR_BUDGET"):
+            settings(SENSE7_TEXT_VECTOR_BUDGET=bad)

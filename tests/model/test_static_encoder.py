@@ -15,54 +15,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 from sklearn.base import clone
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from sense7.model import static_embeddings
 from sense7.model.static_embeddings import StaticEmbeddingEncoder, bert_forward, distill_table
-
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "i", "you", "sad", "sorry", "dog", "died",
-         "happy", "glad", "market", "stock", "rose", "today", "feel", "so", "my", "is", "that", "hard", "how",
-         "are", "good", "bad", "day", "##s", "##ing", "##ed", "news", "hear", "to", "about", "your", "and", "."]
-
-
-def _tiny_model(folder: Path, seed: int = 0) -> Path:
-    """A 1-layer BERT (hidden 8, 2 heads) with a WordPiece tokenizer, in the packaged model's file layout."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    hidden, inner, n = 8, 16, len(VOCAB)
-
-    def r(*shape):
-        return rng.normal(0, 0.5, shape).astype(np.float32)
-
-    weights = {"embeddings.word_embeddings.weight": r(n, hidden), "embeddings.position_embeddings.weight": r(16, hidden),
-               "embeddings.token_type_embeddings.weight": r(2, hidden),
-               "embeddings.LayerNorm.weight": np.ones(hidden, np.float32),
-               "embeddings.LayerNorm.bias": np.zeros(hidden, np.float32)}
-    p = "encoder.layer.0."
-    for name, shape in (("attention.self.query", (hidden, hidden)), ("attention.self.key", (hidden, hidden)),
-                        ("attention.self.value", (hidden, hidden)), ("attention.output.dense", (hidden, hidden)),
-                        ("intermediate.dense", (inner, hidden)), ("output.dense", (hidden, inner))):
-        weights[p + name + ".weight"], weights[p + name + ".bias"] = r(*shape), r(shape[0])
-    for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
-        weights[p + norm + ".weight"], weights[p + norm + ".bias"] = np.ones(hidden, np.float32), np.zeros(hidden, np.float32)
-    save_file(weights, str(folder / "model.safetensors"))
-    tokenizer = Tokenizer(models.WordPiece({t: i for i, t in enumerate(VOCAB)}, unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.save(str(folder / "tokenizer.json"))
-    (folder / "config.json").write_text(json.dumps({"hidden_size": hidden, "num_attention_heads": 2,
-                                                    "num_hidden_layers": 1, "layer_norm_eps": 1e-12}))
-    return folder
-
+from tests.support.tiny_bert import VOCAB, tiny_model
 
 @pytest.fixture
 def tiny(tmp_path):
     # The process keeps tables by their content key, and every test's tiny model has the same content: each
     # test starts from its own empty cache folder and an empty process cache.
     static_embeddings._tables.clear()
-    return _tiny_model(tmp_path / "model"), tmp_path / "cache"
+    return tiny_model(tmp_path / "model"), tmp_path / "cache"
 
 
 def _encoder(tiny, **params) -> StaticEmbeddingEncoder:
@@ -154,7 +118,7 @@ def test_the_table_is_rebuilt_when_its_source_changes(tiny):
     assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o644"
     fitted = pickle.loads(pickle.dumps(encoder))  # a saved model keeps the key, not the table
     assert len(pickle.dumps(encoder)) < 2000  # (the table itself is 40 x 4 float16 here, 40,000 x 256 for real)
-    _tiny_model(model, seed=1)  # new weights in the same folder
+    tiny_model(model, seed=1)  # new weights in the same folder
     after = _encoder(tiny).fit([]).transform(["sad dog"])
     assert len(sorted(cache.glob("static-*.npz"))) == 2  # a new key, a new table
     assert not np.allclose(before, after)

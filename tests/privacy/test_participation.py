@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 from sqlalchemy import Column, Integer, Table
 
+from sense7.data.items import encoder_texts
 from sense7.privacy import participation
 from sense7.privacy.participation import ConversationChoices, Withdrawals, drop_left_out, erase_rater_rows
 from sense7.store import tables as store_module
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, Outbox, RaterQueue, token_hash
 from sense7.store.study_design import StudyRecords
+from sense7.store.text_vectors import TextVectorRows, text_sha256
 from tests.support.jobs import served_and_spoiled_store
 from tests.support.release import demo_like_study, invoke, release_rows
 
@@ -38,6 +41,11 @@ def test_the_erasure_plan_names_every_store_table_and_refuses_an_unnamed_one():
 
 def _tokens(text: str, needle: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(needle)}(?![\w-])", text) is not None
+
+
+def _texts_of(conversation: str, store: Store) -> list[str]:
+    messages = store.conversations_by_id()[conversation]
+    return encoder_texts([{"role": m.role, "content": m.content} for m in messages])
 
 
 def _fill_rater_rows(store: Store, rater: str, conversation: str, task_id: int) -> str:
@@ -78,6 +86,10 @@ def _fill_rater_rows(store: Store, rater: str, conversation: str, task_id: int) 
         "arm": "shown", "kind": "personalized", "levels": {"overall": 4}, "expected": {"overall": 4.0},
         "generic_levels": {"overall": 3}, "generic_expected": {"overall": 3.0}}])
     store.log_staff("import", raters=[rater], file=f"{rater}.jsonl", conversations=1)
+    # Their conversation's text vectors (sense7.model.vector_cache), as the embed job writes them, for two encoders.
+    for key in ("a" * 64, "b" * 64):
+        TextVectorRows(store.engine).add(key, {text_sha256(t): np.full(4, task_id, dtype="float16")
+                                               for t in _texts_of(conversation, store)})
     now = datetime.now(timezone.utc)
     with store.engine.begin() as conn:  # a crowd participant's rows (sense7.crowd)
         conn.execute(store_module.crowd_participants.insert().values(
@@ -101,7 +113,12 @@ def test_erasing_a_rater_deletes_every_row_of_theirs_and_leaves_a_receipt_and_th
     # Every table but the study's seed and the withdrawals holds a row of theirs here: the scan means something.
     assert tables_with_rows >= set(participation.ERASURE) - {"study_values", "withdrawals", "ratings",
                                                              "rating_history", "crowd_studies", "crowd_pool",
-                                                             "crowd_withdrawn", "model_versions", "model_pointer"}
+                                                             "crowd_withdrawn", "model_versions", "model_pointer",
+                                                             "text_vectors"}  # (keyed by texts' hashes: below)
+    vectors = TextVectorRows(store.engine)
+    leaver_texts = [text_sha256(t) for t in _texts_of("conv-leaver7", store)]
+    stayer_texts = [text_sha256(t) for t in _texts_of("conv-stayer8", store)]
+    assert len(vectors.vectors("a" * 64, leaver_texts)) == len(leaver_texts) > 0
     receipt = Withdrawals(store).request("leaver7", "participant")
     assert LinkBook(store).rater_for(secret) is None  # revoked with the request
     done = erase_rater_rows(store, "leaver7", account_id=700, confirmed_by="staff", model_versions=["v1"])
@@ -110,6 +127,12 @@ def test_erasing_a_rater_deletes_every_row_of_theirs_and_leaves_a_receipt_and_th
         assert needle not in after, needle
     assert done["store"]["annotations"] == 1 and done["store"]["ratings"] == 1 and done["store"]["rating_history"] == 2
     assert done["store"]["conversations"] == 1 and done["store"]["raters"] == 1
+    # Every encoder's vectors of their conversation's texts went with it (a text the other rater's conversation
+    # shares too: embedded again when next read); the other rater's own texts' vectors stay.
+    assert done["store"]["text_vectors"] == 2 * len(set(leaver_texts))
+    assert vectors.vectors("a" * 64, leaver_texts) == {} == vectors.vectors("b" * 64, leaver_texts)
+    only_theirs = sorted(set(stayer_texts) - set(leaver_texts))
+    assert only_theirs and len(vectors.vectors("b" * 64, only_theirs)) == len(only_theirs)
     # A crowd participant's erasure keeps the hash of their pseudonymous id, and only it (a withdrawal is final).
     assert done["store"]["crowd_withdrawn_kept"] == 1
     assert [json.loads(r) for r in json.loads(after)["crowd_withdrawn"]] == [
