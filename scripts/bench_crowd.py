@@ -45,9 +45,10 @@ the one list of services the multi-home test runs): a PostgreSQL server of the b
 and Label Studio's database, Label Studio under gunicorn (--ls-workers, default 4), the private Redis over TCP, the
 ML backend, --workers workers (each `sense7 worker --no-beat --concurrency 1`, every queue), one `sense7 beat`, two
 rater pages behind HAProxy with the shipped TLS config: participants enter at the proxy's https address. Either
-topology reports `cpu`: each service's CPU seconds (user + system of its process tree, sampled when the first
-participant is due and after the last answer reached the store), in total and per participant, the benchmark's
-own process (the participants' clients) apart.
+topology reports `cpu`: each service's CPU seconds (user + system of its process tree, sampled when the
+participants start arriving and after the last answer reached the store), in all, at rest (--idle-seconds before
+the first arrival), and per participant and per answer net of the rest; the benchmark's own process (the
+participants' clients) apart.
 
     .venv/bin/python scripts/bench_crowd.py --topology compose --participants 60 --window 120 --compress 3
 
@@ -253,17 +254,21 @@ def start_crowd_services(stack, topology: str, workers: int, root: Path, study_i
                   "HAProxy": [pids["haproxy"]]}, deployment
 
 
-def cpu_figures(spent: dict[str, float], own_seconds: float, participants: int, seconds: float) -> dict:
-    """Each service's CPU seconds over the run, per participant, and as a share of one core over the run."""
-    rows = {name: {"cpu_s": round(value, 1), "cpu_s_per_participant": round(value / participants, 3),
-                   "cores": round(value / seconds, 2)} for name, value in spent.items()}
-    rows["benchmark (participants' clients)"] = {
-        "cpu_s": round(own_seconds, 1), "cpu_s_per_participant": round(own_seconds / participants, 3),
-        "cores": round(own_seconds / seconds, 2)}
-    total = sum(spent.values())
-    return {"seconds": round(seconds, 1), "participants": participants, "per_service": rows,
-            "services_total": {"cpu_s": round(total, 1), "cpu_s_per_participant": round(total / participants, 3),
-                               "cores": round(total / seconds, 2)}}
+def cpu_figures(spent: dict[str, float], idle: dict[str, float], own_seconds: float, participants: int,
+                answers: int, seconds: float) -> dict:
+    """Each service's CPU seconds over the run: in all, as cores (a share of one core over the run), at rest
+    (`idle`: cores measured before the first arrival, with the benchmark's own watchers polling), and per
+    participant and per answer net of that rest (what more participants add)."""
+    def row(value: float, rest: float) -> dict:
+        net = max(0.0, value - rest * seconds)
+        return {"cpu_s": round(value, 1), "cores": round(value / seconds, 3), "idle_cores": round(rest, 3),
+                "cpu_s_per_participant": round(net / participants, 4),
+                "cpu_s_per_answer": round(net / answers, 4) if answers else None}
+
+    rows = {name: row(value, idle[name]) for name, value in spent.items()}
+    rows["benchmark (participants' clients)"] = row(own_seconds, 0.0)
+    return {"seconds": round(seconds, 1), "participants": participants, "answers": answers, "per_service": rows,
+            "services_total": row(sum(spent.values()), sum(idle.values()))}
 
 
 class SlotWatch(threading.Thread):
@@ -444,6 +449,8 @@ def main() -> None:
                         help="the study's lease (real minutes, not compressed; at least 1)")
     parser.add_argument("--topology", choices=("demo", "compose"), default="demo",
                         help="demo: the demo's stack; compose: docker-compose.yml's (the docstring)")
+    parser.add_argument("--idle-seconds", type=float, default=20.0,
+                        help="the services' CPU at rest, measured for this long before the first arrival")
     parser.add_argument("--workers", type=int, default=2,
                         help="compose topology: worker processes (each --concurrency 1, every queue)")
     parser.add_argument("--ls-database-url", default=None,
@@ -574,6 +581,9 @@ def crowd_main(args, ls_env: dict, postgres) -> None:
         watch.start()
         ls_watch = LabelStudioWatch(client, (rating, profile))
         ls_watch.start()
+        meter.start()  # the services at rest, the watchers polling: what a participant's cost is net of
+        time.sleep(args.idle_seconds)
+        idle = {name: value / args.idle_seconds for name, value in meter.stop().items()}
         started = time.time()
         meter.start()
         own = os.times()
@@ -588,7 +598,7 @@ def crowd_main(args, ls_env: dict, postgres) -> None:
             time.sleep(0.5)
         # The CPU the participants cost: up to their last answer in the store, before the idle wait for leases.
         spent, own_seconds = meter.stop(), sum(os.times()[:2]) - sum(own[:2])
-        figures["cpu"] = cpu_figures(spent, own_seconds, p, time.time() - started)
+        figures["cpu"] = cpu_figures(spent, idle, own_seconds, p, len(submitted), time.time() - started)
         while time.time() < deadline and participants.counts()["rating"]:
             time.sleep(0.5)
         delivered = {row["task_id"]: row["delivered_at"].replace(tzinfo=timezone.utc).timestamp()
