@@ -40,6 +40,18 @@ annotations by 4 clients, in a probe project), and the busiest 10 s over that ce
 
 A smoke run: --participants 20 --window 60 --compress 20. Prints one JSON document (also written to --out).
 
+`--topology compose` runs instead docker-compose.yml's topology on this machine (`sense7.deployment.Deployment`,
+the one list of services the multi-home test runs): a PostgreSQL server of the benchmark's own with sense7's store
+and Label Studio's database, Label Studio under gunicorn (--ls-workers, default 4), the private Redis over TCP, the
+ML backend, --workers workers (each `sense7 worker --no-beat --concurrency 1`, every queue), one `sense7 beat`, two
+rater pages behind HAProxy with the shipped TLS config: participants enter at the proxy's https address. Either
+topology reports `cpu`: each service's CPU seconds (user + system of its process tree, sampled when the
+participants start arriving and after the last answer reached the store), in all, at rest (--idle-seconds before
+the first arrival), and per participant and per answer net of the rest; the benchmark's own process (the
+participants' clients) apart.
+
+    .venv/bin/python scripts/bench_crowd.py --topology compose --participants 60 --window 120 --compress 3
+
 `--flood` measures instead whether made-up entries can hold a study hostage (issue 37): --flood-ids made-up
 platform ids (500) from --flood-addresses client addresses (50, each under the entry limit; sent as
 X-Forwarded-For with SENSE7_TRUSTED_PROXIES=1, as behind the study's reverse proxy) enter and agree within
@@ -54,6 +66,7 @@ and past their reservation (--check-minutes, 1: must be 0), Label Studio tasks m
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -63,7 +76,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timezone
 from pathlib import Path
 
-from benchkit import (StoreWatch, argument_parser, emit, fresh_home, label_studio_and_broker, logger,
+from benchkit import (PostgresCluster, StoreWatch, argument_parser, emit, fresh_home, label_studio_and_broker, logger,
                       promote_synthetic_version, summary)
 
 log = logger("bench_crowd")
@@ -195,6 +208,67 @@ def label_studio_ceiling(client, rating_project: int, tax, imports: int, batch: 
             "annotations": len(write_seconds), "writers": writers,
             "annotations_per_s": round(len(write_seconds) / write_wall, 2) if write_seconds else None,
             "annotation": summary(write_seconds), "errors": errors[0]}
+
+
+def start_crowd_services(stack, topology: str, workers: int, root: Path, study_id: str):
+    """The services after Label Studio and Redis: the demo's (through the stack: the ML backend, one worker with
+    beat, concurrency 2, one rater page) or docker-compose's (`sense7.deployment.Deployment`, each instance in a
+    home of its own under `root`, HAProxy in front of the pages). (the URL participants enter at, {service: root
+    pids} whose process trees the CPU meter reads, the deployment to stop or None)."""
+    from urllib.parse import urlparse
+
+    from sense7.crowd.participants import study_secret
+    from sense7.settings import RATER_PAGE_SECRET, crowd_secret_variable
+    from sense7.tasks.redis_local import local_redis_dir
+
+    cfg = stack.cfg
+    ls_and_redis = {"Label Studio": [stack.label_studio.process.pid()],
+                    "Redis": [int((local_redis_dir(cfg) / "pid").read_text())]}
+    if topology == "demo":
+        stack.start_backend()
+        stack.start_worker(beat=True, extra_args=("--without-gossip", "--without-mingle"))
+        stack.start_rater_page()
+        return stack.rater_page.url, {**ls_and_redis, "ML backend": [stack.backend.pid()],
+                                      "worker (with beat)": [stack.worker.pid()],
+                                      "rater page": [stack.rater_page.process.pid()]}, None
+    from sense7.deployment import Deployment
+
+    shared = {"SENSE7_STORE_URL": cfg.store_url, "SENSE7_REDIS_URL": stack.redis_url, "SENSE7_LS_URL": cfg.ls_url,
+              "SENSE7_LS_TOKEN": cfg.ls_token, "SENSE7_BACKEND_URL": cfg.backend_url,
+              "SENSE7_BACKEND_USER": cfg.backend_user, "SENSE7_BACKEND_PASSWORD": cfg.backend_password,
+              "SENSE7_WEBHOOK_SECRET": cfg.webhook_secret,
+              RATER_PAGE_SECRET: cfg.secret("rater_page_secret", RATER_PAGE_SECRET),
+              crowd_secret_variable(study_id): study_secret(cfg, study_id),
+              # the benchmark's own settings (fresh_home's), which every host of the deployment gets alike
+              **{key: os.environ[key] for key in ("SENSE7_RETRAIN_EVERY", "SENSE7_PREANNOTATE_AFTER_PROMOTE",
+                                                  "SENSE7_RATER_PAGE_LINK_LIMIT")}}
+    deployment = Deployment(root, shared, backend_bind=urlparse(cfg.backend_url).netloc, workers=workers)
+    deployment.start()
+    base = deployment.start_proxy()
+    # The participants' clients (httpx) trust the proxy's self-signed certificate, and only it.
+    os.environ["SSL_CERT_FILE"] = str(deployment.proxy_certificate)
+    pids = deployment.pids()
+    return base, {**ls_and_redis, "ML backend": [pids["ml-backend"]],
+                  "workers": [pid for name, pid in pids.items() if name.startswith("worker-")],
+                  "beat": [pids["beat"]], "rater pages": [pids["rater-page"], pids["rater-page-2"]],
+                  "HAProxy": [pids["haproxy"]]}, deployment
+
+
+def cpu_figures(spent: dict[str, float], idle: dict[str, float], own_seconds: float, participants: int,
+                answers: int, seconds: float) -> dict:
+    """Each service's CPU seconds over the run: in all, as cores (a share of one core over the run), at rest
+    (`idle`: cores measured before the first arrival, with the benchmark's own watchers polling), and per
+    participant and per answer net of that rest (what more participants add)."""
+    def row(value: float, rest: float) -> dict:
+        net = max(0.0, value - rest * seconds)
+        return {"cpu_s": round(value, 1), "cores": round(value / seconds, 3), "idle_cores": round(rest, 3),
+                "cpu_s_per_participant": round(net / participants, 4),
+                "cpu_s_per_answer": round(net / answers, 4) if answers else None}
+
+    rows = {name: row(value, idle[name]) for name, value in spent.items()}
+    rows["benchmark (participants' clients)"] = row(own_seconds, 0.0)
+    return {"seconds": round(seconds, 1), "participants": participants, "answers": answers, "per_service": rows,
+            "services_total": row(sum(spent.values()), sum(idle.values()))}
 
 
 class SlotWatch(threading.Thread):
@@ -373,10 +447,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lease-minutes", type=int, default=1,
                         help="the study's lease (real minutes, not compressed; at least 1)")
+    parser.add_argument("--topology", choices=("demo", "compose"), default="demo",
+                        help="demo: the demo's stack; compose: docker-compose.yml's (the docstring)")
+    parser.add_argument("--idle-seconds", type=float, default=20.0,
+                        help="the services' CPU at rest, measured for this long before the first arrival")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="compose topology: worker processes (each --concurrency 1, every queue)")
     parser.add_argument("--ls-database-url", default=None,
                         help="Label Studio on this (empty) PostgreSQL database (default: SQLite, as the demo)")
-    parser.add_argument("--ls-workers", type=int, default=0,
-                        help="Label Studio under gunicorn with this many worker processes (0: its own server)")
+    parser.add_argument("--ls-workers", type=int, default=None,
+                        help="Label Studio under gunicorn with this many worker processes (0: its own server; "
+                             "default 0, compose topology 4)")
     parser.add_argument("--ls-threads", type=int, default=1, help="threads per gunicorn worker of Label Studio")
     parser.add_argument("--ceiling-imports", type=int, default=60,
                         help="ceiling probe after the load: imports of 4 tasks by 2 clients (0: no probe)")
@@ -398,9 +479,25 @@ def main() -> None:
         flood_main(args, cfg)
         return
 
+    if args.ls_workers is None:
+        args.ls_workers = 4 if args.topology == "compose" else 0
     ls_env = {"SENSE7_LS_WORKERS": str(args.ls_workers), "SENSE7_LS_THREADS": str(args.ls_threads)}
     if args.ls_database_url:
         ls_env["SENSE7_LS_DATABASE_URL"] = args.ls_database_url
+    postgres = None
+    if args.topology == "compose":  # sense7's store and Label Studio's database on a server of the run's own
+        postgres = PostgresCluster().start()
+        args.ls_database_url = ls_env["SENSE7_LS_DATABASE_URL"] = postgres.create_database("label_studio")
+        ls_env["SENSE7_STORE_URL"] = postgres.create_database("sense7")
+    try:
+        crowd_main(args, ls_env, postgres)
+    finally:
+        if postgres is not None:
+            postgres.stop()
+
+
+def crowd_main(args, ls_env: dict, postgres) -> None:
+    """The crowd benchmark (the module's docstring), on the topology `args.topology` names."""
     cfg = fresh_home("bench-crowd-", SENSE7_RETRAIN_EVERY="0", SENSE7_PREANNOTATE_AFTER_PROMOTE="0",
                      SENSE7_RATER_PAGE_LINK_LIMIT="100000 per minute", **ls_env)
     from sense7.crowd.lifecycle import assignments_of, install_study
@@ -410,6 +507,7 @@ def main() -> None:
     from sense7.store.rater_page_tables import Outbox
     from sense7.labelstudio.label_sync import LabelSync
     from sense7.labelstudio.protocol import webhook_headers
+    from sense7.processes import CpuMeter
     from sense7.research.study_analysis import analyze_study
     from sense7.stack import Stack
     from sense7.taxonomy import study_taxonomy
@@ -421,7 +519,7 @@ def main() -> None:
     # The shortest lease the study file takes is 1 minute; compressed runs see it at that length.
     figures: dict = {"machine": f"{os.cpu_count()} cores", "participants": p, "window_s": args.window,
                      "think_s": args.think, "compress": args.compress, "k": args.k, "n": args.n, "pool": pool,
-                     "lease_minutes": args.lease_minutes,
+                     "lease_minutes": args.lease_minutes, "topology": args.topology,
                      "note": "arrivals and think times divided by `compress`; server times real",
                      "label_studio": {"database": "PostgreSQL" if args.ls_database_url else "SQLite",
                                       "server": (f"gunicorn, {args.ls_workers} workers x {args.ls_threads} threads"
@@ -459,25 +557,36 @@ def main() -> None:
                 **figures["label_studio"], "ceiling": label_studio_ceiling(
                     client, rating, tax, args.ceiling_imports, 4, 2, args.ceiling_annotations, 4)}}, args.out)
         return
-    with Stack(cfg) as stack:
+    with Stack(cfg) as stack, contextlib.ExitStack() as services:  # the services stop before the stack
         client, rating, profile, store = label_studio_and_broker(stack, tax)
         conversations = make_conversations(["pool"], per_rater=pool, turns=1, prefix="crowd")
         study, _ = install_study(store, write_study(Path(cfg.home) / "study", conversations, study_id="bench",
                                                     participants=p, k=args.k, n=args.n,
                                                     lease_minutes=max(1, args.lease_minutes), codes=CODES), tax)
         Studies(store).set_open("bench", True)
-        stack.start_backend()
         LabelSync(client, store, tax, rating, profile).ensure_webhooks(f"{cfg.backend_url}/webhook",
                                                                       webhook_headers(cfg))
-        stack.start_worker(beat=True, extra_args=("--without-gossip", "--without-mingle"))
-        stack.start_rater_page()
-        base = stack.rater_page.url
-        log(f"stack up: pool {pool}, {p} participants arriving over {args.window / args.compress:.0f} s")
+        base, metered, deployment = start_crowd_services(stack, args.topology, args.workers,
+                                                         Path(cfg.home).parent / "hosts", "bench")
+        if postgres is not None:
+            metered["PostgreSQL"] = [postgres.pid()]
+        if deployment is not None:
+            services.callback(deployment.stop)
+            figures["deployment"] = {"workers": args.workers, "rater_pages": 2, "proxy": "HAProxy, TLS",
+                                     "store": "PostgreSQL (the run's own server)"}
+        log(f"stack up ({args.topology}): pool {pool}, {p} participants arriving over "
+            f"{args.window / args.compress:.0f} s at {base}")
+        meter = CpuMeter(metered)
         watch = StoreWatch(store)
         watch.start()
         ls_watch = LabelStudioWatch(client, (rating, profile))
         ls_watch.start()
+        meter.start()  # the services at rest, the watchers polling: what a participant's cost is net of
+        time.sleep(args.idle_seconds)
+        idle = {name: value / args.idle_seconds for name, value in meter.stop().items()}
         started = time.time()
+        meter.start()
+        own = os.times()
         tally = run_participants(base, study, kinds, arrivals, Pace(think, consent_read, check_answer), form_values,
                                  profile_values, seed=args.seed, pids=[f"{i:024x}" for i in range(p)])
         submitted = dict(tally.submitted)
@@ -485,8 +594,12 @@ def main() -> None:
         deadline = time.time() + 600
         outbox = Outbox(store)
         participants = Participants(store, study)
-        while time.time() < deadline and (outbox.counts()["undelivered"] or not set(submitted) <= set(watch.seen)
-                                          or participants.counts()["rating"]):
+        while time.time() < deadline and (outbox.counts()["undelivered"] or not set(submitted) <= set(watch.seen)):
+            time.sleep(0.5)
+        # The CPU the participants cost: up to their last answer in the store, before the idle wait for leases.
+        spent, own_seconds = meter.stop(), sum(os.times()[:2]) - sum(own[:2])
+        figures["cpu"] = cpu_figures(spent, idle, own_seconds, p, len(submitted), time.time() - started)
+        while time.time() < deadline and participants.counts()["rating"]:
             time.sleep(0.5)
         delivered = {row["task_id"]: row["delivered_at"].replace(tzinfo=timezone.utc).timestamp()
                      for row in outbox.delivered()}

@@ -182,3 +182,66 @@ class HeldConnections(threading.Thread):
         self.join(30)
         for sock in self.open:
             sock.close()
+
+
+class PostgresCluster:
+    """A PostgreSQL server of the benchmark's own: `initdb` in a temporary folder (trust authentication), listening
+    on 127.0.0.1 at a free port, with enough connections for every process of the stack. Every backend process is
+    then the benchmark's, so the server's CPU time (`pid()`'s process tree) is attributable, which the machine's
+    shared server is not. As root it runs as the `postgres` user (PostgreSQL refuses root), in a folder of its own
+    under the temporary directory (a home's 0700 folder would keep that user out); `stop()` removes it."""
+
+    def __init__(self, max_connections: int = 300):
+        import glob
+
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
+        if not found:
+            raise RuntimeError("PostgreSQL's server is not installed (Debian: apt-get install postgresql)")
+        self.bin = Path(found[-1]).parent
+        self.folder, self.max_connections = Path(tempfile.mkdtemp(prefix="bench-postgres-")), max_connections
+        self.data = self.folder / "data"
+        self.port = free_port()
+        self.admin_url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def run(self, *cmd: str) -> None:
+        import subprocess
+
+        as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        done = subprocess.run([*as_postgres, *cmd], capture_output=True, text=True, timeout=120)
+        if done.returncode:
+            raise RuntimeError(f"{Path(cmd[0]).name} failed: {done.stderr[-2000:] or done.stdout[-2000:]}")
+
+    def start(self) -> "PostgresCluster":
+        import shutil
+
+        if os.geteuid() == 0:
+            shutil.chown(self.folder, "postgres", "postgres")
+        self.folder.chmod(0o700)
+        self.run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync",
+                 "--encoding=UTF8", "--locale=C")
+        options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.folder} "
+                   f"-c max_connections={self.max_connections}")
+        self.run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "server.log"), "-o", options,
+                 "-w", "start")
+        return self
+
+    def create_database(self, name: str) -> str:
+        """A new empty database; its SQLAlchemy URL."""
+        import psycopg2
+
+        admin = psycopg2.connect(self.admin_url, connect_timeout=5)
+        admin.autocommit = True
+        admin.cursor().execute(f"CREATE DATABASE {name}")
+        admin.close()
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{name}"
+
+    def pid(self) -> int:
+        """The postmaster's pid (its children: one backend per connection, and the server's own processes)."""
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
+    def stop(self) -> None:
+        import shutil
+
+        if (self.data / "postmaster.pid").exists():
+            self.run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -64,6 +64,46 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of the process `pid` and of all its descendants: the living ones, and the ended
+    ones their parent waited for (the kernel adds a reaped child's times, and its own reaped children's, to the
+    parent's `children_user`/`children_system`; a living child is not in them, so nothing counts twice). A
+    descendant ending between two calls moves from its own line to its parent's, neither lost nor doubled. 0.0
+    when `pid` is gone; an ended descendant nobody in the tree waited for (re-parented to init) is not counted."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for process in tree:
+        try:
+            times = process.cpu_times()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue  # ended between the listing and now: its parent's children_* hold it from now on
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+class CpuMeter:
+    """CPU seconds per service over an interval: `start()`, then `stop()` -> {service: seconds}. Each service is
+    one or more root pids (an instance per pid), each measured with its whole process tree (`tree_cpu_seconds`)."""
+
+    def __init__(self, services: dict[str, list[int]]):
+        self.services = {name: list(pids) for name, pids in services.items()}
+        self.started: dict[str, float] = {}
+
+    def sample(self) -> dict[str, float]:
+        return {name: sum(tree_cpu_seconds(pid) for pid in pids) for name, pids in self.services.items()}
+
+    def start(self) -> None:
+        self.started = self.sample()
+
+    def stop(self) -> dict[str, float]:
+        ended = self.sample()
+        return {name: ended[name] - self.started[name] for name in self.services}
+
+
 def service_environment(env: dict[str, str], home: Path, service: str) -> dict[str, str]:
     """`env` marked as the environment of `service` of `home` (see HOME_MARKER)."""
     return {**env, HOME_MARKER: str(Path(home).resolve()), SERVICE_MARKER: service}

@@ -32,7 +32,7 @@ LAYERS = {
     "sense7.research": 3,
     "sense7.retraining": 3.5,  # production retraining and its promotion gate: scores with research's metrics, run by the jobs
     "sense7.tasks": 4, "sense7.ml_backend": 4, "sense7.rater_page": 4,
-    "sense7.stack": 4.5, "sense7.backup": 4.5,
+    "sense7.stack": 4.5, "sense7.deployment": 4.5, "sense7.backup": 4.5,
     "sense7.cli": 5,
 }
 # Siblings on one layer stay apart, but for these: pre-annotation jobs predict with the backend's model

@@ -2,7 +2,7 @@
 of its own with no folder in common, against one PostgreSQL store and one Redis over TCP. A's worker retrains and
 promotes; B's backend serves the new version without a restart; a link A's CLI made opens on C's rater page, the
 participant's session continues on C2's, and failed link openings count against one limit across both pages.
-Each service runs docker-compose.yml's command with its settings (tests/support/deployment.py, the one list
+Each service runs docker-compose.yml's command with its settings (sense7/deployment.py, the one list
 tests/jobs/test_compose.py holds the compose file to). Label Studio is not needed: nothing here reads it."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from sense7.store.rater_page_tables import RaterQueue
 from sense7.synthetic import synth
 from sense7.taxonomy import load_taxonomy, render_rating_config
 from tests.support.backend import PASSWORD, SECRET, USER
-from tests.support.deployment import SHARED_SETTINGS, service_process, stop
+from sense7.deployment import SHARED_SETTINGS, service_process
+from sense7.deployment import stop_process as stop
 from tests.support.jobs import wait_for
 from tests.support.postgres import throwaway_databases
 

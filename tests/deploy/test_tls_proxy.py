@@ -13,7 +13,8 @@ import pytest
 import requests
 
 from sense7.processes import free_port
-from tests.support.deployment import PROXY_CONFIG, haproxy_binary, self_signed
+from sense7.deployment import PROXY_CONFIG, self_signed
+from tests.support.deployment import haproxy_binary
 from tests.support.jobs import wait_for
 from tests.support.rater_page import gunicorn_page
 

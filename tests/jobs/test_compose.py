@@ -1,7 +1,7 @@
 """docker-compose.yml, checked by parsing it (no Docker engine here): the services, pinned images, the
 Label Studio settings that allow a local backend, health checks, start order, and the several-host topology:
 each sense7 service runs the command tests/deploy/test_multi_home.py runs, with the settings it gives every host
-(tests/support/deployment.py holds both), in a volume of its own, behind the shipped HAProxy config."""
+(sense7/deployment.py holds both), in a volume of its own, behind the shipped HAProxy config."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.deployment import (SERVICE_COMMANDS, SERVICE_SETTINGS, SHARED_SECRETS, SHARED_SETTINGS,
-                                      haproxy_binary, self_signed)
+from sense7.deployment import SERVICE_COMMANDS, SERVICE_SETTINGS, SHARED_SECRETS, SHARED_SETTINGS, self_signed
+from tests.support.deployment import haproxy_binary
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 PROXY_CONFIG = "deploy/haproxy/rater-page.cfg"
@@ -247,3 +247,31 @@ def test_label_studio_runs_several_worker_processes(compose):
     assert ls["command"] == ["label-studio-uwsgi"]
     workers = re.fullmatch(r"\$\{SENSE7_LS_WORKERS:-(\d+)\}", ls["environment"]["UWSGI_PROCESSES"])
     assert workers and int(workers.group(1)) >= 2
+
+
+def test_the_benchmarked_deployment_runs_the_compose_services_commands_and_settings(compose, tmp_path):
+    """`scripts/bench_crowd.py --topology compose` measures on sense7.deployment.Deployment: every instance it
+    starts is a compose sense7 service (the worker scaled to two), run by that service's command from the one list,
+    in a home of its own, with the settings compose gives that service."""
+    from sense7.deployment import Deployment
+
+    services = sense7_services(compose)
+    shared = {key: f"value-of-{key}" for key in SHARED_SETTINGS}
+    deployment = Deployment(tmp_path / "hosts", shared, backend_bind="127.0.0.2:9999", workers=2)
+    planned = [instance.service for instance in deployment.instances]
+    assert sorted(set(planned)) == sorted(services) and planned.count("worker") == 2
+    for instance in deployment.instances:
+        assert instance.command == services[instance.service]["command"] == SERVICE_COMMANDS[instance.service]
+        missing = {*SHARED_SETTINGS, *SERVICE_SETTINGS[instance.service], "SENSE7_HOME"} - set(instance.env)
+        assert not missing, (instance.name, missing)
+        assert {key: instance.env[key] for key in SHARED_SETTINGS} == shared
+        assert instance.env["SENSE7_HOME"] == str(instance.home)
+    homes = [instance.home for instance in deployment.instances]
+    assert len(set(homes)) == len(homes) and not any(a in b.parents for a in homes for b in homes)
+    backend = next(i for i in deployment.instances if i.service == "ml-backend")
+    assert backend.env["SENSE7_BACKEND_ON_EVENT"] == services["ml-backend"]["environment"]["SENSE7_BACKEND_ON_EVENT"]
+    for page in (i for i in deployment.instances if i.service.startswith("rater-page")):
+        # Behind the proxy, as compose runs them: X-Forwarded-For believed from the proxy alone.
+        assert page.env["SENSE7_TRUSTED_PROXIES"] == "127.0.0.1"
+        assert page.env["SENSE7_RATER_PAGE_URL"] == deployment.proxy_url
+    assert len(set(deployment.page_addresses())) == 2
