@@ -82,6 +82,8 @@ def _levels_of(Y: pd.DataFrame) -> np.ndarray:
 class _RaterModel(BaseEstimator):
     """Shared machinery: text scores per control, the ordinal link, the prediction formats."""
 
+    encoder_weight = ENCODER_WEIGHT  # what a model saved before the parameter existed had
+
     def __init__(self, text_features, alpha, max_features, history_chars, text_weighting, context_weight,
                  target_scale, context_interactions, cv, assistant_effects, levels, relational_weight, text_encoder,
                  encoder_weight=ENCODER_WEIGHT):

@@ -75,6 +75,8 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     serving (sense7.model.serving) needs nothing else.
     """
 
+    encoder_weight = 1.0  # what features saved before the parameter existed had
+
     def __init__(self, text_features: str = "tfidf", max_features: int = 30000, history_chars: int = 300,
                  min_df: int = 2, text_weighting: str = "presence", context_weight: float = 0.1,
                  context_interactions: bool = False, relational_weight: float = 0.0, text_encoder=None,
