@@ -34,7 +34,7 @@ from sense7.model.features import ItemFeatures
 # relational_weight="cv" was measured as a default on WASSA (known raters 0.510 against 0.520, cold start
 # 0.226 against 0.221; docs/BENCHMARKS.md) and costs fit time: it stays an option until the evidence says so.
 # Issue 39 tried it again with encoder_weight="cv", alpha="cv" and rater directions in the encoder's columns:
-# ConvAbuse improves on every score, but WASSA's known raters stay at 0.476-0.513 (the bar for a new
+# ConvAbuse improves on every score, but WASSA's known raters stay at 0.476-0.515 (the bar for a new
 # default is 0.53), so the default stays n-grams ("Text encoders" in docs/BENCHMARKS.md).
 TEXT_ENCODER = None
 RELATIONAL_WEIGHT = 0.0
