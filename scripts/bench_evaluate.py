@@ -8,7 +8,8 @@ harness's own speed on synthetic data.
                                                                      # one estimator parameter, compared
     .venv/bin/python scripts/bench_evaluate.py --variants relational_weight=0,0.3 --with text_encoder=minilm
                                                                      # ... with fixed parameters for all
-A parameter value `minilm` is the sentence-embedding encoder (the [embeddings] extra), `none` is None;
+A parameter value `minilm` is the sentence-embedding encoder (the [embeddings] extra), `static@384@1e-3` the
+static encoder with 384 dimensions and SIF coefficient 1e-3 (its own table, distilled on first use), `none` is None;
 `text_encoder=static` (the default) and `text_encoder=ngrams` name the models' own choices.
 
 Prints Markdown tables ready for docs/BENCHMARKS.md. The WASSA files are research-only and never part of
@@ -137,6 +138,11 @@ def parse_value(v: str):
     if v.lower() == "minilm":
         from sense7.model.embeddings import SentenceEmbeddingEncoder
         return SentenceEmbeddingEncoder()
+    if v.lower().startswith("static@"):  # static@DIMENSIONS[@SIF]: a distillation variant (its own table)
+        from sense7.model.static_embeddings import StaticEmbeddingEncoder
+        parts = v.split("@")[1:]
+        return StaticEmbeddingEncoder(dimensions=int(parts[0]),
+                                      **({"sif_coefficient": float(parts[1])} if len(parts) > 1 else {}))
     return (int(v) if v.isdigit() else float(v)) if v.replace(".", "").isdigit() else v
 
 

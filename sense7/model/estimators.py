@@ -33,10 +33,18 @@ from sense7.model.features import ItemFeatures
 # only). "static" (token embeddings distilled from the packaged MiniLM, sense7.model.static_embeddings) with
 # relational_weight="cv" was measured as a default on WASSA (known raters 0.510 against 0.520, cold start
 # 0.226 against 0.221; docs/BENCHMARKS.md) and costs fit time: it stays an option until the evidence says so.
+# Issue 39 tried it again with encoder_weight="cv", alpha="cv" and rater directions in the encoder's columns:
+# ConvAbuse improves on every score, but WASSA's known raters stay at 0.476-0.515 (the bar for a new
+# default is 0.53), so the default stays n-grams ("Text encoders" in docs/BENCHMARKS.md).
 TEXT_ENCODER = None
 RELATIONAL_WEIGHT = 0.0
 RELATIONAL_WEIGHTS = (0.0, 0.3, 1.0)
 RELATIONAL_SCALE = 0.3
+# The text encoder's block against the n-grams (ItemFeatures.encoder_weight): 1 = both blocks at unit
+# typical row norm under one penalty; "cv": chosen on the training rows from ENCODER_WEIGHTS (0: n-grams
+# only), together with the relational scale and the text penalty; 1 where the model does not choose.
+ENCODER_WEIGHT = 1.0
+ENCODER_WEIGHTS = (0.0, 0.5, 1.0, 2.0)
 # The text ridge's penalty (alpha) by default, and the candidates alpha="cv" chooses from.
 DEFAULT_ALPHA = 10.0
 TEXT_ALPHAS = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
@@ -74,8 +82,11 @@ def _levels_of(Y: pd.DataFrame) -> np.ndarray:
 class _RaterModel(BaseEstimator):
     """Shared machinery: text scores per control, the ordinal link, the prediction formats."""
 
+    encoder_weight = ENCODER_WEIGHT  # what a model saved before the parameter existed had
+
     def __init__(self, text_features, alpha, max_features, history_chars, text_weighting, context_weight,
-                 target_scale, context_interactions, cv, assistant_effects, levels, relational_weight, text_encoder):
+                 target_scale, context_interactions, cv, assistant_effects, levels, relational_weight, text_encoder,
+                 encoder_weight=ENCODER_WEIGHT):
         """The parameters both rater models share, kept as given (sklearn's contract: __init__ only stores;
         each subclass's own signature is what get_params reads)."""
         self.text_features = text_features
@@ -91,6 +102,7 @@ class _RaterModel(BaseEstimator):
         self.levels = levels
         self.relational_weight = relational_weight
         self.text_encoder = text_encoder
+        self.encoder_weight = encoder_weight
 
     def _check_fit_input(self, X: pd.DataFrame, Y: pd.DataFrame):
         if len(X) != len(Y):
@@ -138,7 +150,8 @@ class _RaterModel(BaseEstimator):
                                       text_weighting=self.text_weighting, context_weight=self.context_weight,
                                       context_interactions=self.context_interactions,
                                       relational_weight=self.relational_weight,
-                                      text_encoder=self.text_encoder)
+                                      text_encoder=self.text_encoder,
+                                      encoder_weight=getattr(self, "encoder_weight", ENCODER_WEIGHT))
         F = self.features_.fit_transform(X)
         groups = X["conversation_id"].astype(str).to_numpy()
         rated = np.isfinite(Yv)
@@ -150,7 +163,7 @@ class _RaterModel(BaseEstimator):
             in_train = np.zeros(n, dtype=bool)
             in_train[train] = True
             weights.append((rated & in_train[:, None]).astype(float))
-        if getattr(self, "relational_weight", 0.0) == "cv":
+        if getattr(self, "relational_weight", 0.0) == "cv" or self._encoder_weight_cv():
             F = self._choose_relational_scale(F, Yv, weights, folds if choose_alpha else [])
         else:
             self.alpha_ = self._choose_alpha(F, Yv, weights, folds if choose_alpha else [])
@@ -170,35 +183,58 @@ class _RaterModel(BaseEstimator):
                 oof[test] = np.asarray(F[test] @ coef[:, block]) + intercept[block]
         return np.where(rated, oof, np.nan)
 
-    def _choose_relational_scale(self, F, Yv: np.ndarray, weights: list, folds: list):
-        """relational_weight="cv": the relational columns' scale (one for all controls, the features being
-        shared) and the text penalty per control, chosen together: the candidate of RELATIONAL_WEIGHTS whose
-        best penalties (TEXT_ALPHAS with alpha="cv", else alpha itself) leave the least squared error out of
-        fold, on the training rows only (the folds the scores are made on). Sets features_.relational_scale_,
-        relational_weight_ and alpha_; returns F with the chosen scale (F was built at scale 1)."""
-        columns = self.features_.relational_column_indices()
+    def _encoder_weight_cv(self) -> bool:
+        """Whether the encoder block's weight is chosen in fit (encoder_weight="cv" and an encoder)."""
+        return getattr(self, "encoder_weight", ENCODER_WEIGHT) == "cv" \
+            and (self.features_.vectorizers_ or {}).get("encoder") is not None
 
-        def scaled(weight):
+    def _choose_relational_scale(self, F, Yv: np.ndarray, weights: list, folds: list):
+        """relational_weight="cv" and/or encoder_weight="cv": the relational columns' scale and the encoder
+        block's weight (one each for all controls, the features being shared) and the text penalty per
+        control, chosen together: the pair of RELATIONAL_WEIGHTS x ENCODER_WEIGHTS (a fixed value where not
+        "cv") whose best penalties (TEXT_ALPHAS with alpha="cv", else alpha itself) leave the least squared
+        error out of fold, on the training rows only (the folds the scores are made on). Sets
+        features_.relational_scale_ (and relational_weight_) and the encoder's scale (features_.encoder_scale_)
+        when chosen, and alpha_; returns F with the chosen scales (F was built at scale 1 for what is chosen)."""
+        relational_cv = getattr(self, "relational_weight", 0.0) == "cv"
+        encoder_cv = self._encoder_weight_cv()
+        relational = self.features_.relational_column_indices()
+        encoder = np.zeros(0, dtype=np.int64)
+        if encoder_cv:
+            block = self.features_.block_columns("encoder")
+            encoder = np.arange(block.start, block.stop)
+
+        def scaled(rel_weight, enc_weight):
             factors = np.ones(F.shape[1], dtype=np.float32)
-            factors[columns] = weight
+            if relational_cv:
+                factors[relational] = rel_weight
+            factors[encoder] = enc_weight
             return (F @ sp.diags(factors)).tocsr()
 
+        rel_candidates = RELATIONAL_WEIGHTS if relational_cv else (None,)
+        enc_candidates = ENCODER_WEIGHTS if encoder_cv else (1.0,)
         if not folds:
-            weight = RELATIONAL_SCALE
+            choice = (RELATIONAL_SCALE if relational_cv else None, ENCODER_WEIGHT)
             self.alpha_ = self._choose_alpha(F, Yv, weights, [])
         else:
             if isinstance(self.alpha, str) and self.alpha != "cv":
                 raise ValueError(f"alpha must be a number or 'cv', got {self.alpha!r}")
             alphas = TEXT_ALPHAS if self.alpha == "cv" else (float(self.alpha),)
             best = None
-            for weight in RELATIONAL_WEIGHTS:
-                errors = self._cv_errors(scaled(weight), Yv, weights, folds, alphas)
-                total = float(errors.min(axis=0).sum())
-                if best is None or total < best[0]:
-                    best = (total, weight, np.asarray(alphas, dtype=float)[errors.argmin(axis=0)])
-            _, weight, self.alpha_ = best
-        self.features_.relational_scale_ = self.relational_weight_ = float(weight)
-        return scaled(weight)
+            for rel_weight in rel_candidates:
+                for enc_weight in enc_candidates:
+                    errors = self._cv_errors(scaled(rel_weight, enc_weight), Yv, weights, folds, alphas)
+                    total = float(errors.min(axis=0).sum())
+                    if best is None or total < best[0]:
+                        best = (total, (rel_weight, enc_weight),
+                                np.asarray(alphas, dtype=float)[errors.argmin(axis=0)])
+            _, choice, self.alpha_ = best
+        if relational_cv:
+            self.features_.relational_scale_ = self.relational_weight_ = float(choice[0])
+        if encoder_cv:
+            self.features_.set_encoder_scale(choice[1])
+            self.encoder_weight_ = float(choice[1])
+        return scaled(*choice)
 
     def _cv_errors(self, F, Yv: np.ndarray, weights: list, folds: list, alphas) -> np.ndarray:
         """(len(alphas), C) the summed squared error of the out-of-fold scores with each penalty: all
@@ -299,10 +335,11 @@ class GenericRater(_RaterModel):
                  history_chars: int = 300, text_weighting: str = "presence",
                  context_weight: float = 0.1, target_scale: str = "normal",
                  context_interactions: bool = False, cv: int = 3, assistant_effects: bool = True,
-                 levels=None, relational_weight: float | str = RELATIONAL_WEIGHT, text_encoder=TEXT_ENCODER):
+                 levels=None, relational_weight: float | str = RELATIONAL_WEIGHT, text_encoder=TEXT_ENCODER,
+                 encoder_weight: float | str = ENCODER_WEIGHT):
         super().__init__(text_features, alpha, max_features, history_chars, text_weighting, context_weight,
                          target_scale, context_interactions, cv, assistant_effects, levels, relational_weight,
-                         text_encoder)
+                         text_encoder, encoder_weight)
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame):
         Yv = self._check_fit_input(X, Y)
@@ -381,10 +418,10 @@ class PersonalizedRater(_RaterModel):
                  backfit: int = 1, noise_prior: float | None = None, assistant_effects: bool = True,
                  levels=None, relational_weight: float | str = RELATIONAL_WEIGHT, text_encoder=TEXT_ENCODER,
                  rater_directions: int = 0, rater_directions_from: str = "text", rater_ridge=None,
-                 rater_ridge_from: str = "encoder"):
+                 rater_ridge_from: str = "encoder", encoder_weight: float | str = ENCODER_WEIGHT):
         super().__init__(text_features, alpha, max_features, history_chars, text_weighting, context_weight,
                          target_scale, context_interactions, cv, assistant_effects, levels, relational_weight,
-                         text_encoder)
+                         text_encoder, encoder_weight)
         self.rater_ridge = rater_ridge
         self.rater_ridge_from = rater_ridge_from
         self.rater_directions = rater_directions

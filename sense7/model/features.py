@@ -68,12 +68,21 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
     They join the dense block, so serving (sense7.model.serving) computes them with the same
     `dense_features`. With a text encoder, also ENCODER_RELATIONAL_COLUMNS (the similarity of the encoded
     turn with the encoded message it answers and history), a block after the encoder's, at the same scale.
+    encoder_weight: scale of the encoder's block relative to the n-grams (each block has unit typical row
+    norm first; a larger weight is a lighter penalty on the encoder's columns); "cv": the rater model
+    chooses it on its training rows (ENCODER_WEIGHTS, see sense7.model.estimators), the block built at
+    scale 1 until it calls `set_encoder_scale`. The scale is folded into `block_scales_["encoder"]`, so
+    serving (sense7.model.serving) needs nothing else.
     """
+
+    encoder_weight = 1.0  # what features saved before the parameter existed had
 
     def __init__(self, text_features: str = "tfidf", max_features: int = 30000, history_chars: int = HISTORY_CHARS,
                  min_df: int = 2, text_weighting: str = "presence", context_weight: float = 0.1,
-                 context_interactions: bool = False, relational_weight: float = 0.0, text_encoder=None):
+                 context_interactions: bool = False, relational_weight: float = 0.0, text_encoder=None,
+                 encoder_weight: float | str = 1.0):
         self.relational_weight = relational_weight
+        self.encoder_weight = encoder_weight
         self.text_encoder = text_encoder
         self.text_features = text_features
         self.text_weighting = text_weighting
@@ -182,9 +191,14 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
             if name == "encoder":
                 # An encoder's columns are dense values, not presences: a typical row gets unit norm too
                 # (by the mean squared norm; dividing by the number of columns, as for presences, would
-                # shrink 384 embedding columns ~20x and let the ridge ignore them).
+                # shrink 384 embedding columns ~20x and let the ridge ignore them). Scaling by the rows'
+                # spread around their mean instead was tried (issue 39): no gain on WASSA (0.513 vs 0.511).
                 squared = float(block.multiply(block).sum()) / max(block.shape[0], 1)
                 self.block_scales_[name] = np.float32(1 / np.sqrt(squared) if squared > 0 else 1.0)
+                self.encoder_unit_scale_ = float(self.block_scales_[name])
+                weight = getattr(self, "encoder_weight", 1.0)
+                if weight != "cv":
+                    self.block_scales_[name] = np.float32(self.encoder_unit_scale_ * float(weight))
             blocks.append(block * self.block_scales_[name])
             if name == "encoder" and self._encoder_relations():
                 relation = self._encoder_relation_block(X, encoded)
@@ -204,6 +218,12 @@ class ItemFeatures(TransformerMixin, BaseEstimator):
                 return slice(start, start + width)
             start += width
         raise KeyError(f"no {name!r} block in these features")
+
+    def set_encoder_scale(self, weight: float) -> None:
+        """Fix the encoder block's scale at `weight` times its unit-norm scale (what encoder_weight="cv"
+        chose): transform and serving then use it."""
+        self.encoder_scale_ = float(weight)
+        self.block_scales_["encoder"] = np.float32(self.encoder_unit_scale_ * float(weight))
 
     def relational_scale(self) -> float:
         """The relational columns' scale: the one chosen in fit (relational_weight="cv"), else

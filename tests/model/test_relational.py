@@ -144,3 +144,43 @@ def test_a_relational_weight_chosen_as_zero_still_predicts(monkeypatch):
     assert model.relational_weight_ == 0.0
     plain = GenericRater(relational_weight=0.0, text_encoder=None).fit(X, Y)
     np.testing.assert_allclose(model.predict_expected(X), plain.predict_expected(X), atol=1e-4)
+
+
+class _Cues(TextEncoder):
+    """Dense columns that carry part of the planted signal (a stand-in for embeddings)."""
+
+    def transform(self, texts):
+        return np.array([[len(t.split()) / 20.0, float("sorry" in t.lower()), float("?" in t)] for t in texts])
+
+
+def test_the_encoder_weight_chosen_by_inner_cv_is_a_fixed_weight_refitted():
+    """encoder_weight="cv" picks one of ENCODER_WEIGHTS on the training rows (jointly with the relational
+    scale); the fitted model is exactly the model fitted with that weight, it is the candidate whose
+    out-of-fold error is least, and weight 0 is the n-gram model (the encoder's columns at 0)."""
+    from sense7.synthetic.synth import generate
+    from sense7.model import GenericRater, PersonalizedRater
+    from sense7.model.estimators import ENCODER_WEIGHTS
+
+    synth = generate(40, 8, seed=5, taxonomy=TAXONOMY)
+    X, Y = build_items(synth.rating_data(), TAXONOMY)
+    chosen = GenericRater(encoder_weight="cv", text_encoder=_Cues()).fit(X, Y)
+    assert chosen.encoder_weight_ in ENCODER_WEIGHTS
+    fixed = GenericRater(encoder_weight=chosen.encoder_weight_, text_encoder=_Cues()).fit(X, Y)
+    np.testing.assert_allclose(chosen.predict_expected(X), fixed.predict_expected(X), atol=1e-4)
+
+    def inner_error(weight):
+        model = GenericRater(encoder_weight=weight, text_encoder=_Cues())
+        Yv = model._check_fit_input(X, Y)
+        Tv = model._fit_target_scale(Yv)
+        oof = model._fit_text(X, Tv)
+        return float(np.nansum((oof - Tv) ** 2))
+
+    errors = {w: inner_error(w) for w in ENCODER_WEIGHTS}
+    assert errors[chosen.encoder_weight_] == pytest.approx(min(errors.values()), rel=1e-3)
+    assert len({round(e, 6) for e in errors.values()}) == len(ENCODER_WEIGHTS)  # the weight matters
+    ngrams = GenericRater(text_encoder=None).fit(X, Y)
+    off = GenericRater(encoder_weight=0.0, text_encoder=_Cues()).fit(X, Y)
+    np.testing.assert_allclose(off.predict_expected(X), ngrams.predict_expected(X), atol=1e-4)
+    both = PersonalizedRater(encoder_weight="cv", relational_weight="cv", text_encoder=_Cues()).fit(X, Y)
+    assert both.encoder_weight_ in ENCODER_WEIGHTS and both.relational_weight_ in (0.0, 0.3, 1.0)
+    assert both.features_.encoder_scale_ == both.encoder_weight_

@@ -116,9 +116,13 @@ def test_compiled_equals_reference_for_every_kind_of_rater(study, served_tasks):
     (PersonalizedRater(rater_directions=1, slopes=False), None),
     (PersonalizedRater(rater_ridge="cv_rater", rater_ridge_from="text"), None),  # own content weights, per rater
     (PersonalizedRater(text_encoder=CueEncoder(), rater_ridge=3.0), None),
+    # the encoder block's weight chosen by inner CV (folded into its block scale)
+    (PersonalizedRater(text_encoder=CueEncoder(), encoder_weight="cv", relational_weight="cv"),
+     GenericRater(text_encoder=CueEncoder(), encoder_weight=2.0)),
 ], ids=["pooled-no-slopes-separate-generic", "char-ngrams", "tfidf-weighting", "relational", "text-encoder",
         "text-encoder-relational", "rater-directions-from-the-encoder",
-        "rater-directions", "rater-directions-no-slopes", "rater-ridge", "rater-ridge-text-encoder"])
+        "rater-directions", "rater-directions-no-slopes", "rater-ridge", "rater-ridge-text-encoder",
+        "encoder-weight"])
 @pytest.mark.slow
 def test_compiled_equals_reference_for_non_default_models(study, served_tasks, personalized, generic):
     bundle = train_bundle(study.rating_data(), "v2", TAXONOMY, personalized=personalized, generic=generic)
