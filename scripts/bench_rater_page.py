@@ -281,11 +281,9 @@ def main() -> None:
         if args.live:
             version = promote_synthetic_version(cfg, tax)
             log(f"promoted {version} (trained on a synthetic study) for live pre-fills")
-            time.sleep(6)  # the rater page re-checks the registry every 5 s (sense7.rater_page.live_prefills)
-            # Each rater-page worker loads the version on the first page that needs it: open a few links
-            # first (their pages are `open_link`, not `page`), so the loads do not land in the page p99.
-            for rater in ids[:4 * cfg.rater_page.workers]:
-                httpx.get(links[rater], follow_redirects=True, timeout=120.0)
+            # Each rater-page worker's background thread reads the pointer every 5 s and loads the version
+            # (sense7.rater_page.live_prefills); no page waits for it, a page before it shows no live pre-fill.
+            time.sleep(6)
             figures["live_version"] = version
             figures["rater_page_live"] = page_pass(ids, links, args, tax, rng, store, watch)
             figures["live_added_page_ms"] = {

@@ -55,29 +55,47 @@ def trait_features(raters: pd.DataFrame, taxonomy: Taxonomy) -> pd.DataFrame:
     unknown numeric columns (e.g. WASSA's iri_* and personality_*) pass through unchanged.
     """
     fields = {f.key: f for f in taxonomy.profile_fields}
-    out = pd.DataFrame(index=raters.index)
+    # Plain arrays in the raters' row order, framed once at the end: pandas' per-operation cost (a new column
+    # index per insert, a Series per step) was most of a live pre-fill for a rater new to the rater page.
+    cells = {column: raters[column].to_numpy(dtype=object) for column in raters.columns}
+    out: dict[str, np.ndarray] = {}
     tipi_top = fields["tipi_1"].max + 1 if "tipi_1" in fields else 8
     used = set()
-    if all(f"tipi_{i}" in raters.columns for i in range(1, 11)):
+    if all(f"tipi_{i}" in cells for i in range(1, 11)):
         for name, (plain, reverse) in TIPI_SCALES.items():
-            a = pd.to_numeric(raters[f"tipi_{plain}"], errors="coerce")
-            b = tipi_top - pd.to_numeric(raters[f"tipi_{reverse}"], errors="coerce")
+            a = _numbers(cells[f"tipi_{plain}"])
+            b = tipi_top - _numbers(cells[f"tipi_{reverse}"])
             out[f"big5_{name}"] = (a + b) / 2
         used.update(f"tipi_{i}" for i in range(1, 11))
-    for column in raters.columns:
+    for column, values in cells.items():
         if column in used or column in NON_TRAIT_COLUMNS:
             continue
         fld = fields.get(column)
-        values = raters[column]
         if fld is not None and fld.type == "choice":
             if column in ORDINAL_PROFILE_FIELDS:
-                out[column] = values.map({c: float(i) for i, c in enumerate(fld.choices)}).astype(float)
+                rank = {c: float(i) for i, c in enumerate(fld.choices)}
+                out[column] = np.array([rank.get(v, np.nan) if _hashable(v) else np.nan for v in values], dtype=float)
             else:
-                known = values.notna()
+                known = ~pd.isna(values)
                 for choice in fld.choices:
-                    out[f"{column}_{choice}"] = np.where(known, (values == choice).astype(float), np.nan)
+                    out[f"{column}_{choice}"] = np.where(known, values == choice, np.nan).astype(float)
         else:
-            numeric = pd.to_numeric(values, errors="coerce")
-            if numeric.notna().sum() == values.notna().sum():  # numeric (or all missing): pass through
-                out[column] = numeric.astype(float)
-    return out.astype(float)
+            numeric = _numbers(values)
+            if np.count_nonzero(~np.isnan(numeric)) == np.count_nonzero(~pd.isna(values)):  # numeric or all missing
+                out[column] = numeric
+    if not out:
+        return pd.DataFrame(index=raters.index).astype(float)
+    return pd.DataFrame(out, index=raters.index, columns=list(out), dtype=float)
+
+
+def _numbers(values: np.ndarray) -> np.ndarray:
+    """pd.to_numeric(errors="coerce") of an object array, as floats (NaN where not a number)."""
+    return np.asarray(pd.to_numeric(pd.Series(values, dtype=object), errors="coerce"), dtype=float)
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

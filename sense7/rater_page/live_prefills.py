@@ -11,17 +11,19 @@ Every live prediction is recorded (sense7.store.study_design: version "<served>+
 of the rater's own answers it used) before the page that shows it is sent, hidden-arm turns included
 (recorded, never shown). The first record of a task is the one shown again on a reload, so what is
 recorded is what the rater saw. A rater without answers new to the served version, a repeat turn, a
-version without live statistics or no version at all: the page shows the queue's pre-fill as before.
+version without live statistics, no version at all or none loaded by this process yet: the page shows the
+queue's pre-fill as before. The version is loaded and followed by a background thread (`LivePrefills.start`),
+never by a request.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import numpy as np
 import pandas as pd
+from sqlalchemy.exc import SQLAlchemyError
 
 from sense7.data.conversations import task_key
 from sense7.data.items import task_columns, trait_table
@@ -37,8 +39,17 @@ log = logging.getLogger(__name__)
 
 
 class LivePrefills:
-    """The rater page's live pre-fills for one process: the registry's current version, re-checked at most
-    every `check_interval` seconds (a promotion is picked up without a restart; see `predictor`)."""
+    """The rater page's live pre-fills for one process: the registry's current version, loaded and followed off
+    the request path.
+
+    A request only reads the predictor held (`predictor`: no query, no lock); what is held is loaded by
+    `refresh`, which the process's background thread (`start`: gunicorn's app factory starts it in each
+    worker) runs at once and then every `check_interval` seconds: one small query of the pointer, and when it
+    moved, the new version fetched from the store (or this host's cache by hash), unpacked, loaded and
+    compiled, then swapped in as one reference. So a page never waits for the store's pointer or a version's
+    blob: until the first load ends it shows the queue's pre-fill, and while a promoted version loads the
+    previous one keeps answering. A version that cannot be loaded is logged and skipped until the pointer
+    moves again (the one held keeps answering); one without live statistics serves no live pre-fills."""
 
     def __init__(self, registry: ModelRegistry, store: Store, taxonomy, check_interval: float = 5.0,
                  text_vector_budget: float | None = 0.5):
@@ -51,56 +62,82 @@ class LivePrefills:
         self.records = StudyRecords(store)
         self.taxonomy = taxonomy
         self.check_interval = check_interval
-        self._lock = threading.Lock()
-        self._stamp = None
         self._predictor: LivePredictor | None = None
-        self._loading = None  # the pointer stamp being loaded in the background, if any
-        self._checked = -np.inf
+        self._stamp = None  # the pointer stamp last acted on (loaded, or found without a live-capable version)
+        self._refresh_lock = threading.Lock()  # between refreshes only: a request never takes it
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def predictor(self) -> LivePredictor | None:
-        """The current version's live predictor (None: no version, or one without live statistics).
+        """The live predictor held (None: nothing loaded yet, no version, or one without live statistics).
+        Reads one attribute: the store is never asked on a request."""
+        return self._predictor
 
-        The first version a process meets is loaded by the request that needs it; a later promotion is
-        loaded in the background while the previous version keeps answering (a page never waits for it)."""
-        now = time.monotonic()
-        if now - self._checked < self.check_interval:
-            return self._predictor
-        with self._lock:
-            if now - self._checked < self.check_interval:
-                return self._predictor
-            self._checked = now
+    def start(self) -> None:
+        """Load the current version and follow the pointer in a background thread (daemon: it ends with the
+        process). Idempotent."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stopped.clear()
+        self._thread = threading.Thread(target=self._follow, name="live-prefill-refresh", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the background thread (after a refresh under way finishes)."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _follow(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self.refresh()
+            except Exception as exc:  # never let the thread die: the next round tries again
+                log.warning("live pre-fill refresh failed (%s)", type(exc).__name__)
+            self._stopped.wait(self.check_interval)
+
+    def refresh(self) -> bool:
+        """Read the store's pointer; when it moved, load the version it names and hold it. True when what is
+        held changed. Run by the background thread (and by whoever must have the version now: a test, a
+        benchmark), never by a request."""
+        with self._refresh_lock:
             try:
                 stamp = self.registry.pointer_stamp()
             except Exception as exc:  # the store is out of reach: the version held keeps answering
                 log.warning("model pointer not read (%s)", type(exc).__name__)
-                return self._predictor
-            if stamp == self._stamp or stamp == self._loading:
-                return self._predictor
-            if self._predictor is None:
-                self._predictor, self._stamp = self._load(), stamp
-            else:
-                self._loading = stamp
-                threading.Thread(target=self._swap, args=(stamp,), name="live-prefill-load", daemon=True).start()
-        return self._predictor
+                return False
+            if stamp == self._stamp:
+                return False
+            try:
+                predictor = self._load(self._predictor)
+            except SQLAlchemyError as exc:  # the store went away mid-load: the next round tries again
+                log.warning("model version not read from the store (%s); trying again", type(exc).__name__)
+                return False
+            except Exception as exc:  # a broken version must not break the page: the version held stays
+                log.warning("the served version could not be loaded for live pre-fills (%s: %s); still "
+                            "serving %s", type(exc).__name__, exc, self._predictor.version if self._predictor
+                            else "no live pre-fills")
+                self._stamp = stamp  # not tried again until the pointer moves
+                return False
+            self._stamp = stamp
+            changed = predictor is not self._predictor
+            self._predictor = predictor  # one reference: a request reads the old predictor or the new one
+            return changed
 
-    def _swap(self, stamp) -> None:
-        predictor = self._load()
-        with self._lock:
-            self._predictor, self._stamp, self._loading = predictor, stamp, None
-
-    def _load(self) -> LivePredictor | None:
-        version = None
+    def _load(self, held: LivePredictor | None) -> LivePredictor | None:
+        """The current version's live predictor (None: no version, or one without live statistics); `held`
+        itself when it is that version's (the same version promoted again)."""
+        version = self.registry.current()
+        if version is None:
+            return None
+        if held is not None and held.version == version:
+            return held
         try:
-            version = self.registry.current()
-            if version is None:
-                return None
             bundle = with_vector_cache(self.registry.load(version), self.vectors, self.text_vector_budget)
             predictor = LivePredictor(bundle.compile())
         except LiveUnsupported as exc:
             log.info("version %s has no live pre-fills (%s)", version, exc)
-            return None
-        except Exception as exc:  # a broken version must not break the page: the queue's pre-fill stays
-            log.warning("version %s could not be loaded for live pre-fills (%s)", version, type(exc).__name__)
             return None
         try:  # versions the store no longer holds (pruned, or trained on an erased rater) leave this host too
             self.registry.prune_cache()

@@ -42,6 +42,7 @@ def app_from_env():
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     from sense7.store.database import Store
     from sense7.rater_page.app import create_app
+    from sense7.rater_page.services import EXTENSION
     from sense7.tasks.crowd_jobs import request_prepare
     from sense7.tasks.delivery import request_delivery
     from sense7.tasks.redis_local import redis_url
@@ -53,6 +54,10 @@ def app_from_env():
         limiter_storage = redis_url(settings) or "memory://"
     except Exception:
         limiter_storage = "memory://"
-    return create_app(settings, refresh_queue=queue_refresher(settings, store, taxonomy),
-                      request_delivery=request_delivery, taxonomy=taxonomy, store=store,
-                      limiter_storage=limiter_storage, request_prepare=request_prepare)
+    app = create_app(settings, refresh_queue=queue_refresher(settings, store, taxonomy),
+                     request_delivery=request_delivery, taxonomy=taxonomy, store=store,
+                     limiter_storage=limiter_storage, request_prepare=request_prepare)
+    # The served model version is loaded and followed in this worker's background thread, never by a
+    # request: pages show the queue's pre-fill until it is loaded.
+    app.extensions[EXTENSION].live_prefills.start()
+    return app

@@ -7,11 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sense7.data.dataset import trait_features
+from sense7.data.dataset import TIPI_SCALES, trait_features
 from sense7.data.items import build_items, items_from_tasks, task_columns, transcript_columns
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.readers.formats import FormatError, load_native
 from sense7.synthetic.synth import generate, write
+from sense7.synthetic.toy_study import make_raters
 from sense7.taxonomy import load_taxonomy
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
@@ -83,6 +84,26 @@ def test_trait_features_score_tipi_with_reverse_keyed_items():
     assert np.isnan(feats.loc["b", "llm_use"]) and feats.loc["b", "iri_fantasy"] == 3.5  # numeric passes through
     assert feats.loc["a", "ai_trust"] == 5.0
     assert "email" not in feats.columns
+
+
+def test_trait_features_of_one_rater_alone_equal_their_row_of_the_whole_frame():
+    """The rater page makes one rater's trait row at a time (a live pre-fill); training makes every rater's at
+    once: the two agree, column for column, whatever the frame's cells hold (text, numbers as text, missing,
+    an unknown choice, a text column among numbers), and so do the column names and their order."""
+    tax = load_taxonomy()
+    raters = pd.DataFrame([r["traits"] for r in make_raters(12, tax, prefix="t")],
+                          index=pd.Index([f"t{i}" for i in range(1, 13)], name="rater_id")).astype(object)
+    raters.iloc[1, 0], raters.iloc[2, 1], raters.iloc[3, 2] = None, "5", np.nan
+    raters.loc["t5", "gender"] = "not a listed choice"
+    raters["iri_fantasy"], raters["email"] = [float(i) / 2 for i in range(12)], "x@raters.test"
+    whole = trait_features(raters, tax)
+    assert list(whole.columns)[:5] == [f"big5_{name}" for name in TIPI_SCALES] and "email" not in whole.columns
+    assert (whole.dtypes == float).all()
+    for rater in raters.index:
+        alone = trait_features(raters.loc[[rater]], tax)
+        pd.testing.assert_frame_equal(alone, whole.loc[[rater]], check_exact=True)
+    assert whole.loc["t5", "gender_woman"] == 0.0  # answered, with none of the choices: known, not missing
+    assert trait_features(raters[["email"]], tax).shape == (12, 0)
 
 
 def test_build_items_and_items_from_tasks_agree():

@@ -7,6 +7,8 @@ test client), a SQLite store and a model registry with a trained version."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 
 import pytest
 
@@ -14,6 +16,8 @@ from sense7.data.conversations import task_key
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.model.registry import ModelRegistry
 from sense7.rater_page.app import create_app
+from sense7.rater_page.live_prefills import LivePrefills
+from sense7.rater_page.services import EXTENSION
 from sense7.settings import Settings, StudyDesign
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import LinkBook, RaterQueue
@@ -30,7 +34,9 @@ def trained(tmp_path_factory):
     return trained_version(tmp_path_factory)
 
 
-def _page(tmp_path, trained, static_values, hidden_turn):
+def _page(tmp_path, trained, static_values, hidden_turn, loaded=True):
+    """The app, its store, the newcomer's task datas and two links. `loaded`: the served version loaded as the
+    page process's background thread does at its start (here once, in the test's thread)."""
     model_dir, newcomer, profile = trained
     settings = Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_MODEL_DIR": str(model_dir)})
     store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
@@ -56,6 +62,8 @@ def _page(tmp_path, trained, static_values, hidden_turn):
     RaterQueue(store).replace("other", [dict(items[0], task_id=2), dict(items[1], task_id=200)])
     token, other_token = LinkBook(store).issue(NEW), LinkBook(store).issue("other")
     app = create_app(settings, taxonomy=TAXONOMY, store=store)
+    if loaded:
+        app.extensions[EXTENSION].live_prefills.refresh()
     return app, store, datas, token, other_token
 
 
@@ -201,31 +209,165 @@ def test_an_older_store_gains_the_own_ratings_column(tmp_path):
     assert records.recorded("c::1::r", "v1+live")["own_ratings"] == 4
 
 
-def test_a_promotion_is_picked_up_while_the_old_version_keeps_answering(tmp_path, trained):
-    """LivePrefills follows the registry's pointer: a new version is loaded in the background, the previous
-    one answers meanwhile, then live records carry the new version."""
-    import time
+class WatchedRegistry(ModelRegistry):
+    """The registry, noting which thread asked it what; its blob fetch can be held (`hold`), as a slow or
+    stalled store would hold it (a fault the test cannot cause in a real SQLite store on demand)."""
 
-    from sense7.rater_page.live_prefills import LivePrefills
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.callers: list[tuple[str, str]] = []
+        self.fetching = threading.Event()  # set when a fetch is waiting on `hold`
+        self.hold = threading.Event()
+        self.hold.set()  # not held unless a test clears it
+
+    def _note(self, what: str) -> None:
+        self.callers.append((what, threading.current_thread().name))
+
+    def pointer_stamp(self):
+        self._note("pointer_stamp")
+        return super().pointer_stamp()
+
+    def current(self):
+        self._note("current")
+        return super().current()
+
+    def cached(self, version: str):
+        self._note("cached")
+        if not self.hold.is_set():
+            self.fetching.set()
+            self.hold.wait()
+        return super().cached(version)
+
+    def threads(self) -> set[str]:
+        return {thread for _, thread in self.callers}
+
+
+def _wait_for(condition, what: str, seconds: float = 120.0):
+    """Wait for a background thread's work (a liveness bound, not a speed check)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.02)
+
+
+def _answered(items, task_ids, level=5):
+    return [dataclasses.replace(i, answer={"values": {c: level for c in TAXONOMY.controls}})
+            if i.task_id in task_ids else i for i in items]
+
+
+def test_a_page_never_waits_for_the_store_to_give_the_version(tmp_path, trained):
+    """The version is fetched by the page process's background thread, never by a request: while the store
+    holds the fetch, a page answers at once with the queue's pre-fill (nothing recorded as live); once the
+    fetch goes through, the next page is live. No request ever reads the pointer or the version."""
+    static = {c: 2 for c in TAXONOMY.controls}
+    app, store, datas, token, _ = _page(tmp_path, trained, static, hidden_turn=-1, loaded=False)
+    live = app.extensions[EXTENSION].live_prefills
+    # This process's own empty cache: the version must come from the store's blob.
+    live.registry = registry = WatchedRegistry(tmp_path / "page-cache", store)
+    records = StudyRecords(store)
+    client = app.test_client()
+    assert client.get(f"/r/{token}").status_code == 303
+    for task_id in (100, 101, 102):
+        answer_on_page(client, task_id, 5)
+    assert records.predictions_frame().empty  # nothing loaded yet: the queue's pre-fill, nothing live
+
+    registry.hold.clear()
+    live.start()
+    try:
+        assert registry.fetching.wait(120), "the background thread never fetched the version"
+        answered: dict = {}
+        request = threading.Thread(target=lambda: answered.update(page=client.get("/task/103")), name="request")
+        request.start()
+        request.join(120)  # a page that waits for the held fetch is still waiting (a bound against a hang)
+        answered_while_held = not request.is_alive() and not registry.hold.is_set()
+        registry.hold.set()
+        request.join()
+        assert answered_while_held, "the page waited for the store's fetch"
+        html = answered["page"].get_data(as_text=True)
+        assert answered["page"].status_code == 200 and checked_levels(html) == static
+        assert records.predictions_frame().empty
+
+        _wait_for(lambda: live.predictor() is not None, "the version loaded after the fetch went through")
+        html = client.get("/task/103").get_data(as_text=True)
+        assert sum(checked_levels(html).values()) > sum(static.values()) + len(static)  # 3 answers of 5s
+        row = records.recorded(datas[3]["task_key"], "v1+live")
+        assert (row["kind"], row["own_ratings"]) == ("live", 3) and row["levels"] == checked_levels(html)
+    finally:
+        registry.hold.set()
+        live.stop()
+    assert registry.threads() == {"live-prefill-refresh"}  # the pointer and the version: never a request's
+
+
+def test_a_promotion_is_picked_up_by_the_background_refresh(tmp_path, trained):
+    """LivePrefills follows the registry's pointer in its own thread: a newly promoted version is loaded
+    there while the previous one keeps answering (never nothing in between), then live records carry the
+    new version. Requests (here: the test's own calls) read only what is held."""
+    static = {c: 2 for c in TAXONOMY.controls}
+    _, store, datas, _, _ = _page(tmp_path, trained, static, hidden_turn=-1, loaded=False)
+    registry = WatchedRegistry(tmp_path / "models", store)  # this process's own cache: the store holds v1
+    live = LivePrefills(registry, store, TAXONOMY, check_interval=0.05)
+    assert live.predictor() is None  # nothing is loaded by asking
+    live.start()
+    try:
+        _wait_for(lambda: live.predictor() is not None, "v1 loaded at the start")
+        assert live.predictor().version == "v1"
+        bundle = ModelRegistry(tmp_path / "promoter", store).load("v1")
+        bundle.version = "v2"
+        promoter = ModelRegistry(tmp_path / "promoter", store)
+        promoter.promote(promoter.add(bundle, "v2").name)
+        seen = []
+
+        def on_v2():
+            seen.append(live.predictor().version if live.predictor() else None)
+            return seen[-1] == "v2"
+
+        _wait_for(on_v2, "v2 picked up after its promotion")
+        assert set(seen) <= {"v1", "v2"}  # never None in between
+        items = _answered(RaterQueue(store).items(NEW), (100, 101))
+        assert live.prefill(NEW, items, items[3])["version"] == "v2+live"
+    finally:
+        live.stop()
+    assert registry.threads() == {"live-prefill-refresh"}
+
+
+def test_a_broken_version_leaves_the_held_one_answering(tmp_path, trained):
+    """A promoted version whose blob no longer matches its SHA-256 is refused by the refresh (logged, never
+    unpickled) and not fetched again until the pointer moves; the version held keeps answering."""
+    import sqlalchemy as sa
+
+    from sense7.store.tables import model_versions
 
     static = {c: 2 for c in TAXONOMY.controls}
-    _, store, datas, _, _ = _page(tmp_path, trained, static, hidden_turn=-1)
-    registry = ModelRegistry(tmp_path / "models", store)  # this process's own cache: the store holds v1
-    live = LivePrefills(registry, store, TAXONOMY, check_interval=0.0)
-    assert live.predictor().version == "v1"
-    bundle = registry.load("v1")
+    _, store, _, _, _ = _page(tmp_path, trained, static, hidden_turn=-1, loaded=False)
+    registry = WatchedRegistry(tmp_path / "models", store)
+    live = LivePrefills(registry, store, TAXONOMY)
+    assert live.refresh() and live.predictor().version == "v1"
+    promoter = ModelRegistry(tmp_path / "promoter", store)
+    bundle = promoter.load("v1")
     bundle.version = "v2"
-    registry.promote(registry.add(bundle, "v2").name)
-    deadline = time.monotonic() + 60
-    seen = []
-    while time.monotonic() < deadline:
-        predictor = live.predictor()
-        seen.append(predictor.version)
-        if predictor.version == "v2":
-            break
-        time.sleep(0.05)
-    assert seen[-1] == "v2" and set(seen) <= {"v1", "v2"}  # never None in between
-    items = RaterQueue(store).items(NEW)
-    answered = [dataclasses.replace(i, answer={"values": {c: 5 for c in TAXONOMY.controls}})
-                if i.task_id in (100, 101) else i for i in items]
-    assert live.prefill(NEW, answered, answered[3])["version"] == "v2+live"
+    promoter.promote(promoter.add(bundle, "v2").name)
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(model_versions).where(model_versions.c.name == "v2").values(bundle=b"not a tar"))
+    assert not live.refresh() and live.predictor().version == "v1"
+    fetches = [what for what, _ in registry.callers].count("cached")
+    assert not live.refresh() and live.predictor().version == "v1"
+    assert [what for what, _ in registry.callers].count("cached") == fetches  # not fetched again
+
+
+def test_the_page_process_loads_the_version_at_its_start(tmp_path, trained, monkeypatch):
+    """gunicorn's app factory starts the background thread: the served version is loaded before any request
+    asks for it (and a request never does)."""
+    from sense7.rater_page.wsgi import app_from_env
+
+    model_dir, _, _ = trained
+    store_url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    serve_trained(Store(store_url), model_dir)
+    for name, value in {"SENSE7_HOME": tmp_path / "home", "SENSE7_STORE_URL": store_url,
+                        "SENSE7_MODEL_DIR": tmp_path / "page-cache", "SENSE7_REDIS_URL": ""}.items():
+        monkeypatch.setenv(name, str(value))
+    live = app_from_env().extensions[EXTENSION].live_prefills
+    try:
+        _wait_for(lambda: live.predictor() is not None, "the version loaded by the page process's thread")
+        assert live.predictor().version == "v1"
+    finally:
+        live.stop()
