@@ -19,29 +19,15 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 from benchkit import argument_parser, emit
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from sense7.processes import tree_rss  # noqa: E402
+
 SERVICES = {"label-studio": "Label Studio", "ml-backend": "ML backend", "celery-worker": "Celery worker",
             "rater-page": "rater page"}
-
-
-def tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants (gunicorn and Celery fork workers)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for proc in procs:
-        try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 class RssSampler(threading.Thread):

@@ -64,19 +64,34 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def process_tree(pid: int) -> list[psutil.Process]:
+    """The process `pid` and its living descendants (gunicorn and Celery fork workers); [] when it is gone."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of the process `pid` and its living descendants (0 when it is gone)."""
+    total = 0
+    for process in process_tree(pid):
+        try:
+            total += process.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass  # ended between the listing and now
+    return total
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of the process `pid` and of all its descendants: the living ones, and the ended
     ones their parent waited for (the kernel adds a reaped child's times, and its own reaped children's, to the
     parent's `children_user`/`children_system`; a living child is not in them, so nothing counts twice). A
     descendant ending between two calls moves from its own line to its parent's, neither lost nor doubled. 0.0
     when `pid` is gone; an ended descendant nobody in the tree waited for (re-parented to init) is not counted."""
-    try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
     total = 0.0
-    for process in tree:
+    for process in process_tree(pid):
         try:
             times = process.cpu_times()
         except (psutil.NoSuchProcess, psutil.ZombieProcess):

@@ -22,6 +22,15 @@ TAXONOMY = load_taxonomy()
 USER = "I failed my Biology exam on Monday and feel awful. What should I do?"
 
 
+
+def out_of_fold_error(model, X, Y) -> float:
+    """The squared error of `model`'s out-of-fold text scores on its training rows: what the inner
+    cross-validation minimises when it chooses a weight."""
+    Yv = model._check_fit_input(X, Y)
+    Tv = model._fit_target_scale(Yv)
+    oof = model._fit_text(X, Tv)
+    return float(np.nansum((oof - Tv) ** 2))
+
 def _msg(role, content):
     return {"role": role, "content": content}
 
@@ -118,14 +127,8 @@ def test_the_relational_weight_chosen_by_inner_cv_is_a_fixed_weight_refitted():
     fixed = GenericRater(relational_weight=chosen.relational_weight_ or 1e-12, text_encoder=None).fit(X, Y)
     np.testing.assert_allclose(chosen.predict_expected(X), fixed.predict_expected(X), atol=1e-4)
 
-    def inner_error(weight):
-        model = GenericRater(relational_weight=weight or 1e-12, text_encoder=None)
-        Yv = model._check_fit_input(X, Y)
-        Tv = model._fit_target_scale(Yv)
-        oof = model._fit_text(X, Tv)
-        return float(np.nansum((oof - Tv) ** 2))
-
-    errors = {w: inner_error(w) for w in RELATIONAL_WEIGHTS}
+    errors = {w: out_of_fold_error(GenericRater(relational_weight=w or 1e-12, text_encoder=None), X, Y)
+              for w in RELATIONAL_WEIGHTS}
     assert errors[chosen.relational_weight_] == pytest.approx(min(errors.values()), rel=1e-3)
     personalized = PersonalizedRater(relational_weight="cv", text_encoder=None).fit(X, Y)
     assert personalized.relational_weight_ in RELATIONAL_WEIGHTS
@@ -168,14 +171,8 @@ def test_the_encoder_weight_chosen_by_inner_cv_is_a_fixed_weight_refitted():
     fixed = GenericRater(encoder_weight=chosen.encoder_weight_, text_encoder=_Cues()).fit(X, Y)
     np.testing.assert_allclose(chosen.predict_expected(X), fixed.predict_expected(X), atol=1e-4)
 
-    def inner_error(weight):
-        model = GenericRater(encoder_weight=weight, text_encoder=_Cues())
-        Yv = model._check_fit_input(X, Y)
-        Tv = model._fit_target_scale(Yv)
-        oof = model._fit_text(X, Tv)
-        return float(np.nansum((oof - Tv) ** 2))
-
-    errors = {w: inner_error(w) for w in ENCODER_WEIGHTS}
+    errors = {w: out_of_fold_error(GenericRater(encoder_weight=w, text_encoder=_Cues()), X, Y)
+              for w in ENCODER_WEIGHTS}
     assert errors[chosen.encoder_weight_] == pytest.approx(min(errors.values()), rel=1e-3)
     assert len({round(e, 6) for e in errors.values()}) == len(ENCODER_WEIGHTS)  # the weight matters
     ngrams = GenericRater(text_encoder=None).fit(X, Y)
