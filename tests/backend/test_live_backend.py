@@ -18,6 +18,7 @@ import requests
 from sense7.labelstudio.protocol import rating_tasks
 from sense7.processes import free_port
 from sense7.rater_page.app import create_app
+from sense7.rater_page.services import EXTENSION
 from sense7.settings import BACKEND_HOST, Settings, StudyDesign
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import LinkBook, RaterQueue
@@ -61,6 +62,9 @@ def rater_page_study(tmp_path, trained):
     token = LinkBook(store).issue(NEW)
     page = create_app(Settings.from_env({"SENSE7_HOME": str(tmp_path / "page-home"),
                                          "SENSE7_MODEL_DIR": str(model_dir)}), taxonomy=TAXONOMY, store=store)
+    # What a page process's background thread does at its start (sense7.rater_page.wsgi): load the served version
+    # for live pre-fills; a request never loads it.
+    page.extensions[EXTENSION].live_prefills.refresh()
     return store_url, page, token, datas
 
 
