@@ -201,29 +201,32 @@ class Assignments:
             return True
         return self.room_for_share(rater_id) and bool(self._choose(rater_id))
 
-    def room_for_share(self, rater_id: str) -> bool:
+    def room_for_share(self, rater_id: str, conn=None) -> bool:
         """With N conversations per participant: whether the pool's free slots (K minus those held, per
         conversation) cover what the participants already inside still have to take (N, or the pool's size when
         smaller, minus what they hold:
         slots are taken as they go, so these are promised, not held) plus this participant's N. Keeps a late
         arrival from taking the conversations an earlier participant needs to finish their share (they would
         otherwise finish short: lifecycle.finish). With a turn budget (or K varying: settle_items closes
-        conversations), True: a participant then finishes with what the pool had left for them."""
+        conversations), True: a participant then finishes with what the pool had left for them. `conn`: read
+        inside the caller's transaction (Participants.take_seat admits under the study's lock)."""
         n, k = self.policy.conversations_per_participant, self.policy.raters_per_conversation
         if n is None:
             return True
-        with self.store.engine.connect() as conn:
-            taken = self.taken(conn)
-            n = min(n, len(taken))  # a share is never more than the pool's conversations
-            free = sum(max(k - len(slots), 0) for slots in taken.values())
-            held = dict(conn.execute(
-                select(crowd_participants.c.rater_id, func.count(crowd_slots.c.slot))
-                .select_from(crowd_participants.outerjoin(crowd_slots, (crowd_slots.c.rater_id == crowd_participants.c.rater_id)
-                                                          & (crowd_slots.c.study_id == self.study_id)))
-                .where(crowd_participants.c.study_id == self.study_id, crowd_participants.c.rater_id != rater_id,
-                       (crowd_participants.c.state == "rating") | ((crowd_participants.c.state == "checking")
-                                                                   & crowd_participants.c.seat.is_not(None)))
-                .group_by(crowd_participants.c.rater_id)).all())
+        if conn is None:
+            with self.store.engine.connect() as own:
+                return self.room_for_share(rater_id, own)
+        taken = self.taken(conn)
+        n = min(n, len(taken))  # a share is never more than the pool's conversations
+        free = sum(max(k - len(slots), 0) for slots in taken.values())
+        held = dict(conn.execute(
+            select(crowd_participants.c.rater_id, func.count(crowd_slots.c.slot))
+            .select_from(crowd_participants.outerjoin(crowd_slots, (crowd_slots.c.rater_id == crowd_participants.c.rater_id)
+                                                      & (crowd_slots.c.study_id == self.study_id)))
+            .where(crowd_participants.c.study_id == self.study_id, crowd_participants.c.rater_id != rater_id,
+                   (crowd_participants.c.state == "rating") | ((crowd_participants.c.state == "checking")
+                                                               & crowd_participants.c.seat.is_not(None)))
+            .group_by(crowd_participants.c.rater_id)).all())
         owed = sum(max(n - int(h), 0) for h in held.values())
         return free - owed >= n
 

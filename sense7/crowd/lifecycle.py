@@ -62,10 +62,10 @@ def start_rating(store: Store, study: CrowdStudy, rater_id: str) -> list[str] | 
     if who.lease_until is not None and _aware(who.lease_until) < datetime.now(timezone.utc):
         abandon(store, study, rater_id)  # the reservation ran out before the check was passed
         return None
-    if participants.take_seat(rater_id) is None:
-        participants.move(rater_id, "checking", "full")
+    if participants.take_seat(rater_id, has_room=lambda conn: assignments.room_for_share(rater_id, conn)) is None:
+        participants.move(rater_id, "checking", "full")  # no seat, no room for their share, or no longer checking
         return None
-    conversations = top_up(store, study, rater_id) if assignments.room_for_share(rater_id) else []
+    conversations = top_up(store, study, rater_id)
     if not conversations:
         participants.move(rater_id, "checking", "full")
         return None

@@ -250,35 +250,40 @@ class Participants:
             raise AlreadyEntered() from None
         return code
 
-    def take_seat(self, rater_id: str, attempts: int = 50) -> int | None:
+    def take_seat(self, rater_id: str, has_room=None, attempts: int = 50) -> int | None:
         """A seat for a participant who passed the check (still `checking`): the lowest free number below the
-        cap, set with the store's unique (study, seat) as the compare-and-set (a racing participant who set it
-        first makes this one read again). Their own seat if they hold one; None when every seat is taken or
-        the participant is no longer checking."""
+        cap. Their own seat if they hold one; None when every seat is taken, `has_room(conn)` (read in the same
+        transaction: Assignments.room_for_share) says the pool cannot promise them their share, or the
+        participant is no longer checking.
+
+        Admissions to one study go one at a time: the transaction first writes the study's row (SQLite's write
+        lock, PostgreSQL's row lock), then reads the seats and the room. Without that, participants passing the
+        check at the same moment all sit down first and then each sees the others' promised shares, so all but
+        a few are told "full" while the pool still has room for more of them."""
         for _ in range(attempts):
-            with self.store.engine.connect() as conn:
-                row = conn.execute(select(crowd_participants.c.state, crowd_participants.c.seat).where(
-                    crowd_participants.c.rater_id == rater_id,
-                    crowd_participants.c.study_id == self.study.study_id)).first()
-                if row is None or row.state != "checking":
-                    return None
-                if row.seat is not None:
-                    return row.seat
-                taken = {s for (s,) in conn.execute(select(crowd_participants.c.seat).where(
-                    crowd_participants.c.study_id == self.study.study_id, crowd_participants.c.seat.is_not(None)))}
-            free = next((n for n in range(self.study.participant_cap) if n not in taken), None)
-            if free is None:
-                return None
             try:
                 with self.store.engine.begin() as conn:
-                    done = conn.execute(update(crowd_participants).where(
+                    conn.execute(update(crowd_studies).where(crowd_studies.c.study_id == self.study.study_id)
+                                 .values(updated_at=crowd_studies.c.updated_at))
+                    row = conn.execute(select(crowd_participants.c.state, crowd_participants.c.seat).where(
+                        crowd_participants.c.rater_id == rater_id,
+                        crowd_participants.c.study_id == self.study.study_id)).first()
+                    if row is None or row.state != "checking":
+                        return None
+                    if row.seat is not None:
+                        return row.seat
+                    taken = {s for (s,) in conn.execute(select(crowd_participants.c.seat).where(
+                        crowd_participants.c.study_id == self.study.study_id,
+                        crowd_participants.c.seat.is_not(None)))}
+                    free = next((n for n in range(self.study.participant_cap) if n not in taken), None)
+                    if free is None or (has_room is not None and not has_room(conn)):
+                        return None
+                    conn.execute(update(crowd_participants).where(
                         crowd_participants.c.rater_id == rater_id, crowd_participants.c.state == "checking",
                         crowd_participants.c.seat.is_(None)).values(seat=free))
+                    return free
             except (IntegrityError, OperationalError):
-                continue  # another participant took this number first: read again
-            if done.rowcount:
-                return free
-            # no longer checking (or seated by a racing request of theirs): the next read says which
+                continue  # the store was busy past its timeout (or a seat number raced): read again
         raise RuntimeError(f"could not seat a participant after {attempts} concurrent attempts")
 
     def by_resume_code(self, raw) -> Participant | None:

@@ -294,7 +294,10 @@ def test_many_participants_racing_never_put_a_conversation_beyond_k(tmp_path):
     per = slots_per_conversation(store)
     assert sum(per.values()) <= 10 and max(per.values()) <= 2  # 5 x K=2 at most, none beyond K
     inside = [r for r in raters if Participants(store, study).get(r).state == "rating"]
-    assert len(inside) >= 3 and all(len(assignments_of(store, study).of(r)) <= 3 for r in raters)
+    # admissions go one at a time: exactly the three whole shares the 10 slots promise (N=3 each), none told
+    # "full" while a share was still free (racing seats once left only 1-2 inside)
+    assert len(inside) == 3 and all(len(assignments_of(store, study).of(r)) == 3 for r in inside)
+    assert all(Participants(store, study).get(r).state == "full" for r in set(raters) - set(inside))
 
 
 def test_an_expired_lease_keeps_the_finished_conversation_and_frees_the_one_ahead(tmp_path):
