@@ -30,7 +30,9 @@ deleted (`clear_released_tasks`): no orphan tasks; ratings already given stay.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 
 from celery import shared_task
 from sense7.tasks import names
@@ -47,6 +49,24 @@ HELD_RETRY = 2.0  # (s) a job that found the lock held runs again this much late
 ROUND = 200  # participants per round at most (one bulk import each): bounds a round's time and memory
 JOB_BUDGET = 120.0  # (s) no new round after this: the job ends and queues its successor (arrivals that never
                     # stop would otherwise keep one job running into its soft time limit, JobSettings.sync_soft_limit)
+
+
+class StepTimes:
+    """Seconds per named step of a round, for its log line (what an operator watches when first turns lag)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.seconds.items())
 
 
 def request_prepare(study_id: str | None = None, rater_id: str | None = None, app=None) -> bool:
@@ -94,13 +114,19 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
         raters.append(rater_id)
     if not raters:
         return {}
+    steps = StepTimes()
     try:
-        import_conversations(rt.client, rt.rating_project, conversations, rt.store, predict=predict,
-                             design=rt.settings.study, taxonomy=rt.taxonomy, rater_ids=raters)
-        import_profile_tasks(rt.client, rt.profile_project, raters, filtered=True)
-        copy_queues(rt.client, rt.store, rt.rating_project, rt.profile_project, rt.taxonomy, raters, filtered=True)
+        with steps("rating tasks"):
+            import_conversations(rt.client, rt.rating_project, conversations, rt.store, predict=predict,
+                                 design=rt.settings.study, taxonomy=rt.taxonomy, rater_ids=raters)
+        with steps("questionnaires"):
+            import_profile_tasks(rt.client, rt.profile_project, raters, filtered=True)
+        with steps("queue copy"):
+            copy_queues(rt.client, rt.store, rt.rating_project, rt.profile_project, rt.taxonomy, raters,
+                        filtered=True)
     except Exception as exc:
         raise as_retryable(exc) from None
+    log.info("crowd prepare round: %d participants, %d conversations; %s", len(raters), len(conversations), steps)
     from sense7.crowd.lifecycle import clear_again
 
     # A lease that ended (or a withdrawal) while the round ran: the tasks just made for them are orphans,
@@ -123,7 +149,6 @@ def prepare_waiting(rt: Runtime, on_round=None, limit: int = ROUND, seen: set | 
     participant whose round left a conversation of theirs without tasks is not taken again by this job: the
     next job, or the page's next ask, tries again; `seen` collects them. One given a next conversation while
     their round ran is taken again by the next round). Counts."""
-    import time
 
     from sense7.crowd.lifecycle import unprepared, waiting_for_tasks
 
@@ -136,15 +161,18 @@ def prepare_waiting(rt: Runtime, on_round=None, limit: int = ROUND, seen: set | 
             on_round()
         if budget is not None and time.monotonic() - started > budget:
             break  # the caller queues the next job for whoever still waits
+        looked = time.perf_counter()
         waiting = waiting_for_tasks(rt.store, limit=limit, skip=seen)
         if not waiting:
             break
         if rounds == 0:
             predict = _predictor(rt)  # once per job: loading the served model is the costly part
         raters = [rater for _, rater in waiting]
+        started = time.perf_counter()
         before = unprepared(rt.store, raters)
         made = prepare_round(rt, waiting, predict)
         after = unprepared(rt.store, raters)
+        log.info("crowd prepare round took %.2f s (waiting list %.2f s)", time.perf_counter() - started, started - looked)
         seen.update(r for r in raters if before.get(r, set()) & after.get(r, set()) or r not in made)
         rounds += 1
         participants += len(made)

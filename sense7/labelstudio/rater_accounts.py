@@ -23,6 +23,7 @@ from label_studio_sdk import LabelStudio
 
 from sense7.labelstudio.client import list_tasks, rater_query, raters_tasks
 from sense7.labelstudio.protocol import parse_annotation, parse_profile_annotation, user_id
+from sense7.store.account_ids import AccountIds
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import RaterQueue
 from sense7.store.study_design import SHOWN, arm_of
@@ -51,22 +52,45 @@ def raters_by_email(store: Store) -> dict[str, str]:
 def ensure_users(client: LabelStudio, emails: dict[str, str], users: dict[str, int] | None = None
                  ) -> dict[str, int]:
     """rater_id -> Label Studio user id, creating a user (password discarded) per email not there yet.
-    `users`: email -> user id of every Label Studio user, when the caller has listed them already."""
-    existing = dict(users) if users is not None else {(u.email or "").lower(): u.id for u in client.users.list()}
+    `users`: email -> user id of every Label Studio user, when the caller has listed them already. Without
+    it, each user is created first and the list is read only if Label Studio says an address is taken (a
+    retry after a crash, an account made elsewhere): listing every user costs a request that grows with the
+    study (0.45 s at 100 users), creating one 0.07 s."""
+    existing = dict(users) if users is not None else None
     ids = {}
     for rater_id, email in emails.items():
         email = email.lower()
+        if existing is None:
+            made = _create_user(client, email)
+            if made is not None:
+                ids[rater_id] = made
+                continue
+            existing = {(u.email or "").lower(): u.id for u in client.users.list()}
         if email not in existing:
-            user = client.users.create(username=email.split("@")[0][:30] + "-" + secrets.token_hex(3), email=email,
-                                       password=secrets.token_urlsafe(24))
-            existing[email] = user.id
+            existing[email] = _create_user(client, email, taken_is_error=True)
         ids[rater_id] = existing[email]
     return ids
 
 
+def _create_user(client: LabelStudio, email: str, taken_is_error: bool = False) -> int | None:
+    """A new user at `email`: its id, or None when Label Studio answers that the address is taken."""
+    from label_studio_sdk.core.api_error import ApiError
+
+    try:
+        return client.users.create(username=email.split("@")[0][:30] + "-" + secrets.token_hex(3), email=email,
+                                   password=secrets.token_urlsafe(24)).id
+    except ApiError as exc:
+        errors = (exc.body or {}).get("validation_errors", {}) if isinstance(exc.body, dict) else {}
+        if exc.status_code == 400 and "email" in errors and not taken_is_error:
+            return None
+        raise
+
+
 def ensure_accounts(client: LabelStudio, store: Store, rater_ids) -> dict[str, int]:
     """The raters' attribution accounts (and the raters in the store): created when missing, each account at
-    its rater's reserved address.
+    its rater's reserved address, and kept in the store (sense7.store.account_ids), so that a rater's account
+    is looked up in Label Studio once, not at every round of every job (`forget` a kept id found stale:
+    copy_queue does).
 
     A rater whose own email already has an account in Label Studio keeps that account, so their earlier
     annotations and later ones stay on one account: a staff member's own login (their email is in Label
@@ -74,10 +98,17 @@ def ensure_accounts(client: LabelStudio, store: Store, rater_ids) -> dict[str, i
     addresses (`move_accounts` moves those to the reserved address)."""
     rater_ids = list(rater_ids)
     store.add_raters(rater_ids)  # a crowd participant may have no row yet: the sync knows raters by theirs
-    users = {(u.email or "").lower(): u.id for u in client.users.list()}
-    stored = store.rater_emails()
-    own = {r: users[stored[r]] for r in rater_ids if stored.get(r) in users}
-    return {**own, **ensure_users(client, {r: account_email(r) for r in rater_ids if r not in own}, users)}
+    kept = AccountIds(store)
+    known = kept.of(rater_ids)
+    missing = [r for r in rater_ids if r not in known]
+    if not missing:
+        return known
+    stored = store.rater_emails(rater_ids=missing)  # own emails: staff, raters imported with one
+    users = {(u.email or "").lower(): u.id for u in client.users.list()} if stored else None
+    own = {r: users[stored[r]] for r in missing if users is not None and stored.get(r) in users}
+    found = {**own, **ensure_users(client, {r: account_email(r) for r in missing if r not in own}, users)}
+    kept.remember(found)
+    return {**known, **found}
 
 
 def ensure_account(client: LabelStudio, store: Store, rater_id: str) -> int:
@@ -127,6 +158,7 @@ def move_accounts(client: LabelStudio, store: Store, projects) -> dict[str, int]
                 if author in old:
                     client.annotations.update(annotation["id"], completed_by=new[old[author]])
                     annotations += 1
+    AccountIds(store).remember(new)  # before the old accounts go: a kept id never names a deleted account
     for uid in sorted(old):
         client.users.delete(uid)
     return {"accounts": len(old), "annotations": annotations, "staff_logins_left": len(with_rater_email) - len(old)}
@@ -232,7 +264,10 @@ def copy_queue(client: LabelStudio, store: Store, rating_project: int, profile_p
     last knew it; returns the account, so the caller can keep it. A kept account is checked first (one small
     request): `move_accounts` replaces accounts, and a queue read through a replaced one would show the
     rater none of their earlier answers."""
-    if account is None or not is_account_of(client, store, rater_id, account):
+    if account is None:
+        account = ensure_account(client, store, rater_id)
+    if not is_account_of(client, store, rater_id, account):
+        AccountIds(store).forget([rater_id])  # replaced (move_accounts) or deleted in Label Studio: find it again
         account = ensure_account(client, store, rater_id)
     RaterQueue(store).replace(rater_id, fetch_queue(client, rating_project, profile_project, rater_id, account,
                                                     taxonomy))

@@ -1,0 +1,42 @@
+"""The rows of table `rater_accounts`: each rater's Label Studio attribution account id, as
+sense7.labelstudio.rater_accounts found or made it. Ids only: which account is a rater's is that module's
+business (and `erase_rater_rows` deletes a withdrawn rater's row with the rest of theirs)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Iterable
+
+from sqlalchemy import delete, select
+
+from sense7.store.database import Store
+from sense7.store.tables import rater_accounts
+
+READ_CHUNK = 500  # rater ids per SELECT ... IN (...)
+
+
+class AccountIds:
+    def __init__(self, store: Store):
+        self.store = store
+
+    def of(self, rater_ids: Iterable[str]) -> dict[str, int]:
+        """rater id -> account id, for those of these raters whose account is known."""
+        wanted = sorted(set(rater_ids))
+        found: dict[str, int] = {}
+        with self.store.engine.connect() as conn:
+            for start in range(0, len(wanted), READ_CHUNK):
+                found.update(conn.execute(select(rater_accounts.c.rater_id, rater_accounts.c.account_id).where(
+                    rater_accounts.c.rater_id.in_(wanted[start:start + READ_CHUNK]))).all())
+        return found
+
+    def remember(self, accounts: dict[str, int]) -> None:
+        """Keep (or replace) these raters' account ids."""
+        now = datetime.now(timezone.utc)
+        rows = [{"rater_id": r, "account_id": int(a), "updated_at": now} for r, a in accounts.items()]
+        with self.store.engine.begin() as conn:
+            self.store.upsert_rows(conn, rater_accounts, rows, ["rater_id"])
+
+    def forget(self, rater_ids: Iterable[str]) -> int:
+        """Drop these raters' kept ids (an account found gone or replaced): the next look-up finds it again."""
+        with self.store.engine.begin() as conn:
+            return conn.execute(delete(rater_accounts).where(rater_accounts.c.rater_id.in_(list(rater_ids)))).rowcount
