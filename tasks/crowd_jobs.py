@@ -123,7 +123,7 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
             import_profile_tasks(rt.client, rt.profile_project, raters, filtered=True)
         with steps("queue copy"):
             copy_queues(rt.client, rt.store, rt.rating_project, rt.profile_project, rt.taxonomy, raters,
-                        filtered=True)
+                        filtered=True, make_accounts=False)  # delivery makes new participants' accounts
     except Exception as exc:
         raise as_retryable(exc) from None
     log.info("crowd prepare round: %d participants, %d conversations; %s", len(raters), len(conversations), steps)

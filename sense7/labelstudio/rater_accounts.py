@@ -228,7 +228,7 @@ def fetch_queue(client: LabelStudio, rating_project: int, profile_project: int |
 
 
 def fetch_all_queues(client: LabelStudio, rating_project: int, profile_project: int | None,
-                     accounts: dict[str, int], taxonomy: Taxonomy, filtered: bool = False) -> dict[str, list[dict]]:
+                     accounts: dict[str, int | None], taxonomy: Taxonomy, filtered: bool = False) -> dict[str, list[dict]]:
     """The queues of these raters (rater_id -> account) in one pass over both projects: a page per 1,000
     tasks instead of two filtered queries per rater, so that opening a link never waits for Label Studio.
     `filtered`: read only these raters' tasks (OR-filtered queries, a few raters each), for a handful of
@@ -245,11 +245,18 @@ def fetch_all_queues(client: LabelStudio, rating_project: int, profile_project: 
 
 
 def copy_queues(client: LabelStudio, store: Store, rating_project: int, profile_project: int | None,
-                taxonomy: Taxonomy, rater_ids, filtered: bool = False) -> int:
+                taxonomy: Taxonomy, rater_ids, filtered: bool = False, make_accounts: bool = True) -> int:
     """Copy these raters' queues from Label Studio into the store (sense7.store.rater_page_tables.RaterQueue), in one
     pass over both projects (fetch_all_queues; `filtered`: over these raters' tasks only); returns the
-    raters copied. The queue job's work, and the crowd's prepare job's."""
-    accounts = ensure_accounts(client, store, sorted(rater_ids))
+    raters copied. The queue job's work, and the crowd's prepare job's. `make_accounts=False`: raters whose
+    account is not kept yet get none here (no annotation can be theirs before it exists); delivery makes it
+    with their first answer. The crowd's first turns then never wait for Label Studio to create users."""
+    rater_ids = sorted(rater_ids)
+    if make_accounts:
+        accounts: dict[str, int | None] = dict(ensure_accounts(client, store, rater_ids))
+    else:
+        store.add_raters(rater_ids)  # the sync knows raters by their row
+        accounts = {r: None for r in rater_ids} | AccountIds(store).of(rater_ids)
     queues = fetch_all_queues(client, rating_project, profile_project, accounts, taxonomy, filtered=filtered)
     queue = RaterQueue(store)
     for rater, items in queues.items():

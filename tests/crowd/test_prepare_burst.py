@@ -12,6 +12,8 @@ import pytest
 
 from sense7.crowd.lifecycle import install_study, waiting_for_tasks
 from sense7.crowd.participants import Studies
+from sense7.labelstudio.rater_accounts import account_email
+from sense7.store.account_ids import AccountIds
 from sense7.store.rater_page_tables import RaterQueue
 from tests.support.crowd import write_study
 from tests.support.crowd import participant_ids, participants_conversations, until
@@ -76,6 +78,10 @@ def test_a_burst_of_participants_is_prepared_by_one_bulk_import(job_stack, tmp_p
     assert len(imports.calls) == 2  # the rating tasks of all four, then their four questionnaires
     assert waiting_for_tasks(rt.store) == []
     _assert_exactly_assigned(rt, first)
+    # No Label Studio user was made for them: their first turns never wait on that (delivery makes each account
+    # with the participant's first answer).
+    emails = {(u.email or "").lower() for u in rt.client.users.list()}
+    assert not {account_email(r) for r in first} & emails and AccountIds(rt.store).of(first) == {}
 
     # 2. A job that died after Label Studio took the import but before the queue copy (two queue copies
     #    gone), with two new arrivals: the next pass imports the new ones' tasks only, nothing twice.
