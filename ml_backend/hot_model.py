@@ -4,8 +4,8 @@ A request only reads the reference held (`get`: no query of the store, no load, 
 loaded by `refresh`: at the process's start (build_model), then by the process's background thread (`start`:
 the backend's WSGI app factory starts it in each worker), which reads the registry's pointer every
 `check_interval` seconds (one small query) and, when it moved, verifies, loads and compiles the new version
-while the held one keeps answering, then swaps one reference. So no request pays for a load (it used to be
-the request that noticed the moved pointer). A version that fails verification or loading is remembered and
+while the held one keeps answering, then swaps one reference. So no request carries a load (it used to be
+the request that noticed the moved pointer; `start` says what a gevent worker still waits for). A version that fails verification or loading is remembered and
 not retried until the pointer moves again; the old model keeps serving, as it does while the store is out of
 reach. A job (pre-annotation, a bulk import) calls `refresh` itself when it starts, to use the version
 served now.
@@ -80,8 +80,11 @@ class HotModel:
             if self._follow_pid == pid and self._thread is not None and self._thread.is_alive():
                 return
             if self._follow_pid is not None and self._follow_pid != pid:
-                # A lock a thread of the parent held at the fork stays held in the child: start with a new one.
+                # Forked: a lock a thread of the parent held at the fork stays held in the child, and in a gevent
+                # worker (patched after the fork) the master's native lock and event would block the whole
+                # worker instead of one greenlet. New ones, made by this process's (patched) threading module.
                 self._refresh_lock = threading.Lock()
+                self._stopped = threading.Event()
             self._follow_pid = pid
             self._stopped.clear()
             self._thread = threading.Thread(target=self._follow, name="sense7-model-follow", daemon=True)
