@@ -185,8 +185,7 @@ def create_app(settings: Settings | None = None, *, model: Sense7Model | None = 
 
     @app.get("/health")
     def health():
-        # Never loads inline (Label Studio gives /health 1 s): a moved pointer is loaded in the background.
-        model.hot_model.reload_in_background()
+        # No I/O (Label Studio gives /health 1 s): the version held, kept current by the process's background thread.
         return jsonify({"status": "UP", "model_class": type(model).__name__, "model_version": model.model_version,
                         "worker": os.getpid()})
 

@@ -10,7 +10,8 @@ worker (SENSE7_BACKEND_THREADS > 1: gthread) let concurrent requests share model
 (ml_backend/batcher.py), but measured on 2 cores they cost throughput and tail latency (GIL hand-overs
 between the request threads; docs/BENCHMARKS.md). Now that a model call takes well under a millisecond
 (sense7.model.serving), a busy sync worker keeps /health and /setup waiting for at most that long.
-Each worker imports sense7.ml_backend.wsgi and loads the model once (no preload: hot swaps happen per process).
+Each worker imports sense7.ml_backend.wsgi, loads the model once and follows promotions in its own background
+thread (no preload: hot swaps happen per process; HotModel restarts the thread in a forked worker anyway).
 """
 
 from sense7.settings import Settings

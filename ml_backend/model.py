@@ -77,10 +77,10 @@ class Sense7Model:
         return loaded.version if loaded else NO_MODEL_VERSION
 
     def setup(self, project: str | None, schema: str | None) -> str:
-        """Remember the project's config; never loads a model inline (Label Studio waits 3 s at most)."""
+        """Remember the project's config; never loads a model inline (Label Studio waits 3 s at most): the
+        version held, which the process's background thread keeps current (HotModel.start)."""
         if project and schema:
             self._schemas[str(project).split(".")[0]] = schema
-        self.hot_model.reload_in_background()
         return self.model_version
 
     def versions(self) -> list[str]:
@@ -269,7 +269,9 @@ class Sense7Model:
     # ------------------------------------------------------------------ bulk import
     def import_predictor(self, label_config: str) -> "ImportPredictor | None":
         """What `sense7.labelstudio.importer.import_conversations(predict=...)` takes: the served version's
-        predictions in Label Studio's import format. None when no version is served."""
+        predictions in Label Studio's import format. None when no version is served. A job's (or a command's)
+        call: the registry's current version is loaded first if the process does not hold it yet."""
+        self.hot_model.refresh()
         loaded = self.hot_model.get()
         return ImportPredictor(self, label_config, loaded.version) if loaded is not None else None
 
@@ -289,7 +291,8 @@ def import_prediction(answer: dict) -> dict | None:
 
 class ImportPredictor:
     """Callable: task dicts -> one importable prediction or None each (see Sense7Model.import_predictor).
-    `version` is the version served when it was made; a promotion meanwhile is picked up by `predict`."""
+    `version` is the version served when it was made; a promotion meanwhile is picked up by `predict` once the
+    process's model follows it (HotModel.start, or the next job's `refresh`)."""
 
     def __init__(self, model: Sense7Model, label_config: str, version: str):
         self.model, self.label_config, self.version = model, label_config, version
@@ -318,7 +321,9 @@ def log_event(action: str, payload: dict) -> None:
 def build_model(settings, on_event: Callable[[str, dict], Any] | None = None,
                 check_interval: float = 1.0, refresh_seconds: float = 30.0, serving: bool = False) -> Sense7Model:
     """The model of one serving process (the backend's gunicorn worker, or a Celery worker pushing
-    pre-annotations): the registry's current version loaded now, once. Its text encoder, if any, reads the
+    pre-annotations): the registry's current version loaded now, once (so a worker answers /predict only with a
+    model loaded). It then follows promotions only when asked: the backend's app factory starts its background
+    thread (HotModel.start), a job calls HotModel.refresh when it starts. Its text encoder, if any, reads the
     store's text vectors; `serving` (the backend's requests): a text not embedded yet is embedded within
     settings.text_vector_budget seconds or answered by the lexical part (each answer's `text_vectors` says which);
     otherwise (bulk pre-annotation, imports) every missing text is embedded."""
@@ -331,7 +336,7 @@ def build_model(settings, on_event: Callable[[str, dict], Any] | None = None,
     hot = HotModel(ModelRegistry.from_settings(settings, store), check_interval=check_interval,
                    vectors=VectorCache.of_store(store),
                    on_demand_seconds=settings.text_vector_budget if serving else None)
-    hot.reload()
+    hot.refresh()
     taxonomy = study_taxonomy(settings)
     return Sense7Model(hot, RaterInfoCache(store, taxonomy, refresh_seconds=refresh_seconds),
                        taxonomy, on_event=on_event, prefill_rule=settings.study.prefill_rule,

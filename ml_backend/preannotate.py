@@ -62,6 +62,7 @@ class Preannotator:
         from sense7.ml_backend.model import ModelUnavailable, import_prediction
 
         started = time.perf_counter()
+        self.model.hot_model.refresh()  # the version served now (a promotion queues this job), loaded by the job
         loaded = self.model.hot_model.get()
         if loaded is None:
             raise ModelUnavailable("no model version has been promoted yet: run `sense7 retrain` first")

@@ -23,7 +23,13 @@ def _on_event(spec: str | None):
 
 def app_from_env():
     """gunicorn's app factory (`sense7.ml_backend.wsgi:app_from_env()`): called once per worker process,
-    so importing this module reads no settings and loads no model."""
+    so importing this module reads no settings and loads no model. The app returned holds the registry's
+    current version already: a worker answers /predict only once it is loaded."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     settings = Settings.from_env()
-    return create_app(settings, on_event=_on_event(settings.serving.on_event))
+    app = create_app(settings, on_event=_on_event(settings.serving.on_event))  # the current version loaded
+    # Promotions are followed by this worker's background thread, never by a request. Started here, in each
+    # worker (gunicorn_conf.py: no preload); were the app built in gunicorn's master, the thread would not
+    # survive the fork, and HotModel.get starts it again in the worker on its first request.
+    app.extensions["sense7_model"].hot_model.start()
+    return app

@@ -140,7 +140,7 @@ def main() -> None:
             # -- (a) a new version: the refresh job ----------------------------------------------------
             registry.add(bundle, "v2")
             registry.promote("v2")
-            model.hot_model.reload()
+            model.hot_model.refresh()
             assert model.hot_model.get().version == "v2"
             log(f"refresh: Preannotator.run() with v2 over {n_tasks} unlabeled tasks (chunk {chunk})")
             done = pre.run()

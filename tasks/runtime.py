@@ -89,7 +89,8 @@ class Runtime:
 
     @cached_property
     def serving_model(self):
-        """The ML backend's model (follows the registry's CURRENT pointer by itself)."""
+        """The ML backend's model; each job that uses it loads the registry's current version when it starts
+        (HotModel.refresh in Preannotator.run and Sense7Model.import_predictor: no background thread here)."""
         from sense7.ml_backend.model import build_model
 
         return build_model(self.settings)

@@ -57,7 +57,7 @@ def events() -> list:
 def make_app(registry, store, settings, events):
     def factory(check_interval=0.0, **kwargs):
         hot = HotModel(registry, check_interval=check_interval)
-        hot.reload()
+        hot.refresh()
         model = Sense7Model(hot, RaterInfoCache(store, TAXONOMY, refresh_seconds=0.0), TAXONOMY)
         app = create_app(settings, model=model, on_event=lambda action, payload: events.append((action, payload)),
                          **kwargs)

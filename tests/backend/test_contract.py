@@ -48,8 +48,8 @@ def test_health_and_versions(client, served):
 
 
 def test_setup_answers_with_held_version_without_loading(served, make_app, label_config):
-    """/setup must not wait for a model load: a stuck load of v2 does not delay it."""
-    app = make_app()
+    """/setup must not wait for a model load: while the process's thread is stuck loading v2, it answers v1."""
+    app = make_app(check_interval=0.05)
     client = app.test_client()
     hot = app.extensions["sense7_model"].hot_model
     gate, entered = threading.Event(), threading.Event()
@@ -67,11 +67,13 @@ def test_setup_answers_with_held_version_without_loading(served, make_app, label
             "access_token": "tok-should-not-leak", "extra_params": None}
     first = client.post("/setup", json=body, headers=auth_headers())
     assert first.status_code == 200 and first.get_json() == {"model_version": "v1"}
-    assert entered.wait(5)  # a background thread is loading v2 meanwhile
-    assert client.post("/setup", json=body, headers=auth_headers()).get_json() == {"model_version": "v1"}
-    gate.set()
-    for thread in [t for t in threading.enumerate() if t.name == "sense7-model-reload"]:
-        thread.join(5)
+    hot.start()
+    try:
+        assert entered.wait(5)  # the background thread is loading v2 meanwhile
+        assert client.post("/setup", json=body, headers=auth_headers()).get_json() == {"model_version": "v1"}
+    finally:
+        gate.set()
+        hot.stop()  # after the load under way
     assert hot.peek().version == "v2"
     assert client.post("/setup", json=body, headers=auth_headers()).get_json() == {"model_version": "v2"}
 
@@ -153,6 +155,7 @@ def test_levels_are_clipped_to_the_configs_max_rating(served, client):
     served.add(FakeBundle("v2", level=5))
     served.promote("v2")
     config = '<View><Text name="t" value="$x"/><Rating name="overall" toName="t" maxRating="3"/></View>'
+    client.application.extensions["sense7_model"].hot_model.refresh()
     item = predict(client, [task(1)], config).get_json()["results"][0]["result"][0]
     assert item["value"] == {"rating": 3}
 
@@ -223,7 +226,9 @@ def test_basic_auth_is_on_by_default_with_generated_credentials(served, registry
     secret_file = tmp_path / "h3" / "secrets" / "backend_password"
     assert secret_file.read_text() == settings.backend_password
     assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600 and stat.S_IMODE((tmp_path / "h3").stat().st_mode) == 0o700
-    client = create_app(settings, model=Sense7Model(HotModel(registry), RaterInfoCache(store, TAXONOMY), TAXONOMY)).test_client()
+    hot = HotModel(registry)
+    hot.refresh()
+    client = create_app(settings, model=Sense7Model(hot, RaterInfoCache(store, TAXONOMY), TAXONOMY)).test_client()
     body = {"tasks": [task(1)], "label_config": label_config}
     stranger = client.post("/predict", json=body)
     assert stranger.status_code == 401 and b"results" not in stranger.data
@@ -325,6 +330,7 @@ def test_store_outage_keeps_the_last_good_copy(served, make_app, store, label_co
 def test_a_task_the_model_chokes_on_fails_alone(served, client, label_config, caplog):
     served.add(FakeBundle("v2", level=3, fail_for="poison"))
     served.promote("v2")
+    client.application.extensions["sense7_model"].hot_model.refresh()
     results = predict(client, [task(1, "r1"), task(2, "poison"), task(3, "r2")], label_config).get_json()["results"]
     assert [len(r["result"]) for r in results] == [len(CONTROLS), 0, len(CONTROLS)]
     assert results[1]["error"] == "task 2: prediction failed: ValueError"

@@ -148,7 +148,7 @@ def test_no_store_query_per_request_once_the_answers_are_known(tmp_path, trained
     store_url, _, _, datas = rater_page_study(tmp_path, trained)
     store = Store(store_url)
     hot = HotModel(ModelRegistry(trained[0], store))
-    hot.reload()
+    hot.refresh()
     live = LiveServing(store, TAXONOMY, check_interval=0.0)
     model = Sense7Model(hot, RaterInfoCache(store, TAXONOMY, refresh_seconds=3600), TAXONOMY, live=live)
     app = backend_app(Settings.from_env({"SENSE7_HOME": str(tmp_path / "home"), "SENSE7_MODEL_DIR": str(trained[0]),

@@ -45,7 +45,7 @@ def test_the_backend_prefills_and_records_the_rule_level(registry, store, label_
     registry.add(SkewedBundle("v1"))
     registry.promote("v1")
     hot = HotModel(registry, check_interval=0.0)
-    hot.reload()
+    hot.refresh()
     model = Sense7Model(hot, RaterInfoCache(store, TAXONOMY, refresh_seconds=0.0), TAXONOMY, prefill_rule=rule)
     answers, records = model.predict_and_record([task(1, prefill="shown")], label_config)
     ratings = {r["from_name"]: r["value"]["rating"] for r in answers[0]["result"]}

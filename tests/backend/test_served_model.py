@@ -57,7 +57,7 @@ def _served_app(study, tmp_path, settings, params):
     store.upsert_raters([{"rater_id": "newcomer", "traits": profile(raters.iloc[0])}])
     store.upsert_conversations(study.conversations)
     hot = HotModel(registry, check_interval=0.0)
-    hot.reload()
+    hot.refresh()
     app = create_app(settings, model=Sense7Model(hot, RaterInfoCache(store, TAXONOMY, refresh_seconds=0.0), TAXONOMY))
     app.testing = True
     return app, registry, store

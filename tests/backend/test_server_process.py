@@ -106,7 +106,7 @@ def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
         assert all(len(r["result"]) == len(load_taxonomy().controls) for r in answer)
         registry.add(small_bundles[1], "v2")
         registry.promote("v2")
-        # Each worker notices within a second (one stat) and loads in the background; nobody restarts.
+        # Each worker's background thread notices within a second (one query) and loads; nobody restarts.
         deadline, workers = time.monotonic() + 30, {}
         while time.monotonic() < deadline:
             health = requests.get(f"{server.url}/health", auth=auth, timeout=5).json()

@@ -38,7 +38,7 @@ def served(tmp_path, settings):
     store.upsert_conversations(study.conversations)
     # No time to embed in a request (budget 0): what a text not embedded yet gets under any budget.
     hot = HotModel(registry, check_interval=0.0, vectors=VectorCache.of_store(store), on_demand_seconds=0.0)
-    hot.reload()
+    hot.refresh()
     model = Sense7Model(hot, RaterInfoCache(store, TAXONOMY, refresh_seconds=0.0), TAXONOMY)
     app = create_app(settings, model=model)
     app.testing = True
@@ -83,7 +83,7 @@ def test_a_model_without_an_encoder_answers_as_before(tmp_path, settings):
     registry.add(train_bundle(study.rating_data(), "v1", TAXONOMY), "v1")
     registry.promote("v1")
     hot = HotModel(registry, check_interval=0.0, vectors=VectorCache.of_store(store), on_demand_seconds=0.0)
-    hot.reload()
+    hot.refresh()
     app = create_app(settings, model=Sense7Model(hot, RaterInfoCache(store, TAXONOMY, refresh_seconds=0.0), TAXONOMY))
     app.testing = True
     tasks = [{"id": i, "data": t["data"]} for i, t in enumerate(plan_tasks(study.conversations)[:4])]
