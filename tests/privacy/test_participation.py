@@ -13,6 +13,7 @@ from sqlalchemy import Column, Integer, Table
 from sense7.data.items import encoder_texts
 from sense7.privacy import participation
 from sense7.privacy.participation import ConversationChoices, Withdrawals, drop_left_out, erase_rater_rows
+from sense7.store.account_ids import AccountIds
 from sense7.store import tables as store_module
 from sense7.store.database import Store
 from sense7.store.rater_page_tables import InstructedAnswers, LinkBook, Outbox, RaterQueue, token_hash
@@ -86,6 +87,7 @@ def _fill_rater_rows(store: Store, rater: str, conversation: str, task_id: int) 
         "arm": "shown", "kind": "personalized", "levels": {"overall": 4}, "expected": {"overall": 4.0},
         "generic_levels": {"overall": 3}, "generic_expected": {"overall": 3.0}}])
     store.log_staff("import", raters=[rater], file=f"{rater}.jsonl", conversations=1)
+    AccountIds(store).remember({rater: task_id * 100})  # their Label Studio account, as ensure_accounts keeps it
     # Their conversation's text vectors (sense7.model.vector_cache), as the embed job writes them, for two encoders.
     for key in ("a" * 64, "b" * 64):
         TextVectorRows(store.engine).add(key, {text_sha256(t): np.full(4, task_id, dtype="float16")
