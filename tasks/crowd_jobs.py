@@ -161,18 +161,15 @@ def prepare_waiting(rt: Runtime, on_round=None, limit: int = ROUND, seen: set | 
             on_round()
         if budget is not None and time.monotonic() - started > budget:
             break  # the caller queues the next job for whoever still waits
-        looked = time.perf_counter()
         waiting = waiting_for_tasks(rt.store, limit=limit, skip=seen)
         if not waiting:
             break
         if rounds == 0:
             predict = _predictor(rt)  # once per job: loading the served model is the costly part
         raters = [rater for _, rater in waiting]
-        started = time.perf_counter()
         before = unprepared(rt.store, raters)
         made = prepare_round(rt, waiting, predict)
         after = unprepared(rt.store, raters)
-        log.info("crowd prepare round took %.2f s (waiting list %.2f s)", time.perf_counter() - started, started - looked)
         seen.update(r for r in raters if before.get(r, set()) & after.get(r, set()) or r not in made)
         rounds += 1
         participants += len(made)
