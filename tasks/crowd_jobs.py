@@ -127,6 +127,15 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
     except Exception as exc:
         raise as_retryable(exc) from None
     log.info("crowd prepare round: %d participants, %d conversations; %s", len(raters), len(conversations), steps)
+    from sense7.store.rater_page_tables import Outbox
+
+    if Outbox(rt.store).counts()["undelivered"]:  # questionnaires answered before their task existed are
+        from sense7.tasks.delivery import request_delivery  # deliverable now (RaterQueue.replace gave them its id)
+
+        try:
+            request_delivery()
+        except Exception as exc:  # beat's periodic delivery takes them
+            log.warning("could not ask for delivery after a prepare round: %s", describe_error(exc))
     from sense7.crowd.lifecycle import clear_again
 
     # A lease that ended (or a withdrawal) while the round ran: the tasks just made for them are orphans,

@@ -157,7 +157,8 @@ def list_links() -> None:
     for rater_id, created in sorted(LinkBook(store).active().items()):
         console.print(f"{rater_id}\tlink since {created:%Y-%m-%d %H:%M}")
     counts = Outbox(store).counts()
-    console.print(f"submissions: {counts['submissions']}, not yet in Label Studio: {counts['undelivered']}")
+    console.print(f"submissions: {counts['submissions']}, not yet in Label Studio: "
+                  f"{counts['undelivered'] + counts['provisional']} ({counts['provisional']} waiting for their task)")
 
 
 @raters_app.command()

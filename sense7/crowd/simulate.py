@@ -51,11 +51,13 @@ class Tally:
 
 @dataclass(frozen=True)
 class Pace:
-    """Human times (s, already compressed): per turn, reading the consent, per check attempt."""
+    """Human times (s, already compressed): per turn, reading the consent, per check attempt, answering the
+    questionnaire."""
 
     think: tuple[float, float] = (0.0, 0.0)
     consent_read: tuple[float, float] = (0.0, 0.0)
     check_answer: tuple[float, float] = (0.0, 0.0)
+    questionnaire: tuple[float, float] = (0.0, 0.0)
 
 
 def write_study(folder: Path, pool: list, *, study_id: str, participants: int, k: int, n: int, lease_minutes: int,
@@ -170,19 +172,30 @@ async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pac
             tally.outcome(ended)
             return
         deadline = time.monotonic() + 300
-        wait = await timed(http.get(f"/s/{sid}/wait"))  # an entry page when the tasks are there
-        shown = time.perf_counter()
-        waited = 0.0
-        while wait.status_code != 303:  # the "preparing" page refreshes itself
-            if wait.status_code != 200 or time.monotonic() > deadline:
-                raise RuntimeError(f"preparing answered HTTP {wait.status_code}")
-            await asyncio.sleep(0.5)
-            wait = await http.get(f"/s/{sid}/wait")
-            waited = time.perf_counter() - shown
+
+        async def preparing(wait) -> float:
+            """Seconds on the "preparing" page (it refreshes itself) until it sends the participant on."""
+            shown, waited = time.perf_counter(), 0.0
+            while wait.status_code != 303:
+                if wait.status_code != 200 or time.monotonic() > deadline:
+                    raise RuntimeError(f"preparing answered HTTP {wait.status_code}")
+                await asyncio.sleep(0.5)
+                wait = await http.get(f"/s/{sid}/wait")
+                waited = time.perf_counter() - shown
+            return waited
+
+        waited = await preparing(await timed(http.get(f"/s/{sid}/wait")))  # an entry page once something is there
         page = await timed(http.get("/", follow_redirects=True))
         if "/profile" in str(page.url):
             form = {**dict(HIDDEN.findall(page.text)), **profile_values}
-            page = await timed(http.post("/profile", data=form, follow_redirects=True))
+            await asyncio.sleep(rng.uniform(*pace.questionnaire))
+            page = await timed(http.post("/profile", data=form))
+            if page.status_code != 303:
+                raise RuntimeError(f"questionnaire answered HTTP {page.status_code}")
+            page = await timed(http.get(page.headers["location"], follow_redirects=True))
+            if page.url.path.endswith(f"/s/{sid}/wait"):  # the turns' tasks are still being made
+                waited += await preparing(await timed(http.get(f"/s/{sid}/wait")))
+                page = await timed(http.get("/", follow_redirects=True))
         tally.first_turn_with_reading.append(time.perf_counter() - started)
         tally.first_turn.append(server[0] + waited)
         tally.entry_server.append(server[0])

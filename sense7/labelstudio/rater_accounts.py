@@ -184,9 +184,11 @@ def _queue_item(task, kind: str, account: int | None, taxonomy: Taxonomy) -> dic
     annotations = [dict(a) for a in (task.annotations or [])
                    if account is not None and user_id(dict(a).get("completed_by")) == account
                    and not dict(a).get("was_cancelled")]
+    # (the task's key: what finds a task the page showed before Label Studio had it, RaterQueue.replace)
     item: dict[str, Any] = {"task_id": task.id, "kind": kind, "prediction": None,
                             "answer": _answer_from(_latest(annotations, "updated_at"), taxonomy, kind),
-                            "conversation_id": None, "turn_index": None, "position": -1, "data": {}}
+                            "conversation_id": None, "turn_index": None, "position": -1,
+                            "data": {"task_key": data.get("task_key")}}
     if kind == "profile":
         return item
     # The study's hidden arm (sense7.store.study_design) never shows a prediction, whatever Label Studio holds.
@@ -197,7 +199,7 @@ def _queue_item(task, kind: str, account: int | None, taxonomy: Taxonomy) -> dic
             item["prediction"] = {"version": prediction.get("model_version"), "values": values,
                                   "expectation": expectation}
     return {**item, "conversation_id": data.get("conversation_id"), "turn_index": data.get("turn_index"),
-            "data": {"history": data.get("history") or [], "turn": data.get("turn") or [],
+            "data": {"task_key": data.get("task_key"), "history": data.get("history") or [], "turn": data.get("turn") or [],
                      "repeat": bool(data.get("repeat_of")), "instructed": data.get("instructed")}}
 
 

@@ -283,7 +283,7 @@ ERASURE = {
     "raters": "rater", "contexts": "rater", "imported_ratings": "rater", "rater_links": "rater",
     "rater_tasks": "rater", "submissions": "rater", "task_arms": "rater", "recorded_predictions": "rater",
     "instructed_answers": "rater", "conversation_choices": "rater", "accepted_versions": "rater",
-    "rater_accounts": "rater",
+    "rater_accounts": "rater", "provisional_tasks": "rater",
     "annotations": "annotation", "ratings": "annotation", "rating_history": "history",
     "conversations": "conversation", "staff_log": "redact", "study_values": "none", "withdrawals": "receipt",
     # crowd studies (sense7.crowd): the participant's rows, their platform id (completions) included

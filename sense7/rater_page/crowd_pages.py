@@ -6,8 +6,9 @@
                    link, no Label Studio task -> the comprehension check (two attempts; failing twice: return
                    your submission, the screen-out code or redirect, never rejected) -> passed: a seat and the
                    slots taken at once, the rating lease started, a rater-page link issued into this session
-                   and the worker asked for the tasks -> "preparing" while it works -> the ordinary rater
-                   page (questionnaire, turns) -> finish: the completion code or redirect, only once every
+                   and the worker asked for the tasks -> the questionnaire at once, from the store (its
+                   task is made by the worker meanwhile: RaterQueue.provide) -> "preparing" for whatever of
+                   the worker's round is left -> the turns -> finish: the completion code or redirect, only once every
                    turn of every conversation held is answered. No seat or no slot left at the check: the
                    full page (its code, or "return your submission"); a `full` participant may enter again.
 
@@ -35,6 +36,7 @@ from sense7.crowd.lifecycle import assignments_of, finish, give_back, start_rati
 from sense7.crowd.participants import (AlreadyEntered, Participant, Participants, pseudonymous_id,
                                        study_secret, valid_platform_id)
 from sense7.crowd.study import CrowdStudy
+from sense7.labelstudio.protocol import profile_task
 from sense7.store.rater_page_tables import token_hash
 from sense7.rater_page.forms import form_number
 from sense7.rater_page.services import client_address, page_services
@@ -260,10 +262,16 @@ def open_rating(study: CrowdStudy, rater: str) -> None:
     if token is None:
         abort(404)
     session["link"] = token_hash(token)
+    queue = page_services().queue
     request_prepare = page_services().request_prepare
-    if request_prepare is not None and not page_services().queue.has(rater):
+    if request_prepare is not None and not queue.has(rater):
         request_prepare(study.study_id, rater)
         session["prepare_asked"] = time.time()  # the wait page asks again only if this one got lost
+    if not any(item.kind == "profile" for item in queue.items(rater)):
+        # The questionnaire from the store at once: the participant answers it while the worker's round makes
+        # their Label Studio tasks (it takes seconds when Label Studio is busy), instead of waiting for them.
+        queue.provide(rater, [{"kind": "profile", "position": -1, "conversation_id": None, "turn_index": None,
+                               "data": {"task_key": profile_task(rater)["data"]["task_key"]}, "prediction": None}])
 
 
 @crowd.get("/<study_id>/wait")

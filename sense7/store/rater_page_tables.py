@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from sqlalchemy import and_, func, select, update
 
 from sense7.store.database import Store
-from sense7.store.tables import (conversation_choices, crowd_withdrawn, instructed_answers, rater_links, rater_tasks,
-                                 submissions, withdrawals, withdrawn_id_hash)
+from sense7.store.tables import (conversation_choices, crowd_withdrawn, instructed_answers, provisional_tasks,
+                                 rater_links, rater_tasks, submissions, withdrawals, withdrawn_id_hash)
 
 TOKEN_BYTES = 32  # 256 random bits per link
 
@@ -102,12 +102,63 @@ class RaterQueue:
         self.store = store
 
     def replace(self, rater_id: str, items: list[dict]) -> None:
-        """Set `rater_id`'s queue to `items` (dicts with QueueItem's fields but `answer` from Label Studio)."""
-        rows = [{"rater_id": rater_id, **item} for item in items]
+        """Set `rater_id`'s queue to `items` (dicts with QueueItem's fields but `answer` from Label Studio; a
+        task's key in `data["task_key"]`). A provisional task (`provide`) found among them by its key takes
+        Label Studio's id, and so do the answers stored under its provisional id (one transaction); one not
+        among them stays in the queue as it is (its Label Studio task is not made yet)."""
+        found = {(item.get("data") or {}).get("task_key"): item["task_id"] for item in items if item["task_id"] > 0}
         with self.store.engine.begin() as conn:
-            conn.execute(rater_tasks.delete().where(rater_tasks.c.rater_id == rater_id))
+            # A write first: SQLite's write lock (PostgreSQL's row locks) for the whole transaction, so an answer
+            # stored meanwhile under a provisional id waits for it and then finds the id resolved (Outbox.add_next).
+            conn.execute(update(provisional_tasks).where(provisional_tasks.c.rater_id == rater_id,
+                                                         provisional_tasks.c.task_id.is_(None))
+                         .values(rater_id=provisional_tasks.c.rater_id))
+            waiting = conn.execute(select(provisional_tasks.c.id, provisional_tasks.c.task_key).where(
+                provisional_tasks.c.rater_id == rater_id, provisional_tasks.c.task_id.is_(None))).all()
+            kept = []
+            for provisional in waiting:
+                if found.get(provisional.task_key) is None:
+                    kept.append(-provisional.id)
+                    continue
+                real = int(found[provisional.task_key])
+                conn.execute(update(provisional_tasks).where(provisional_tasks.c.id == provisional.id)
+                             .values(task_id=real))
+                move_answers(conn, rater_id, -provisional.id, real)
+            conn.execute(rater_tasks.delete().where(rater_tasks.c.rater_id == rater_id,
+                                                    rater_tasks.c.task_id.not_in(kept)))
+            rows = [{"rater_id": rater_id, **item} for item in items if item["task_id"] not in kept]
             if rows:
                 conn.execute(rater_tasks.insert(), rows)
+
+    def provide(self, rater_id: str, items: list[dict]) -> list[int]:
+        """Put tasks that Label Studio does not have yet into the rater's queue (a crowd participant's
+        questionnaire at the check: their first page then never waits for the worker), each under the
+        provisional id -id of its `provisional_tasks` row; `items`: queue rows (QueueItem's fields but
+        `task_id` and `answer`) with the task's key in `data["task_key"]`, the key the task will have in Label
+        Studio. Answers to them are stored and kept as any others, and delivered once `replace` has found the
+        task in Label Studio. A key provided before is left as it is (idempotent). Returns the ids."""
+        from sqlalchemy.exc import IntegrityError
+
+        for _ in range(3):
+            ids = []
+            try:
+                with self.store.engine.begin() as conn:
+                    for item in items:
+                        key = item["data"]["task_key"]
+                        known = conn.execute(select(provisional_tasks.c.id, provisional_tasks.c.task_id)
+                                             .where(provisional_tasks.c.task_key == key)).first()
+                        if known is not None:
+                            ids.append(known.task_id or -known.id)
+                            continue
+                        made = conn.execute(provisional_tasks.insert().values(
+                            rater_id=rater_id, task_key=key, task_id=None, made_at=_now())).inserted_primary_key[0]
+                        conn.execute(rater_tasks.insert(), [{"rater_id": rater_id, "answer": None, **item,
+                                                             "task_id": -int(made)}])
+                        ids.append(-int(made))
+                return ids
+            except IntegrityError:  # the same key provided at the same moment (a form sent twice): look again
+                continue
+        raise RuntimeError(f"could not provide {len(items)} tasks for one rater")
 
     def has(self, rater_id: str) -> bool:
         with self.store.engine.connect() as conn:
@@ -138,6 +189,30 @@ def _latest_answers(conn, rater_id: str) -> dict[int, dict]:
     return {r.task_id: r.answer for r in rows}
 
 
+def move_answers(conn, rater_id: str, old: int, new: int) -> None:
+    """The rater's answers stored under task id `old` (a provisional id) now under `new` (Label Studio's):
+    submissions (their key names the task) and instructed answers."""
+    for row in conn.execute(select(submissions.c.key, submissions.c.kind, submissions.c.revision).where(
+            submissions.c.rater_id == rater_id, submissions.c.task_id == old)).all():
+        conn.execute(update(submissions).where(submissions.c.key == row.key).values(
+            task_id=new, key=f"{rater_id}:{row.kind}:{new}:{row.revision}"))
+    conn.execute(update(instructed_answers).where(instructed_answers.c.rater_id == rater_id,
+                                                  instructed_answers.c.task_id == old).values(task_id=new))
+
+
+def resolved_task(conn, task_id: int, lock: bool = False) -> int:
+    """Label Studio's id for a provisional task id once its task exists (the id itself otherwise, and for
+    any id that is not provisional). `lock`: take the provisional row's lock first (a write: SQLite's write
+    lock), so that a `RaterQueue.replace` resolving it either finished before or waits until this
+    transaction ends."""
+    if task_id >= 0:
+        return task_id
+    row = provisional_tasks.c.id == -task_id
+    if lock:
+        conn.execute(update(provisional_tasks).where(row).values(rater_id=provisional_tasks.c.rater_id))
+    return int(conn.scalar(select(provisional_tasks.c.task_id).where(row)) or task_id)
+
+
 class Outbox:
     """Submissions kept durably until Label Studio has them; delivery is idempotent per key."""
 
@@ -157,6 +232,7 @@ class Outbox:
 
         for _ in range(attempts):
             with self.store.engine.connect() as conn:
+                task_id = resolved_task(conn, task_id)  # a form shown before its task existed in Label Studio
                 latest = conn.execute(select(submissions.c.revision, submissions.c.answer).where(
                     submissions.c.rater_id == rater_id, submissions.c.task_id == task_id)
                     .order_by(submissions.c.revision.desc()).limit(1)).first()
@@ -169,6 +245,8 @@ class Outbox:
                    "attempts": 0, "last_error": None}
             try:
                 with self.store.engine.begin() as conn:
+                    if resolved_task(conn, task_id, lock=True) != task_id:
+                        continue  # its Label Studio task was found meanwhile: store it under that id
                     conn.execute(submissions.insert(), [row])
             except IntegrityError:  # another post took this revision: compare with it
                 continue
@@ -184,7 +262,8 @@ class Outbox:
     def undelivered(self, limit: int = 500) -> list[dict]:
         """The newest undelivered revision per (rater, task), oldest first (older revisions ride along).
         One query with the limit in it: a backlog of thousands costs one page per delivery round."""
-        waiting = submissions.c.delivered_at.is_(None)
+        # (a task with a provisional id is not in Label Studio yet: RaterQueue.replace gives its answers the real id)
+        waiting = and_(submissions.c.delivered_at.is_(None), submissions.c.task_id > 0)
         newest = (select(submissions.c.rater_id, submissions.c.task_id,
                          func.max(submissions.c.revision).label("revision"))
                   .where(waiting).group_by(submissions.c.rater_id, submissions.c.task_id).subquery())
@@ -252,11 +331,16 @@ class Outbox:
             conn.execute(update(submissions).where(submissions.c.key == key).values(last_error=error[:300]))
 
     def counts(self) -> dict[str, int]:
+        """Submissions in all; `undelivered`: those delivery can write now; `provisional`: those waiting for
+        their task to exist in Label Studio (RaterQueue.provide)."""
+        waiting = submissions.c.delivered_at.is_(None)
         with self.store.engine.connect() as conn:
             total = conn.scalar(select(func.count()).select_from(submissions))
-            waiting = conn.scalar(select(func.count()).select_from(submissions)
-                                  .where(submissions.c.delivered_at.is_(None)))
-        return {"submissions": int(total), "undelivered": int(waiting)}
+            deliverable = conn.scalar(select(func.count()).select_from(submissions)
+                                      .where(waiting, submissions.c.task_id > 0))
+            provisional = conn.scalar(select(func.count()).select_from(submissions)
+                                      .where(waiting, submissions.c.task_id < 0))
+        return {"submissions": int(total), "undelivered": int(deliverable), "provisional": int(provisional)}
 
     def timings(self):
         """Per (rater, task) answered on the rater page: rater_id, task_id, revisions, first_submitted_at,

@@ -178,6 +178,20 @@ rater_tasks = Table(
     Column("answer", JSON, nullable=True),              # the rater's latest answer known to Label Studio
 )
 
+# Tasks the rater page shows before Label Studio has them (a crowd participant's questionnaire, written at the
+# comprehension check: sense7.store.rater_page_tables.RaterQueue.provide), so that the first page never waits
+# for the worker's round. The queue and the outbox hold such a task under the provisional id -id until the
+# round's queue copy finds the task in Label Studio by its key: `task_id` is then Label Studio's, and the rows
+# that held -id hold it instead (one transaction). Kept afterwards, so a form opened before that still lands.
+provisional_tasks = Table(
+    "provisional_tasks", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    rater_id_column(nullable=False, index=True),
+    Column("task_key", String(400), nullable=False, unique=True),
+    Column("task_id", Integer, nullable=True),  # Label Studio's, once its task exists
+    timestamp_column("made_at", nullable=False),
+)
+
 # Every submission from the rater page, kept until (and after) Label Studio has it: the durable outbox.
 # key = rater:kind:task:revision, so a form posted twice is stored once and delivered once.
 submissions = Table(

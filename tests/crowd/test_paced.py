@@ -61,9 +61,14 @@ class PacedFlow(Flow):
         items = [{"task_id": i.task_id, "kind": i.kind, "position": i.position, "conversation_id": i.conversation_id,
                   "turn_index": i.turn_index, "data": i.data, "prediction": None, "answer": None}
                  for i in queue.items(rater_id, left_out=True)]
+        for item in items:  # the questionnaire the page showed first (RaterQueue.provide) gets its task now
+            if item["task_id"] < 0:
+                item["task_id"] = self.next_id
+                self.next_id += 1
         if not items:
             items.append({"task_id": self.next_id, "kind": "profile", "position": -1, "conversation_id": None,
-                          "turn_index": None, "data": {}, "prediction": None, "answer": None})
+                          "turn_index": None, "data": {"task_key": f"profile::{rater_id}"}, "prediction": None,
+                          "answer": None})
             self.next_id += 1
         have = {i["conversation_id"] for i in items}
         for c in conversations_for(self.store, self.study, rater_id):
@@ -133,10 +138,14 @@ def test_no_code_while_the_next_conversation_is_being_prepared_and_the_page_wait
     a = flow.client()
     pass_check(a, enter_and_consent(a, PID_A))
     rater = flow.rater(PID_A)
-    assert a.get("/s/pilot/wait").status_code == 200  # "preparing": the worker has not run
-    flow.work(rater)
+    # The worker has not run: the questionnaire first, from the store (RaterQueue.provide), then "preparing".
     assert a.get("/s/pilot/wait").status_code == 303
     answer_profile(a)
+    assert a.get("/s/pilot/wait").status_code == 200 and unprepared(flow.store, [rater])
+    flow.work(rater)
+    assert a.get("/s/pilot/wait").status_code == 303
+    assert [i.task_id > 0 and i.answer is not None for i in RaterQueue(flow.store).items(rater)
+            if i.kind == "profile"] == [True]  # the answer moved to the questionnaire's task
     rate_conversation(a, flow.store, rater)
     third = set(unprepared(flow.store, [rater])[rater])
     assert len(third) == 1 and ("pilot", rater) in flow.prepared[1:]  # taken, and its tasks asked for

@@ -88,6 +88,8 @@ def _fill_rater_rows(store: Store, rater: str, conversation: str, task_id: int) 
         "generic_levels": {"overall": 3}, "generic_expected": {"overall": 3.0}}])
     store.log_staff("import", raters=[rater], file=f"{rater}.jsonl", conversations=1)
     AccountIds(store).remember({rater: task_id * 100})  # their Label Studio account, as ensure_accounts keeps it
+    RaterQueue(store).provide(rater, [{"kind": "profile", "position": -1, "conversation_id": None, "turn_index": None,
+                                       "data": {"task_key": f"profile::{rater}"}, "prediction": None}])
     # Their conversation's text vectors (sense7.model.vector_cache), as the embed job writes them, for two encoders.
     for key in ("a" * 64, "b" * 64):
         TextVectorRows(store.engine).add(key, {text_sha256(t): np.full(4, task_id, dtype="float16")

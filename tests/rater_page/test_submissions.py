@@ -74,7 +74,7 @@ def test_answers_arrive_in_label_studio_and_the_store_as_the_rater_and_changes_k
     # Delivered answers say who wrote them: the rater page (as the rater's account), not a staff user.
     written = [(h["via"], h["changed_by"]) for h in rt.store.history(annotation_id=annotation_id)]
     assert written == [("rater page", pg1_account)] * 2 and rt.store.quarantined() == [] and rt.store.held() == []
-    assert Outbox(rt.store).counts() == {"submissions": 4, "undelivered": 0}
+    assert Outbox(rt.store).counts() == {"submissions": 4, "undelivered": 0, "provisional": 0}
     # Nothing of the conversations, the answers' comments or the link's secret in any process's log.
     logs = "\n".join(proc.log_file.read_text(errors="replace") for proc in s.stack.procs)
     secret = s.links["pg1"].rsplit("/r/", 1)[1]
@@ -97,7 +97,7 @@ def test_label_studio_down_during_20_submissions_all_arrive_once_after(job_stack
         for i, task in enumerate(tasks):
             response = submit(a, s.url, task.id, tax, 1 + i % 5)
             assert response.status_code == 303  # "saved", though Label Studio is unreachable
-        assert Outbox(rt.store).counts() == {"submissions": 20, "undelivered": 20}
+        assert Outbox(rt.store).counts() == {"submissions": 20, "undelivered": 20, "provisional": 0}
         assert not label_studio_annotations(rt, rt.rating_project)
     finally:
         proxy.start()

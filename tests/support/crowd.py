@@ -92,7 +92,7 @@ class Flow:
         """What the worker's job leaves in the store: the queue copy of the participant's new tasks."""
         self.prepared.append((study_id, rater_id))
         items = [{"task_id": self.next_id, "kind": "profile", "position": -1, "conversation_id": None,
-                  "turn_index": None, "data": {}, "prediction": None, "answer": None}]
+                  "turn_index": None, "data": {"task_key": f"profile::{rater_id}"}, "prediction": None, "answer": None}]
         tasks = [t for c in conversations_for(self.store, self.study, rater_id) for t in rating_tasks(c)]
         for position, task in enumerate(tasks, start=1):
             d = task["data"]
