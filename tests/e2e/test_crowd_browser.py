@@ -50,9 +50,11 @@ def test_participant_consents_fails_once_passes_rates_and_is_sent_back_with_the_
         _answer_check(page, right=False)
         assert "1 attempt left" in page.locator("[role=alert]").inner_text()
         _answer_check(page, right=True)
-        # "Preparing" until the worker has created the tasks, then the questionnaire by itself.
+        # The questionnaire at once (from the store: RaterQueue.provide), then "preparing" until the worker has
+        # made the turns' tasks (if it has not yet), then the first turn by itself.
         page.wait_for_selector("text=About you", timeout=180_000)
         answer_questionnaire(page, tax)
+        page.wait_for_url("**/task/*", timeout=180_000)
         rated = 0
         while "/task/" in page.url:
             for control in tax.controls:
