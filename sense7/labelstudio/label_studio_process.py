@@ -137,6 +137,9 @@ class LabelStudioServer:
             SENTRY_DSN="",
             FRONTEND_SENTRY_DSN="",
             COLLECT_ANALYTICS="false",
+            # Otherwise `label-studio start` asks pypi.org for its latest version: a call out at run time that
+            # waits up to 10 s on a machine without network.
+            LATEST_VERSION_CHECK="false",
         )
         db_url = self.settings.ls_database_url
         if db_url:
