@@ -18,15 +18,20 @@ Policies (`POLICIES`):
   conversation) so simultaneous participants spread out; with a turn budget it never leapfrogs a long,
   less covered conversation (coverage stays balanced within 1).
 - `random`: a seeded shuffle per (seed, rater), no other input.
-- `learn_rater`: the conversations that most reduce this participant's posterior uncertainty, given their
-  answers so far (`ratings`); its first `anchors` picks for a participant (default 1) are exempt from the
-  floor (chosen for what they teach), the others obey it (so coverage still grows). The rater model is the live posterior's (sense7.model.live_posterior) in the form it
-  takes without a text model: a rating is the conversation's level m_c plus the rater's intercept and slope,
-  y = m_c + a + s (m_c - m) + noise, with (a, s) a Gaussian posterior (precision T^-1 + sum d d' / v,
-  d = [1, m_c - m]); m_c is estimated from the other raters' answers (leniency removed, `item_levels`) and
-  its uncertainty adds to the noise v of a rating of it. The gain of a conversation is
-  log(1 + d' P^-1 d / v): a conversation others have settled at an extreme level teaches the most; one
-  nobody rated teaches almost nothing (its level is unknown).
+- `learn_rater`: the conversations whose answer most reduces the study's posterior uncertainty, given the
+  answers so far (`ratings`); its first `anchors` picks for a participant (default 1) are chosen for what
+  they teach about this participant and are exempt from the floor, the others obey it. The rater model is
+  the live posterior's (sense7.model.live_posterior) in the form it takes without a text model: a rating is
+  the conversation's level m_c plus the rater's intercept and slope, y = m_c + a + s (m_c - m) + noise, with
+  (a, s) a Gaussian posterior (precision T^-1 + sum d d' / v, d = [1, m_c - m]); m_c is estimated from the
+  other raters' answers (leniency removed, `item_levels`) and its uncertainty adds to the noise v of a
+  rating of it. A conversation's score (log-determinants, summed): the participant's own gain
+  log(1 + w d' P^-1 d / v) (w: what the scale keeps of the rating where they are expected to give it,
+  `ordinal_information`: an answer expected at the end of the scale is censored), the gain of each earlier
+  rater of it (the new answer narrows its level, so their answer says more about them), and, after the
+  anchors, its level's own (log(var before / var after)). The participant's gain alone (issue 41) fed
+  conversations already settled, often ones that only looked extreme because their raters disagreed, and
+  was worse than random on the planted disagreement data (docs/BENCHMARKS.md).
 - `settle_items`: K varies per conversation within [floor, K max]: the conversations whose level is least
   certain come first (posterior sd of m_c, which grows with the raters' disagreement on it: a per-item noise
   shrunk to the pool's), and a conversation whose sd fell below `settled_sd` (scale points) once it has
