@@ -18,15 +18,20 @@ Policies (`POLICIES`):
   conversation) so simultaneous participants spread out; with a turn budget it never leapfrogs a long,
   less covered conversation (coverage stays balanced within 1).
 - `random`: a seeded shuffle per (seed, rater), no other input.
-- `learn_rater`: the conversations that most reduce this participant's posterior uncertainty, given their
-  answers so far (`ratings`); its first `anchors` picks for a participant (default 1) are exempt from the
-  floor (chosen for what they teach), the others obey it (so coverage still grows). The rater model is the live posterior's (sense7.model.live_posterior) in the form it
-  takes without a text model: a rating is the conversation's level m_c plus the rater's intercept and slope,
-  y = m_c + a + s (m_c - m) + noise, with (a, s) a Gaussian posterior (precision T^-1 + sum d d' / v,
-  d = [1, m_c - m]); m_c is estimated from the other raters' answers (leniency removed, `item_levels`) and
-  its uncertainty adds to the noise v of a rating of it. The gain of a conversation is
-  log(1 + d' P^-1 d / v): a conversation others have settled at an extreme level teaches the most; one
-  nobody rated teaches almost nothing (its level is unknown).
+- `learn_rater`: the conversations whose answer most reduces the study's posterior uncertainty, given the
+  answers so far (`ratings`); its first `anchors` picks for a participant (default 1) are chosen for what
+  they teach about this participant and are exempt from the floor, the others obey it. The rater model is
+  the live posterior's (sense7.model.live_posterior) in the form it takes without a text model: a rating is
+  the conversation's level m_c plus the rater's intercept and slope, y = m_c + a + s (m_c - m) + noise, with
+  (a, s) a Gaussian posterior (precision T^-1 + sum d d' / v, d = [1, m_c - m]); m_c is estimated from the
+  other raters' answers (leniency removed, `item_levels`) and its uncertainty adds to the noise v of a
+  rating of it. A conversation's score (log-determinants, summed): the participant's own gain
+  log(1 + w d' P^-1 d / v) (w: what the scale keeps of the rating where they are expected to give it,
+  `ordinal_information`: an answer expected at the end of the scale is censored), the gain of each earlier
+  rater of it (the new answer narrows its level, so their answer says more about them), and, after the
+  anchors, its level's own (log(var before / var after)). The participant's gain alone (issue 41) fed
+  conversations already settled, often ones that only looked extreme because their raters disagreed, and
+  was worse than random on the planted disagreement data (docs/BENCHMARKS.md).
 - `settle_items`: K varies per conversation within [floor, K max]: the conversations whose level is least
   certain come first (posterior sd of m_c, which grows with the raters' disagreement on it: a per-item noise
   shrunk to the pool's), and a conversation whose sd fell below `settled_sd` (scale points) once it has
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
+from scipy.special import ndtr
 
 Ratings = Mapping[str, Mapping[str, float]]  # conversation -> rater -> rating (scale position; mean over turns)
 
@@ -171,6 +177,22 @@ def others_level(others: list[float], levels: ItemLevels, centre: float | None =
     return (centre / prior_var + sum(others) / noise) / precision, 1.0 / precision
 
 
+def ordinal_information(mean: float, sd: float, low: float, high: float, step: float = 1.0) -> float:
+    """The share of a continuous rating's information about its mean (Fisher's, sd known) that is kept when
+    the rating, normal(mean, sd), is recorded on the scale's positions low, low + step, ..., high (rounded
+    to the nearest; the ends take everything beyond them). Near 1 inside the scale; towards 0 where the
+    rating is expected beyond an end: a rater who puts a conversation at the top of the scale says the same
+    whatever their leniency, so such a rating teaches little about them."""
+    cuts = np.arange(low + step / 2, high, step)
+    z = (cuts - mean) / max(sd, 1e-9)
+    cdf = np.concatenate([[0.0], ndtr(z), [1.0]])
+    pdf = np.concatenate([[0.0], np.exp(-0.5 * z ** 2) / np.sqrt(2 * np.pi), [0.0]])
+    share = np.diff(cdf)
+    slope = np.diff(pdf)  # -(d share / d mean) * sd
+    keep = share > 1e-12
+    return float(np.clip(np.sum(slope[keep] ** 2 / share[keep]), 0.0, 1.0))
+
+
 @dataclass(frozen=True)
 class Policy:
     """The caps and the walk shared by every policy; a subclass gives `order` (and may close conversations
@@ -254,8 +276,15 @@ class RandomOrder(Policy):
 @dataclass(frozen=True)
 class LearnRater(Policy):
     leniency_sd: float = 0.5  # prior sd of a rater's intercept (scale points)
-    slope_sd: float = 0.3  # prior sd of a rater's slope on the conversation's level
+    # prior sd of a rater's slope on the conversation's level: 0.15, half the per-rater model's, because a
+    # slope is learnt from conversations that look extreme, and with few raters a conversation looks extreme
+    # mostly when they disagree on it (the planted camps: 0.3 made learn_rater worse than random there)
+    slope_sd: float = 0.15
     anchors: int = 1  # picks per participant made for what they teach, whatever the floor (the rest: under it)
+    ordinal: bool = True  # weigh a rating by what the scale keeps of it (False: the scale as unbounded)
+    scale: tuple | None = None  # (lowest, highest) scale position; None: the lowest and highest rating so far
+    shared: bool = True  # count what the answer teaches about the conversation's earlier raters too
+    levels: bool = True  # and about the conversation's level (after the anchors)
     name = "learn_rater"
     uses_ratings = True
 
@@ -263,26 +292,71 @@ class LearnRater(Policy):
         return ordered[:self.anchors]
 
     def gains(self, candidates, rater_id: str, ratings: Ratings | None) -> dict[str, float]:
-        """Each candidate's reduction of the rater's posterior uncertainty (log-determinant of the
-        precision) if they rated it next: log(1 + d' P^-1 d / v)."""
+        """Each candidate's reduction of posterior uncertainty (log-determinant of the precision) if this
+        rater rated it next: their own, log(1 + w d' P^-1 d / v) (w: the share of a rating's information
+        the scale keeps where they are expected to rate it, `ordinal_information`), plus, with `shared`,
+        each earlier rater's of that conversation: the new answer narrows its level, so their answer to it
+        says more about them (v falls). Without the second term the policy keeps feeding the
+        conversations it already knows and leaves the ones rated once, which teach nobody until a second
+        rater comes."""
         ratings = ratings or {}
         levels = item_levels(ratings, self.leniency_sd)
         posterior = rater_posterior(rater_id, ratings, levels, self.leniency_sd, self.slope_sd)
         cov = np.linalg.inv(posterior.precision)
         centre = posterior.centre
+        seen = [v for by in ratings.values() for v in by.values() if v is not None and np.isfinite(v)]
+        low, high = (self.scale if self.scale is not None else
+                     (min(seen), max(seen)) if seen else (None, None))
+        ordinal = self.ordinal and low is not None and high > low
+        others_cov: dict[str, np.ndarray] = {}  # an earlier rater's posterior covariance, made once per call
         out = {}
         for c in candidates:
-            others = [v - levels.leniency.get(r, 0.0) for r, v in (ratings.get(c) or {}).items()
-                      if r != rater_id and np.isfinite(v)]
+            by = ratings.get(c) or {}
+            others = [v - levels.leniency.get(r, 0.0) for r, v in by.items() if r != rater_id and np.isfinite(v)]
             noise = levels.noise_of(c)
             level, var = others_level(others, levels, centre, noise)
             d = posterior.design(level)
-            out[c] = float(np.log1p(d @ cov @ d / (noise + var)))
+            spread = float(d @ cov @ d)
+            kept = ordinal_information(posterior.predict(level), np.sqrt(noise + var + spread), low, high) if ordinal else 1.0
+            gain = float(np.log1p(kept * spread / (noise + var)))
+            if self.shared:
+                for r, v in by.items():
+                    if r == rater_id or not np.isfinite(v):
+                        continue
+                    if r not in others_cov:
+                        others_cov[r] = np.linalg.inv(rater_posterior(r, ratings, levels, self.leniency_sd,
+                                                                      self.slope_sd).precision)
+                    rest = [w - levels.leniency.get(q, 0.0) for q, w in by.items()
+                            if q not in (r, rater_id) and np.isfinite(w)]
+                    level_r, var_before = others_level(rest, levels, centre, noise)
+                    var_after = 1.0 / (1.0 / var_before + 1.0 / noise)  # one more answer to the level
+                    d_r = np.array([1.0, level_r - centre])
+                    more = 1.0 / (noise + var_after) - 1.0 / (noise + var_before)  # precision along d_r
+                    gain += float(np.log1p(more * (d_r @ others_cov[r] @ d_r)))
+            out[c] = gain
+        return out
+
+    def level_gains(self, candidates, ratings: Ratings | None) -> dict[str, float]:
+        """Each candidate's reduction of its level's posterior uncertainty if one more rater rated it:
+        log(var before / var after), on the same scale as `gains`. Largest for a conversation few raters
+        rated; it stays large where they disagree (its own noise)."""
+        levels = item_levels(ratings or {}, self.leniency_sd)
+        out = {}
+        for c in candidates:
+            var = levels.level_var.get(c, levels.prior_var)
+            out[c] = float(np.log1p(var / levels.noise_of(c)))  # 1/var_after = 1/var + 1/noise
         return out
 
     def order(self, open_, taken, rater_id, ratings):
+        """The `anchors` first by what they teach about this rater alone; the others by what they teach
+        the study: this rater, the conversation's earlier raters and (with `levels`) its level."""
         gain = self.gains(open_, rater_id, ratings)
-        return sorted(open_, key=lambda c: (-round(gain[c], 12), len(taken[c]), _tie(rater_id, c)))
+        rank = lambda score: sorted(open_, key=lambda c: (-round(score[c], 12), len(taken[c]), _tie(rater_id, c)))
+        first = rank(gain)[:self.anchors]
+        if self.levels:
+            level = self.level_gains(open_, ratings)
+            gain = {c: gain[c] + level[c] for c in open_}
+        return first + [c for c in rank(gain) if c not in first]
 
 
 @dataclass(frozen=True)

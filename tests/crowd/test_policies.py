@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sense7.crowd.policies import POLICIES, conversation_state, item_levels, make_policy
+from sense7.crowd.policies import POLICIES, conversation_state, item_levels, make_policy, ordinal_information
 from sense7.crowd.replay import planted_disagreement, replay
 from sense7.crowd.study import load_study
 from sense7.readers.formats import FormatError
@@ -119,6 +119,27 @@ def test_learn_rater_learns_less_from_a_conversation_raters_disagree_on():
                "split": {"a": 1.0, "b": 5.0, "c": 1.0, "d": 5.0, "e": 1.0, "f": 5.0, "g": 1.0, "h": 5.0}}
     gains = policy.gains(["agreed", "split"], "me", ratings)
     assert gains["agreed"] > gains["split"]
+
+
+def test_learn_rater_gives_a_conversation_rated_once_before_one_five_raters_agree_on():
+    """Issue 41: counting only what an answer teaches about the rater, learn_rater fed the conversations it
+    already knew (five raters agree) and left the ones rated once, which teach nobody until a second rater
+    comes (on the planted disagreement data: worse than random). The answer to `once` also teaches about
+    `f` (their only rating) and the conversation's level, so it comes first."""
+    policy = make_policy("learn_rater", 6, 1, None, 0)
+    ratings = {"seen": {"me": 4.0, "a": 3.0, "b": 3.0, "c": 2.0},
+               "settled": {"a": 3.0, "b": 3.0, "c": 3.0, "d": 3.0, "e": 3.0},
+               "once": {"f": 3.0}}
+    taken = {c: set(range(len(by))) for c, by in ratings.items()}
+    assert policy.choose(taken, "me", exclude={"seen"}, ratings=ratings) == [("once", 1)]
+    alone = make_policy("learn_rater", 6, 1, None, 0, shared=False)  # the rater's own gain only
+    assert alone.choose(taken, "me", exclude={"seen"}, ratings=ratings) == [("settled", 5)]
+
+
+def test_a_rating_expected_beyond_the_end_of_the_scale_teaches_little():
+    inside, top, beyond = (ordinal_information(m, 0.7, 1, 5) for m in (3.0, 5.0, 6.0))
+    assert 0.8 < inside <= 1.0 and beyond < top < inside
+    assert ordinal_information(3.0, 0.7, 1, 50) == pytest.approx(ordinal_information(3.0, 0.7, -50, 5), abs=0.01)
 
 
 def test_settle_items_keeps_uncertain_conversations_open_and_settles_agreed_ones():
