@@ -8,8 +8,8 @@ while the held one keeps answering, then swaps one reference. So no request carr
 the request that noticed the moved pointer). Under gunicorn's gevent worker the "thread" is a greenlet, so the
 load itself runs on a real thread of gevent's pool (`_off_the_hub`): the worker keeps answering meanwhile. A
 version that fails verification or loading is remembered and not retried until the pointer moves again; the
-old model keeps serving, as it does while the store is out of reach. A job (pre-annotation, a bulk import) calls `refresh` itself when it starts, to use the version
-served now.
+old model keeps serving, as it does while the store is out of reach. A job (pre-annotation, a bulk import)
+calls `refresh` itself when it starts, to use the version served now.
 """
 
 from __future__ import annotations
