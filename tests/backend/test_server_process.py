@@ -176,7 +176,7 @@ def test_a_gevent_worker_answers_while_it_loads_a_promotion(tmp_path, small_bund
     try:
         assert requests.get(f"{server.url}/health", auth=auth, timeout=30).json()["model_version"] == "v1"
         # promote() test-loads v2 in this process: let that load through (and forget its marker).
-        feeder = threading.Thread(target=lambda: open(gate, "wb").close())
+        feeder = threading.Thread(target=lambda: open(gate, "wb").close(), daemon=True)
         feeder.start()
         registry.promote("v2")
         feeder.join()
