@@ -5,16 +5,18 @@ loaded by `refresh`: at the process's start (build_model), then by the process's
 the backend's WSGI app factory starts it in each worker), which reads the registry's pointer every
 `check_interval` seconds (one small query) and, when it moved, verifies, loads and compiles the new version
 while the held one keeps answering, then swaps one reference. So no request carries a load (it used to be
-the request that noticed the moved pointer; `start` says what a gevent worker still waits for). A version that fails verification or loading is remembered and
-not retried until the pointer moves again; the old model keeps serving, as it does while the store is out of
-reach. A job (pre-annotation, a bulk import) calls `refresh` itself when it starts, to use the version
-served now.
+the request that noticed the moved pointer). Under gunicorn's gevent worker the "thread" is a greenlet, so the
+load itself runs on a real thread of gevent's pool (`_off_the_hub`): the worker keeps answering meanwhile. A
+version that fails verification or loading is remembered and not retried until the pointer moves again; the
+old model keeps serving, as it does while the store is out of reach. A job (pre-annotation, a bulk import)
+calls `refresh` itself when it starts, to use the version served now.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -72,9 +74,11 @@ class HotModel:
         """Follow the registry in a background thread of this process (daemon: it ends with the process):
         `refresh` now (an unchanged pointer costs one query) and then every `check_interval` seconds.
         Idempotent. Under the backend's gevent worker the thread is a greenlet (gunicorn patches threading
-        before the worker builds its app): a load is CPU and holds that worker while it runs (a request
-        arriving meanwhile waits for it, as for a request ahead of it; the other workers keep answering),
-        but no request carries it any more. Under gthread workers the other threads answer meanwhile."""
+        before the worker builds its app), and a load is CPU (unpickling, compiling) that never yields: run
+        in the greenlet it held the whole worker, every request arriving meanwhile waiting for it. So the
+        load runs on a real OS thread there (`_off_the_hub`) and the worker's hub keeps answering (the two
+        share the GIL, so requests slow down while it runs, but none waits for its end). Under gthread or
+        sync workers the thread is a real one already."""
         with self._start_lock:
             pid = os.getpid()
             if self._follow_pid == pid and self._thread is not None and self._thread.is_alive():
@@ -130,7 +134,7 @@ class HotModel:
                     self._stamp = stamp
                     return False
                 started = time.perf_counter()
-                loaded = self._load(version)
+                loaded = _off_the_hub(self._load, version)
             except SQLAlchemyError as exc:  # the store went away mid-load: the next round tries again
                 log.warning("model not read from the store (%s); still serving %s", type(exc).__name__,
                             held.version if held else "nothing")
@@ -160,3 +164,17 @@ class HotModel:
             with_vector_cache(bundle, self.vectors, self.on_demand_seconds)
         predictor = bundle.compile()  # once per version and process, before any request sees it
         return LoadedModel(version, bundle, predictor, time.time())
+
+
+def _off_the_hub(function, *args):
+    """`function(*args)` on a real OS thread of gevent's pool when gevent has patched this process's threading
+    (a gevent worker: the calling greenlet waits, the hub and every other greenlet keep running); called
+    directly otherwise. gevent is never imported here: a process that did not import it has nothing patched."""
+    gevent = sys.modules.get("gevent")
+    if gevent is None:
+        return function(*args)
+    from gevent import monkey
+
+    if not monkey.is_module_patched("threading"):
+        return function(*args)
+    return gevent.get_hub().threadpool.apply(function, args)

@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench_backend.py                 # batches of 1 and 10, 30 s each
     .venv/bin/python scripts/bench_backend.py --duration 10 --batches 10 --workers 2 --threads 4   # gthread
     .venv/bin/python scripts/bench_backend.py --half-open 50   # each batch idle, then under 50 half-open connections
+    .venv/bin/python scripts/bench_backend.py --peer --encoder static   # a static-encoder model, vectors from the cache
 
 Trains a real bundle (sense7.model.bundle.train_bundle) on synthetic data (sense7.synthetic.synth), promotes it in a
 temporary registry, fills a temporary store with the raters' traits and contexts, starts the backend with
@@ -15,6 +16,15 @@ eight ratings each and no per-task error.
 --half-open N (issue 23): after each batch's run, N connections without credentials that send part of a
 request's headers and then nothing are held open (reopened whenever the server closes one), and the same
 run is measured again: the row "+N half-open" and the p99 ratio to the idle run (goal: within 2x).
+
+--encoder static (issue 39 item 4, "vectors from the cache"): the served bundle is trained with
+`text_encoder="static"` (sense7.model.static_embeddings) and its relational columns at RELATIONAL_SCALE (a
+fixed weight instead of "cv" only to keep the fit short: the served columns are the same whatever weight is
+chosen), and before the backend starts every text its encoder reads for the stored conversations is embedded
+into the store's text vectors by the embed job's own function (sense7.model.vector_cache.
+embed_stored_conversations over encoders_to_embed), so a request reads its vectors from the cache. The
+check before each run also asserts that every answer says `text_vectors: embedded` (none computed on demand,
+none answered by the lexical part alone). Default: ngrams (the default model, no encoder).
 
 --peer (issue 23, "The backend got slower"): Label Studio's example ML backend is measured in the same run,
 under the identical wrk load (same Lua script, bodies, connections and duration; it ignores the
@@ -206,7 +216,7 @@ class PeerBackend:
                 self.process.kill()
 
 
-def prepare(home: Path, n_conversations: int, n_raters: int, seed: int):
+def prepare(home: Path, n_conversations: int, n_raters: int, seed: int, encoder: str = "ngrams"):
     from sense7.synthetic import synth
     from sense7.store.database import Store
     from sense7.labelstudio.importer import plan_tasks
@@ -220,8 +230,13 @@ def prepare(home: Path, n_conversations: int, n_raters: int, seed: int):
                                   "SENSE7_BACKEND_PASSWORD": "bench-pass", "SENSE7_BACKEND_PORT": str(free_port())})
     data = synth.generate(n_conversations, n_raters, seed, load_taxonomy(), raters_per_conversation=2)
     started = time.perf_counter()
-    bundle = train_bundle(data.rating_data(), "v1", data.taxonomy)
-    print(f"trained bundle v1 on {len(data.ratings)} ratings in {time.perf_counter() - started:.1f} s",
+    params = None
+    if encoder == "static":
+        from sense7.model.estimators import RELATIONAL_SCALE
+
+        params = {"text_encoder": "static", "relational_weight": RELATIONAL_SCALE}
+    bundle = train_bundle(data.rating_data(), "v1", data.taxonomy, personalized_params=params)
+    print(f"trained bundle v1 ({encoder}) on {len(data.ratings)} ratings in {time.perf_counter() - started:.1f} s",
           file=sys.stderr)
     registry = ModelRegistry.from_settings(settings)
     registry.add(bundle, "v1")
@@ -234,6 +249,12 @@ def prepare(home: Path, n_conversations: int, n_raters: int, seed: int):
                     for r in with_traits]
     store.upsert_raters([{"rater_id": r, "traits": t} for r, t in zip(with_traits, store_traits)])
     store.upsert_conversations(data.conversations)
+    if encoder != "ngrams":
+        # What the embed job does when conversations enter (tasks/embedding.py): the served version's encoder.
+        from sense7.model.vector_cache import embed_stored_conversations, encoders_to_embed
+
+        done = embed_stored_conversations(store, encoders_to_embed(settings, registry))
+        print(f"embedded the stored conversations' texts: {done}", file=sys.stderr)
     tasks = plan_tasks(data.conversations)
     # The same turns as seen by people without ratings: newcomers with a profile (the "traits" model)
     # and strangers the store does not know (the "generic" model).
@@ -341,8 +362,9 @@ def run_wrk(url: str, script: Path, connections: int, duration: int) -> str:
                           check=True, capture_output=True, text=True).stdout
 
 
-def check_answers(url: str, bodies: list[str], auth: str, batch: int, ours: bool) -> list[str]:
-    """One result per task, eight ratings each; ours: of version v1, no per-task error. The kinds served."""
+def check_answers(url: str, bodies: list[str], auth: str, batch: int, ours: bool, embedded: bool = False) -> list[str]:
+    """One result per task, eight ratings each; ours: of version v1, no per-task error; embedded: every answer
+    read its texts' vectors (`text_vectors: embedded`). The kinds served."""
     kinds = set()
     for line in bodies[:16]:
         results = requests.post(f"{url}/predict", data=line, timeout=30,
@@ -350,6 +372,7 @@ def check_answers(url: str, bodies: list[str], auth: str, batch: int, ours: bool
         assert len(results) == batch, results
         assert all(len(r["result"]) == 8 and (not ours or ("error" not in r and r["model_version"] == "v1"))
                    for r in results), results
+        assert not embedded or all(r.get("text_vectors") == "embedded" for r in results), results
         kinds.update(r.get("kind", "peer") for r in results)
     return sorted(kinds)
 
@@ -364,6 +387,9 @@ def main() -> int:
     parser.add_argument("--conversations", type=int, default=400)
     parser.add_argument("--raters", type=int, default=60)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--encoder", choices=("ngrams", "static"), default="ngrams",
+                        help="the served model's text encoder: ngrams (the default model) or static, its vectors "
+                             "embedded into the store beforehand (see above)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary SENSE7_HOME")
     parser.add_argument("--half-open", type=int, default=0, metavar="N",
                         help="measure each batch again under N half-open connections (issue 23)")
@@ -383,7 +409,7 @@ def main() -> int:
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     venv = peer_venv(args.peer_venv, log) if args.peer else None
     home = Path(tempfile.mkdtemp(prefix="sense7-bench-"))
-    settings, tasks, data = prepare(home, args.conversations, args.raters, args.seed)
+    settings, tasks, data = prepare(home, args.conversations, args.raters, args.seed, args.encoder)
     label_config = render_rating_config(load_taxonomy())
     auth = "Basic " + base64.b64encode(b"bench:bench-pass").decode()
     rows, peer_rows = [], []
@@ -400,7 +426,7 @@ def main() -> int:
         for batch in args.batches:
             bodies_path = home / f"bodies-{batch}.jsonl"
             bodies = write_bodies(bodies_path, tasks, batch, label_config)
-            kinds = check_answers(server.url, bodies, auth, batch, ours=True)
+            kinds = check_answers(server.url, bodies, auth, batch, ours=True, embedded=args.encoder != "ngrams")
             script = home / f"bench-{batch}.lua"
             script.write_text(LUA % {"bodies": bodies_path, "auth": auth})
             # warm-up: every worker has loaded its model and its caches before the measured run
@@ -449,7 +475,7 @@ def main() -> int:
     if not args.keep:
         shutil.rmtree(home, ignore_errors=True)
     kind = "gevent" if args.threads == 1 else "gthread"
-    setup = (f"gunicorn {args.workers} workers x {args.threads} threads ({kind}), wrk -t2 -c{args.connections} "
+    setup = (f"model: {args.encoder}, gunicorn {args.workers} workers x {args.threads} threads ({kind}), wrk -t2 -c{args.connections} "
              f"-d{args.duration}s, {os.cpu_count()} cores, load average before/after: {load_before} / "
              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     # "x peer": requests/s over the peer's in the same run; "CPU x peer": the peer's server CPU time per request

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/profile_backend.py --home /tmp/s7prof              # us per request, batch 1 and 10
     .venv/bin/python scripts/profile_backend.py --home /tmp/s7prof --cprofile   # and the top functions
+    .venv/bin/python scripts/profile_backend.py --home /tmp/s7static --encoder static   # bench_backend's --encoder
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/cg.out \\
         .venv/bin/python scripts/profile_backend.py --home /tmp/s7prof --requests 200 --batches 1 --callgrind
     callgrind_annotate /tmp/cg.out | head -30       # "PROGRAM TOTALS" / 200 = instructions per request
@@ -61,6 +62,8 @@ def main() -> int:
     parser.add_argument("--home", type=Path, required=True, help="prepared on first use, then reused")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 10])
+    parser.add_argument("--encoder", choices=("ngrams", "static"), default="ngrams",
+                        help="scripts/bench_backend.py's --encoder (the home remembers the one it was prepared with)")
     parser.add_argument("--cprofile", action="store_true", help="print the 25 functions with most own time")
     parser.add_argument("--callgrind", action="store_true",
                         help="under valgrind --tool=callgrind --instr-atstart=no: instrument the loop only")
@@ -68,11 +71,15 @@ def main() -> int:
 
     from sense7.settings import Settings
 
-    tasks_file = args.home / "profile-tasks.json"
+    tasks_file, encoder_file = args.home / "profile-tasks.json", args.home / "profile-encoder"
     if not tasks_file.exists():
         args.home.mkdir(parents=True, exist_ok=True)
-        settings, tasks, _ = prepare(args.home, 400, 60, 7)
+        settings, tasks, _ = prepare(args.home, 400, 60, 7, args.encoder)
         tasks_file.write_text(json.dumps(tasks))
+        encoder_file.write_text(args.encoder)
+    prepared = encoder_file.read_text() if encoder_file.exists() else "ngrams"
+    if prepared != args.encoder:
+        raise SystemExit(f"{args.home} was prepared with --encoder {prepared}: use another --home")
     env = {"SENSE7_HOME": str(args.home), "SENSE7_BACKEND_USER": "bench", "SENSE7_BACKEND_PASSWORD": "bench-pass"}
     settings = Settings.from_env(env)
     tasks = json.loads(tasks_file.read_text())

@@ -16,6 +16,7 @@ columns into X, adding each rater's trait features (`trait_table`).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -95,9 +96,31 @@ def _tokens_and_details(text: str) -> tuple[list[str], set[str]]:
     return tokens, details
 
 
-def _feelings(words: set[str]) -> set[str]:
-    """The feeling stems among `words`."""
-    return {next(stem for stem in _FEELINGS if w.startswith(stem)) for w in words if w.startswith(_FEELINGS)}
+# Texts whose words a process keeps (`_words_of`): serving computes the relational columns per task, and the
+# same texts come back (the message a turn answers is the turn before it; Label Studio asks for a task again).
+TEXT_WORDS_KEPT = 8192
+HISTORIES_KEPT = 2048  # (whole histories: longer than one message)
+
+
+@functools.lru_cache(maxsize=TEXT_WORDS_KEPT)
+def _words_of(text: str) -> tuple[int, frozenset, frozenset]:
+    """(how many words, the content words, the named details) of `text`: the tokenizing was most of a served
+    request's time with relational columns (regular expressions per text, 3 per item)."""
+    tokens, details = _tokens_and_details(text)
+    return len(tokens), frozenset(_content_words(tokens)), frozenset(details)
+
+
+@functools.lru_cache(maxsize=TEXT_WORDS_KEPT)
+def _tail_words(text: str) -> frozenset:
+    """The content words of a history's tail (as `_words_of`, kept per text)."""
+    return frozenset(_content_words(_WORD.findall(text)))
+
+
+@functools.lru_cache(maxsize=TEXT_WORDS_KEPT)
+def _feelings(words: frozenset) -> frozenset:
+    """The feeling stems among `words` (a text's kept words: a frozenset hashes once)."""
+    return frozenset(next(stem for stem in _FEELINGS if w.startswith(stem))
+                     for w in words if w.startswith(_FEELINGS))
 
 
 def _share(wanted: set, found: set) -> float:
@@ -107,10 +130,12 @@ def _share(wanted: set, found: set) -> float:
 _ROLE_LINE = re.compile(r"^(user|assistant|system): ", re.MULTILINE)
 
 
-def _messages_of(history_text: str) -> list[dict]:
-    """The messages of an item's history_text (`_joined`'s "role: content" lines) back."""
+@functools.lru_cache(maxsize=HISTORIES_KEPT)
+def _messages_of(history_text: str) -> tuple[dict, ...]:
+    """The messages of an item's history_text (`_joined`'s "role: content" lines) back (kept per text, as
+    `_words_of`: the callers only read them)."""
     parts = _ROLE_LINE.split(history_text or "")
-    return [{"role": role, "content": content.rstrip("\n")} for role, content in zip(parts[1::2], parts[2::2])]
+    return tuple({"role": role, "content": content.rstrip("\n")} for role, content in zip(parts[1::2], parts[2::2]))
 
 
 def relational_columns(columns) -> dict[str, np.ndarray]:
@@ -152,10 +177,9 @@ def relational_features(history: list[dict], turn: list[dict], whole: bool | Non
     whole = len(turn) > 1 if whole is None else whole  # a whole-conversation item answers every message
     answered = answered_message(history, turn[0]["role"] if turn else "assistant", whole)[-_ANSWERED_CHARS:]
     reply = "\n".join(m["content"] for m in turn)
-    reply_tokens, reply_details = _tokens_and_details(reply)
-    answered_tokens, answered_details = _tokens_and_details(answered)
-    reply_words, answered_words = _content_words(reply_tokens), _content_words(answered_tokens)
-    history_words = _content_words(_WORD.findall(" ".join(m["content"] for m in history)[-_HISTORY_CHARS:]))
+    n_reply, reply_words, reply_details = _words_of(reply)
+    n_answered, answered_words, answered_details = _words_of(answered)
+    history_words = _tail_words(" ".join(m["content"] for m in history)[-_HISTORY_CHARS:])
     asked = "?" in answered
     # A question is answered when the reply says something (not only asks back) about its words.
     says = asked and bool(reply.strip()) and (not reply.rstrip().endswith("?") or "." in reply or "!" in reply)
@@ -166,7 +190,7 @@ def relational_features(history: list[dict], turn: list[dict], whole: bool | Non
         "rel_question_asked": float(asked),
         "rel_question_answered": float(says and bool(answered_words & reply_words)),
         "rel_feeling_echo": _share(_feelings(answered_words), _feelings(reply_words)),
-        "rel_length_ratio": math.log((len(reply_tokens) + 1) / (len(answered_tokens) + 1)) / 3.0,
+        "rel_length_ratio": math.log((n_reply + 1) / (n_answered + 1)) / 3.0,
         "rel_question_ratio": (reply.count("?") - answered.count("?")) / 3.0,
     }
 

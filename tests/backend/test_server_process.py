@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 import requests
@@ -13,7 +14,7 @@ import requests
 from sense7.processes import free_port
 from sense7.settings import BACKEND_HOST
 from tests.support.backend import PASSWORD, SECRET, USER
-from sense7.taxonomy import load_taxonomy
+from sense7.taxonomy import load_taxonomy, render_rating_config
 
 TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made for it
 
@@ -119,6 +120,84 @@ def test_every_gunicorn_worker_follows_a_promotion(tmp_path, small_bundles):
         answer = requests.post(f"{server.url}/predict", json=body, auth=auth, timeout=30).json()["results"]
         assert [r["model_version"] for r in answer] == ["v2", "v2"]
     finally:
+        server.stop()
+
+
+class _CallOnLoad:
+    """Pickled as a call of `function(*args)`: unpickling the object calls it (only stdlib functions are
+    named in the pickle, so the gunicorn worker unpickles it without importing the tests)."""
+
+    def __init__(self, function, *args):
+        self.function, self.args = function, args
+
+    def __reduce__(self):
+        return self.function, self.args
+
+
+@pytest.mark.slow
+def test_a_gevent_worker_answers_while_it_loads_a_promotion(tmp_path, small_bundles):
+    """Under the gevent worker the follower "thread" is a greenlet: a load that never yields (CPU, or as
+    here a blocking system call) held the whole worker, and requests waited for the load's end. Here v2's
+    bundle blocks its unpickling in open() of a FIFO until the test opens it for writing (after first
+    creating a marker file, so the test knows the load is under way): the request sent meanwhile must be
+    answered, by v1, while the load is still blocked."""
+    import copy
+    import time
+
+    from sense7.ml_backend.backend_process import BackendServer
+    from sense7.model.registry import ModelRegistry
+    from sense7.settings import Settings
+    from tests.support.backend import task
+
+    port = free_port()
+    settings = Settings.from_env(_env(tmp_path, port))
+    registry = ModelRegistry.from_settings(settings)
+    registry.add(small_bundles[0], "v1")
+    registry.promote("v1")
+    gate, entered = tmp_path / "gate.fifo", tmp_path / "load-entered"
+    os.mkfifo(gate)
+    slow = copy.copy(small_bundles[1])
+    slow.load_gate = [_CallOnLoad(open, str(entered), "w"), _CallOnLoad(open, str(gate), "rb")]
+    registry.add(slow, "v2")
+
+    def release() -> bool:
+        """Open the FIFO for writing, which lets a reader blocked in open() go on; False: no reader yet."""
+        try:
+            os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
+            return True
+        except OSError:  # ENXIO: nobody has it open for reading
+            return False
+
+    server = BackendServer(settings, port=port)
+    server.start(workers=1)  # threads 1: the gevent worker (the default)
+    auth = (USER, PASSWORD)
+    body = {"tasks": [task(1)], "label_config": render_rating_config(load_taxonomy())}
+    released = False
+    try:
+        assert requests.get(f"{server.url}/health", auth=auth, timeout=30).json()["model_version"] == "v1"
+        # promote() test-loads v2 in this process: let that load through (and forget its marker).
+        feeder = threading.Thread(target=lambda: open(gate, "wb").close(), daemon=True)
+        feeder.start()
+        registry.promote("v2")
+        feeder.join()
+        entered.unlink()
+        deadline = time.monotonic() + 60
+        while not entered.exists():  # the worker's follower noticed the promotion and is loading v2
+            assert time.monotonic() < deadline, "the worker never started loading v2"
+            time.sleep(0.05)
+        answer = requests.post(f"{server.url}/predict", json=body, auth=auth, timeout=60)
+        # Answered while v2's load is still blocked: nothing has opened the FIFO for writing yet.
+        assert answer.status_code == 200 and answer.json()["results"][0]["model_version"] == "v1"
+        assert requests.get(f"{server.url}/health", auth=auth, timeout=60).json()["model_version"] == "v1"
+        released = release()
+        assert released  # (the load was still waiting in open())
+        deadline = time.monotonic() + 60
+        while requests.get(f"{server.url}/health", auth=auth, timeout=60).json()["model_version"] != "v2":
+            assert time.monotonic() < deadline, "v2 was never served after its load was let through"
+            time.sleep(0.05)
+    finally:
+        if not released:
+            release()  # a worker still blocked in the load goes on (or is killed by stop())
         server.stop()
 
 
