@@ -27,9 +27,23 @@ from sense7.taxonomy import Taxonomy
 REPO = Path(__file__).resolve().parent.parent
 
 
+def stop_cleanly_on_sigterm() -> None:
+    """A SIGTERM (`kill`, `timeout`) ends the script as an exception does, so its `with Stack(...)` blocks stop
+    what they started: otherwise Python dies at once and Label Studio, Redis, the workers and the pages it
+    started keep running, orphans holding ports and the machine's cores."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def argument_parser(doc: str, out: bool = True, full_help: bool = False) -> argparse.ArgumentParser:
     """The script's parser: its docstring's first paragraph (or all of it) as the description, and
-    `--out FILE` for the JSON document."""
+    `--out FILE` for the JSON document. Every benchmark builds one first, so this is also where a SIGTERM is
+    made to stop what the script starts (`stop_cleanly_on_sigterm`)."""
+    stop_cleanly_on_sigterm()
     if full_help:
         made = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     else:
