@@ -219,10 +219,23 @@ def print_agreement(result: dict) -> None:
     console.print(table)
 
 
+def print_crowd_coverage(studies: list[dict]) -> None:
+    """Per crowd study: how many conversations have how many raters so far, and why (the policy's reasons)."""
+    for study in studies:
+        by_k: dict[int, int] = {}
+        for conversation in study["conversations"].values():
+            by_k[conversation["k_so_far"]] = by_k.get(conversation["k_so_far"], 0) + 1
+        console.print(f"crowd study {study['study']} ({study['policy']}, K {study['k']}, floor {study['floor']}): "
+                      "conversations with " + ", ".join(f"{k} raters: {n}" for k, n in sorted(by_k.items()))
+                      + "; why: " + ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in
+                                               study["reasons"].items()), highlight=False)
+
+
 def print_study(result: dict) -> None:
     """`analyze --study`: the arms, anchoring, live evaluation and rater quality of the running study."""
     console.print(f"{result['n_rated_tasks']} rated tasks by {result['n_raters']} raters; pre-fill arms: "
                   f"{result['arms']['shown']} shown, {result['arms']['hidden']} hidden tasks", highlight=False)
+    print_crowd_coverage(result.get("crowd") or [])
     anchoring = result["anchoring"]
     if anchoring:
         table = Table(title="Anchoring: ratings vs the recorded prediction, by pre-fill arm",

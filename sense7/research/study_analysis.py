@@ -207,7 +207,26 @@ def analyze_study(store: Store, taxonomy, policy: QualityPolicy | None = None, n
     frame = store.ratings_frame()
     frame = frame[frame["dimension"].isin(controls)]
     result["agreement"] = krippendorff_alpha(frame, levels, n_boot=n_boot, seed=seed) if len(frame) else None
+    result["crowd"] = crowd_coverage(store)
     return result
+
+
+def crowd_coverage(store: Store) -> list[dict]:
+    """Per crowd study (sense7.crowd): its assignment policy and K (the most raters a conversation may get), and
+    each conversation's raters so far (`k_so_far`: slots rated or held in open leases; `rated`) and why it
+    stands there (`reason`: below_floor, uncertain, settled, capped, as the policy says; `level_sd`: how
+    uncertain its level is from the answers so far); [] without a crowd study."""
+    from sense7.crowd.lifecycle import status
+
+    out = []
+    for row in status(store):
+        c = row["coverage"]
+        out.append({"study": row["study"], "policy": c.get("policy", "least_covered"), "floor": c.get("floor", 1),
+                    "k": c["raters_per_conversation"], "reasons": dict(c.get("reasons") or {}),
+                    "conversations": {cid: {"k_so_far": int(v["k"]), "rated": int(v["rated"]), "reason": v["reason"],
+                                            "level_sd": v.get("level_sd")}
+                                      for cid, v in sorted((c.get("per_conversation") or {}).items())}})
+    return out
 
 
 def _quality(store: Store, tasks: pd.DataFrame, policy: QualityPolicy) -> dict[str, dict]:

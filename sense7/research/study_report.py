@@ -142,6 +142,14 @@ conversations.</p>
 {% for row in agreement %}<tr><td>{{ row.control }}</td><td>{{ row.alpha }}</td><td>{{ row.n }}</td><td>{{ row.raters }}</td></tr>
 {% endfor %}</table>
 {% else %}<p>No turn was rated by more than one rater.</p>{% endif %}
+{% for study in crowd %}
+<h2>Crowd study {{ study.study }}: raters per conversation</h2>
+<p class="note">Assignment {{ study.policy }}, K {{ study.k }}, floor {{ study.floor }}; raters so far = rated
+and held in open leases; why = the policy's reason for the conversation's K.</p>
+<table><tr><th>conversation</th><th>raters so far</th><th>rated</th><th>why</th></tr>
+{% for cid, c in study.conversations.items() %}<tr><td>{{ cid }}</td><td>{{ c.k_so_far }}</td><td>{{ c.rated }}</td><td>{{ c.reason }}</td></tr>
+{% endfor %}</table>
+{% endfor %}
 </body></html>
 """)
 
@@ -193,7 +201,8 @@ def render_study_report(result: dict) -> str:
                                "alpha": f"{block['alpha']:.3f}" + ("" if lo is None else f" [{lo:.3f}, {hi:.3f}]")})
     return TEMPLATE.render(r=result, anchoring=anchoring_rows, seconds=seconds, anchoring_png=png, live=live_rows,
                            gain=gain_rows, gain_png=gain_png,
-                           quality=quality_rows, policy=result["quality"]["policy"], agreement=agreement_rows)
+                           quality=quality_rows, policy=result["quality"]["policy"], agreement=agreement_rows,
+                           crowd=result.get("crowd") or [])
 
 
 def write_study_report(result: dict, path: str | Path) -> Path:
