@@ -109,6 +109,11 @@ def crowd_status(json_out: bool = typer.Option(False, "--json")) -> None:
         console.print(line, highlight=False)
 
 
+def reasons_text(reasons: dict[str, int]) -> str:
+    """A policy's reasons for its conversations' K, counted: "602 capped, 78 uncertain"."""
+    return ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in reasons.items())
+
+
 def status_lines(rows: list[dict]) -> list[str]:
     lines = []
     for row in rows:
@@ -118,8 +123,7 @@ def status_lines(rows: list[dict]) -> list[str]:
             f"slots rated, {c['in_lease']} in open leases, {c['fully_covered']} of {c['conversations']} "
             f"conversations fully covered (K={c['raters_per_conversation']}), spread {c['spread']}, "
             f"{c['released']} slots given back; assignment {c.get('policy', 'least_covered')} (floor "
-            f"{c.get('floor', 1)}): " + ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in
-                                                   (c.get('reasons') or {}).items()) + "; participants:"
+            f"{c.get('floor', 1)}): " + reasons_text(c.get('reasons') or {}) + "; participants:"
             f" {p['completed']} completed, {p['rating']} rating, "
             f"{p['checking']} at the check, {p['abandoned']} abandoned, {p['declined']} declined, "
             f"{p['screened_out']} screened out, {p['full']} turned away (full), {p['withdrawn']} withdrawn; "

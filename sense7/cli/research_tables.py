@@ -221,14 +221,15 @@ def print_agreement(result: dict) -> None:
 
 def print_crowd_coverage(studies: list[dict]) -> None:
     """Per crowd study: how many conversations have how many raters so far, and why (the policy's reasons)."""
+    from sense7.cli.crowd import reasons_text
+
     for study in studies:
         by_k: dict[int, int] = {}
         for conversation in study["conversations"].values():
             by_k[conversation["k_so_far"]] = by_k.get(conversation["k_so_far"], 0) + 1
         console.print(f"crowd study {study['study']} ({study['policy']}, K {study['k']}, floor {study['floor']}): "
                       "conversations with " + ", ".join(f"{k} raters: {n}" for k, n in sorted(by_k.items()))
-                      + "; why: " + ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in
-                                               study["reasons"].items()), highlight=False)
+                      + "; why: " + reasons_text(study["reasons"]), highlight=False)
 
 
 def print_study(result: dict) -> None:
