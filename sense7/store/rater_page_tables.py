@@ -330,6 +330,13 @@ class Outbox:
         with self.store.engine.begin() as conn:
             conn.execute(update(submissions).where(submissions.c.key == key).values(last_error=error[:300]))
 
+    def has_deliverable(self) -> bool:
+        """Whether any submission waits for delivery that delivery can write now (its task exists in Label
+        Studio): one EXISTS query, for a caller that only decides whether to ask for delivery."""
+        waiting = select(submissions.c.key).where(submissions.c.delivered_at.is_(None), submissions.c.task_id > 0)
+        with self.store.engine.connect() as conn:
+            return bool(conn.scalar(select(waiting.exists())))
+
     def counts(self) -> dict[str, int]:
         """Submissions in all; `undelivered`: those delivery can write now; `provisional`: those waiting for
         their task to exist in Label Studio (RaterQueue.provide)."""
