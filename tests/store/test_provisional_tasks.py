@@ -77,3 +77,25 @@ def test_raters_provided_tasks_are_their_own(tmp_path):
     queue.replace("p-0002", [copied(90)])  # (a copy naming this rater's key under another rater)
     assert [i.task_id for i in queue.items(RATER)] == [mine]
     assert outbox.counts()["provisional"] == 1 and [i.task_id for i in queue.items("p-0002")] == [90]
+
+
+def test_the_questionnaire_is_provided_once_and_never_beside_a_copied_one(tmp_path):
+    """What the rater page does when a participant passes the check (RaterQueue.provide_questionnaire): their
+    questionnaire under a provisional id with the key its Label Studio task will have, once however often the
+    page asks; a queue that holds the questionnaire already (copied from Label Studio) gets no second one."""
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    queue = RaterQueue(store)
+    queue.provide_questionnaire(RATER)
+    queue.provide_questionnaire(RATER)
+    (item,) = queue.items(RATER)
+    assert (item.kind, item.position, item.conversation_id, item.turn_index) == ("profile", -1, None, None)
+    assert item.task_id < 0 and item.data == {"task_key": f"profile::{RATER}"} and item.answer is None
+    # The copy finds it by that key: it takes Label Studio's id, and asking again adds nothing.
+    queue.replace(RATER, [copied(77)])
+    queue.provide_questionnaire(RATER)
+    assert [(i.task_id, i.kind) for i in queue.items(RATER)] == [(77, "profile")]
+
+    # A participant whose queue was copied from Label Studio before the page asked: no provisional twin.
+    queue.replace("p-0002", [copied(90, key="profile::p-0002")])
+    queue.provide_questionnaire("p-0002")
+    assert [(i.task_id, i.kind) for i in queue.items("p-0002")] == [(90, "profile")]
