@@ -45,6 +45,16 @@ def write_private(path: Path, text: str) -> None:
     fsync_dir(path.parent)
 
 
+def create_private_file(path: Path) -> None:
+    """Create `path` empty and its owner's only (0600), whatever the umask, unless it exists (an existing file
+    keeps its mode). For a data file another library then writes (a SQLite database: SQLite gives its -wal and
+    -shm files the database file's mode), which would otherwise get the umask's 0644."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+
+
 # -- what no stored text may hold ----------------------------------------------------------------------------
 # PostgreSQL's text and JSON types refuse U+0000, and a lone surrogate (which JSON's "\ud800" escape makes)
 # cannot be encoded as UTF-8 by any store: both are refused where a user file is read, never met later.

@@ -129,7 +129,7 @@ def prepare_round(rt: Runtime, waiting: list[tuple[str, str]], predict=None) -> 
     log.info("crowd prepare round: %d participants, %d conversations; %s", len(raters), len(conversations), steps)
     from sense7.store.rater_page_tables import Outbox
 
-    if Outbox(rt.store).counts()["undelivered"]:  # questionnaires answered before their task existed are
+    if Outbox(rt.store).has_deliverable():  # questionnaires answered before their task existed are
         from sense7.tasks.delivery import request_delivery  # deliverable now (RaterQueue.replace gave them its id)
 
         try:

@@ -56,3 +56,9 @@ class Conversation:
 def task_key(conversation_id: str, turn_index: int, rater_id: str) -> str:
     """The stable identity of a rating task: importing the same batch twice finds these and skips them."""
     return f"{conversation_id}::{turn_index}::{rater_id}"
+
+
+def profile_task_key(rater_id: str) -> str:
+    """The stable identity of a rater's questionnaire task (the rater page's provisional copy of it, made
+    before Label Studio has it, is found again by this key: sense7.store.rater_page_tables.RaterQueue)."""
+    return f"profile::{rater_id}"

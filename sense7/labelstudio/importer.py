@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from label_studio_sdk import LabelStudio
 
-from sense7.data.conversations import Conversation
+from sense7.data.conversations import Conversation, profile_task_key
 from sense7.labelstudio import client as ls_client
 from sense7.labelstudio.protocol import profile_task, rating_tasks
 from sense7.readers.intake import ReimportConflict, TextChange, text_changes
@@ -168,6 +168,6 @@ def import_profile_tasks(client: LabelStudio, project_id: int, rater_ids: list[s
     these raters' tasks only (O(raters): a few crowd participants); otherwise the whole project is read
     (a study's roster at once), except for a single rater."""
     existing = ls_client.task_keys(client, project_id, rater_ids=rater_ids if filtered or len(rater_ids) == 1 else None)
-    new = [profile_task(r) for r in rater_ids if f"profile::{r}" not in existing]
+    new = [profile_task(r) for r in rater_ids if profile_task_key(r) not in existing]
     ls_client.import_tasks(client, project_id, new)
     return len(new)

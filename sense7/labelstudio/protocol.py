@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sense7.data.conversations import Conversation, task_key
+from sense7.data.conversations import Conversation, profile_task_key, task_key
 from sense7.data.items import START_PLACEHOLDER
 from sense7.taxonomy import PROFILE_OBJECT_TAG, TURN_TAG, Taxonomy
 
@@ -63,7 +63,7 @@ def rating_tasks(conversation: Conversation) -> list[dict]:
 
 
 def profile_task(rater_id: str) -> dict:
-    return {"data": {"task_key": f"profile::{rater_id}", "rater_id": rater_id, "intro": PROFILE_INTRO}}
+    return {"data": {"task_key": profile_task_key(rater_id), "rater_id": rater_id, "intro": PROFILE_INTRO}}
 
 
 def user_id(value) -> int | None:

@@ -36,7 +36,6 @@ from sense7.crowd.lifecycle import assignments_of, finish, give_back, start_rati
 from sense7.crowd.participants import (AlreadyEntered, Participant, Participants, pseudonymous_id,
                                        study_secret, valid_platform_id)
 from sense7.crowd.study import CrowdStudy
-from sense7.labelstudio.protocol import profile_task
 from sense7.store.rater_page_tables import token_hash
 from sense7.rater_page.forms import form_number
 from sense7.rater_page.services import client_address, page_services
@@ -267,11 +266,9 @@ def open_rating(study: CrowdStudy, rater: str) -> None:
     if request_prepare is not None and not queue.has(rater):
         request_prepare(study.study_id, rater)
         session["prepare_asked"] = time.time()  # the wait page asks again only if this one got lost
-    if not any(item.kind == "profile" for item in queue.items(rater)):
-        # The questionnaire from the store at once: the participant answers it while the worker's round makes
-        # their Label Studio tasks (it takes seconds when Label Studio is busy), instead of waiting for them.
-        queue.provide(rater, [{"kind": "profile", "position": -1, "conversation_id": None, "turn_index": None,
-                               "data": {"task_key": profile_task(rater)["data"]["task_key"]}, "prediction": None}])
+    # The questionnaire from the store at once: the participant answers it while the worker's round makes
+    # their Label Studio tasks (it takes seconds when Label Studio is busy), instead of waiting for them.
+    queue.provide_questionnaire(rater)
 
 
 @crowd.get("/<study_id>/wait")

@@ -11,12 +11,14 @@ import hashlib
 import json
 from collections.abc import Iterable
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pandas as pd
 from sqlalchemy import Table, create_engine, delete, select, update
 from sqlalchemy.engine import Engine
 
 from sense7.data.conversations import Conversation, Message
+from sense7.files import create_private_file
 from sense7.store.tables import (accepted_versions, annotations, contexts, conversations, imported_ratings, metadata,
                                  raters, rating_history, ratings, staff_log)
 
@@ -61,6 +63,13 @@ class Store:
         self.engine = engine or create_engine(url, future=True, pool_pre_ping=True)
         if self.engine.dialect.name == "sqlite":
             from sqlalchemy import event
+
+            database = self.engine.url.database
+            if database and database != ":memory:" and not database.startswith("file:") \
+                    and Path(database).parent.is_dir():
+                # A new store file is its owner's only, whatever the umask of the process that opens it first
+                # (a benchmark's or a test's, not only the sense7 command's 077): it holds traits and texts.
+                create_private_file(Path(database))
 
             @event.listens_for(self.engine, "connect")
             def _sqlite_pragmas(dbapi_conn, _record):  # WAL: readers (backend) never block the syncer

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import and_, func, select, update
 
+from sense7.data.conversations import profile_task_key
 from sense7.store.database import Store
 from sense7.store.tables import (conversation_choices, crowd_withdrawn, instructed_answers, provisional_tasks,
                                  rater_links, rater_tasks, submissions, withdrawals, withdrawn_id_hash)
@@ -159,6 +160,17 @@ class RaterQueue:
             except IntegrityError:  # the same key provided at the same moment (a form sent twice): look again
                 continue
         raise RuntimeError(f"could not provide {len(items)} tasks for one rater")
+
+    def provide_questionnaire(self, rater_id: str) -> None:
+        """The rater's questionnaire in their queue now, under a provisional id until the worker's round makes
+        its Label Studio task (`provide`); nothing when their queue holds one already (provided, or copied
+        from Label Studio)."""
+        with self.store.engine.connect() as conn:
+            if conn.scalar(select(select(rater_tasks.c.task_id).where(
+                    rater_tasks.c.rater_id == rater_id, rater_tasks.c.kind == "profile").exists())):
+                return
+        self.provide(rater_id, [{"kind": "profile", "position": -1, "conversation_id": None, "turn_index": None,
+                                 "data": {"task_key": profile_task_key(rater_id)}, "prediction": None}])
 
     def has(self, rater_id: str) -> bool:
         with self.store.engine.connect() as conn:
@@ -329,6 +341,13 @@ class Outbox:
     def mark_failed(self, key: str, error: str) -> None:
         with self.store.engine.begin() as conn:
             conn.execute(update(submissions).where(submissions.c.key == key).values(last_error=error[:300]))
+
+    def has_deliverable(self) -> bool:
+        """Whether any submission waits for delivery that delivery can write now (its task exists in Label
+        Studio): one EXISTS query, for a caller that only decides whether to ask for delivery."""
+        waiting = select(submissions.c.key).where(submissions.c.delivered_at.is_(None), submissions.c.task_id > 0)
+        with self.store.engine.connect() as conn:
+            return bool(conn.scalar(select(waiting.exists())))
 
     def counts(self) -> dict[str, int]:
         """Submissions in all; `undelivered`: those delivery can write now; `provisional`: those waiting for

@@ -9,7 +9,6 @@ that have no store (`sense7 evaluate`).
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 from sqlalchemy import create_engine, delete, func, select
 from sqlalchemy.engine import Engine
 
+from sense7.files import create_private_file
 from sense7.store.tables import text_vectors
 
 VECTOR_DTYPES = ("float16", "float32")
@@ -38,8 +38,7 @@ class TextVectorRows:
         a command that has no store."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        create_private_file(path)
         engine = create_engine(f"sqlite:///{path}", future=True)
         text_vectors.create(engine, checkfirst=True)
         return cls(engine)

@@ -22,11 +22,16 @@ def own_tasks(rt, project, rater) -> list:
 
 
 def test_the_questionnaire_is_answered_before_the_round_and_delivered_to_its_task_after_it(job_stack, tmp_path):
-    from sense7.tasks.crowd_jobs import prepare_waiting
+    from sense7.tasks.broker import redis_client
+    from sense7.tasks.celery_app import configure
+    from sense7.tasks.crowd_jobs import prepare_participant, prepare_waiting
+    from sense7.tasks.delivery import SCHEDULED_KEY as DELIVERY_ASKED
     from sense7.tasks.delivery import deliver_outbox
 
     stack = job_stack
     rt = stack.runtime()
+    configure(rt.settings, stack.redis.url)  # the round asks for delivery on the stack's broker (no worker takes it)
+    broker = redis_client(stack.redis.url)
     tax = rt.taxonomy
     open_study(rt, tmp_path / "study", pool=4, turns=2, k=1, n=2)
     url = start_page_url(stack)
@@ -48,12 +53,19 @@ def test_the_questionnaire_is_answered_before_the_round_and_delivered_to_its_tas
     waiting = browser.get(f"{url}/", timeout=30)
     assert waiting.url.endswith("/s/pilot/wait") and "csrf_token" not in waiting.text
 
+    # The round gives the kept answer its task, so it asks for delivery (the page's own ask, made when the
+    # answer was posted, is taken as done: a delivery job that found nothing to deliver).
+    broker.delete(DELIVERY_ASKED)
     assert prepare_waiting(rt)["participants"] == 1
+    assert broker.exists(DELIVERY_ASKED)
     (profile_task,) = own_tasks(rt, rt.profile_project, rater)
     items = RaterQueue(rt.store).items(rater)
     assert items[0].kind == "profile" and items[0].task_id == profile_task.id and items[0].answer == kept.answer
     assert [r["key"] for r in Outbox(rt.store).undelivered()] == [f"{rater}:profile:{profile_task.id}:1"]
     assert deliver_outbox(rt) == {"delivered": 1, "failed": 0}
+    # A round that leaves nothing to deliver (its answers delivered already) asks for no delivery.
+    broker.delete(DELIVERY_ASKED)
+    assert prepare_participant(rt, "pilot", rater) > 0 and not broker.exists(DELIVERY_ASKED)
     (annotation,) = rt.client.tasks.get(profile_task.id).annotations
     assert {k: str(v) for k, v in parse_profile_annotation(dict(annotation)["result"], tax).items()} == traits
 

@@ -36,6 +36,7 @@ def test_a_provided_task_is_kept_by_copies_without_it_and_rekeyed_with_its_answe
     InstructedAnswers(store).record(RATER, provisional, "attention", 2, 2)
     # Not deliverable yet: Label Studio has no task under that id.
     assert outbox.undelivered() == [] and outbox.counts() == {"submissions": 1, "undelivered": 0, "provisional": 1}
+    assert outbox.has_deliverable() is False
     assert queue.items(RATER)[0].answer == answer
 
     # A queue copy made before the round created the task (beat's refresh, say) keeps the provided row.
@@ -49,7 +50,7 @@ def test_a_provided_task_is_kept_by_copies_without_it_and_rekeyed_with_its_answe
     assert [(i.task_id, i.answer) for i in queue.items(RATER)] == [(77, answer), (501, None)]
     (row,) = outbox.undelivered()
     assert (row["key"], row["task_id"], row["revision"], row["lead_time"]) == (f"{RATER}:profile:77:1", 77, 1, 12.5)
-    assert outbox.counts() == {"submissions": 1, "undelivered": 1, "provisional": 0}
+    assert outbox.counts() == {"submissions": 1, "undelivered": 1, "provisional": 0} and outbox.has_deliverable()
     assert InstructedAnswers(store).frame()[["task_id", "answered"]].values.tolist() == [[77, 2]]
 
     # A form shown before the copy (it names the provisional id) lands on the real task as the next revision.
@@ -61,6 +62,10 @@ def test_a_provided_task_is_kept_by_copies_without_it_and_rekeyed_with_its_answe
     assert queue.provide(RATER, [profile_row()]) == [77]
     queue.replace(RATER, [copied(77)])
     assert [i.task_id for i in queue.items(RATER)] == [77]
+    # Delivered (both revisions): nothing left to deliver, though the outbox keeps them.
+    assert outbox.has_deliverable()
+    outbox.mark_delivered(RATER, 77, 2, annotation_id=900)
+    assert not outbox.has_deliverable() and outbox.counts()["submissions"] == 2
 
 
 def test_raters_provided_tasks_are_their_own(tmp_path):
@@ -72,3 +77,25 @@ def test_raters_provided_tasks_are_their_own(tmp_path):
     queue.replace("p-0002", [copied(90)])  # (a copy naming this rater's key under another rater)
     assert [i.task_id for i in queue.items(RATER)] == [mine]
     assert outbox.counts()["provisional"] == 1 and [i.task_id for i in queue.items("p-0002")] == [90]
+
+
+def test_the_questionnaire_is_provided_once_and_never_beside_a_copied_one(tmp_path):
+    """What the rater page does when a participant passes the check (RaterQueue.provide_questionnaire): their
+    questionnaire under a provisional id with the key its Label Studio task will have, once however often the
+    page asks; a queue that holds the questionnaire already (copied from Label Studio) gets no second one."""
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    queue = RaterQueue(store)
+    queue.provide_questionnaire(RATER)
+    queue.provide_questionnaire(RATER)
+    (item,) = queue.items(RATER)
+    assert (item.kind, item.position, item.conversation_id, item.turn_index) == ("profile", -1, None, None)
+    assert item.task_id < 0 and item.data == {"task_key": f"profile::{RATER}"} and item.answer is None
+    # The copy finds it by that key: it takes Label Studio's id, and asking again adds nothing.
+    queue.replace(RATER, [copied(77)])
+    queue.provide_questionnaire(RATER)
+    assert [(i.task_id, i.kind) for i in queue.items(RATER)] == [(77, "profile")]
+
+    # A participant whose queue was copied from Label Studio before the page asked: no provisional twin.
+    queue.replace("p-0002", [copied(90, key="profile::p-0002")])
+    queue.provide_questionnaire("p-0002")
+    assert [(i.task_id, i.kind) for i in queue.items("p-0002")] == [(90, "profile")]

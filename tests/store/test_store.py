@@ -68,3 +68,22 @@ def test_the_outbox_hands_out_the_newest_undelivered_revision_per_task_oldest_fi
     assert [(r["task_id"], r["revision"]) for r in outbox.undelivered(limit=1)] == [(12, 1)]
     outbox.mark_delivered("r1", 11, 2, annotation_id=7)  # revision 1 is superseded with it
     assert [(r["rater_id"], r["task_id"]) for r in outbox.undelivered()] == [("r1", 12), ("r2", 11)]
+
+
+def test_a_new_sqlite_store_is_its_owners_only_whatever_the_umask(tmp_path):
+    """A store opened first by a process with the common umask 022 (a benchmark's scratch store, a script's;
+    the sense7 command sets 077 itself) is still 0600, and so are the WAL files SQLite makes beside it."""
+    import os
+    import stat
+
+    folder = tmp_path / "scratch"
+    folder.mkdir(mode=0o700)
+    previous = os.umask(0o022)
+    try:
+        store = Store(f"sqlite:///{folder / 'store.sqlite'}")
+        store.upsert_conversations([CONV])
+        with store.engine.connect():  # (the WAL and its index exist while a connection is open)
+            made = {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()}
+    finally:
+        os.umask(previous)
+    assert made == {"store.sqlite": 0o600, "store.sqlite-wal": 0o600, "store.sqlite-shm": 0o600}
