@@ -9,7 +9,9 @@ harness's own speed on synthetic data.
     .venv/bin/python scripts/bench_evaluate.py --variants relational_weight=0,0.3 --with text_encoder=minilm
                                                                      # ... with fixed parameters for all
 A parameter value `minilm` is the sentence-embedding encoder (the [embeddings] extra), `static@384@1e-3` the
-static encoder with 384 dimensions and SIF coefficient 1e-3 (its own table, distilled on first use), `none` is None;
+static encoder with 384 dimensions and SIF coefficient 1e-3 (its own table, distilled on first use),
+`static@lines` / `static@lines:0.7` the static encoder pooling each line alone (equal weights / recent lines
+weighted up), `none` is None;
 `text_encoder=static` (the default) and `text_encoder=ngrams` name the models' own choices.
 
 Prints Markdown tables ready for docs/BENCHMARKS.md. The WASSA files are research-only and never part of
@@ -138,11 +140,21 @@ def parse_value(v: str):
     if v.lower() == "minilm":
         from sense7.model.embeddings import SentenceEmbeddingEncoder
         return SentenceEmbeddingEncoder()
-    if v.lower().startswith("static@"):  # static@DIMENSIONS[@SIF]: a distillation variant (its own table)
+    if v.lower().startswith("static@"):
+        # static@DIMENSIONS[@SIF]: a distillation variant (its own table); an @lines[:DECAY] part anywhere:
+        # per-line pooling (pooling="lines", line_decay=DECAY), e.g. static@lines, static@lines:0.7
         from sense7.model.static_embeddings import StaticEmbeddingEncoder
         parts = v.split("@")[1:]
-        return StaticEmbeddingEncoder(dimensions=int(parts[0]),
-                                      **({"sif_coefficient": float(parts[1])} if len(parts) > 1 else {}))
+        pooled = [p for p in parts if p.lower().startswith("lines")]
+        numbers = [p for p in parts if p not in pooled]
+        params = {"dimensions": int(numbers[0])} if numbers else {}
+        if len(numbers) > 1:
+            params["sif_coefficient"] = float(numbers[1])
+        if pooled:
+            params["pooling"] = "lines"
+            if ":" in pooled[0]:
+                params["line_decay"] = float(pooled[0].split(":", 1)[1])
+        return StaticEmbeddingEncoder(**params)
     return (int(v) if v.isdigit() else float(v)) if v.replace(".", "").isdigit() else v
 
 

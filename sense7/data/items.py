@@ -123,6 +123,13 @@ def _feelings(words: frozenset) -> frozenset:
                      for w in words if w.startswith(_FEELINGS))
 
 
+def forget_kept_words() -> None:
+    """Empty the per-text caches of the relational columns (`_words_of`, `_tail_words`, `_feelings`,
+    `_messages_of`): the next computation tokenizes every text afresh (what tests compare the cached values with)."""
+    for kept in (_words_of, _tail_words, _feelings, _messages_of):
+        kept.cache_clear()
+
+
 def _share(wanted: set, found: set) -> float:
     return len(wanted & found) / len(wanted) if wanted else 0.0
 

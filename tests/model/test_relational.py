@@ -10,6 +10,7 @@ from sense7.data.dataset import RatingData
 from sense7.data.items import (
     RELATIONAL_COLUMNS,
     build_items,
+    forget_kept_words,
     relational_columns,
     relational_features,
     task_columns,
@@ -181,3 +182,46 @@ def test_the_encoder_weight_chosen_by_inner_cv_is_a_fixed_weight_refitted():
     both = PersonalizedRater(encoder_weight="cv", relational_weight="cv", text_encoder=_Cues()).fit(X, Y)
     assert both.encoder_weight_ in ENCODER_WEIGHTS and both.relational_weight_ in (0.0, 0.3, 1.0)
     assert both.features_.encoder_scale_ == both.encoder_weight_
+
+
+def _near_duplicate_items(n: int, seed: int) -> dict[str, list]:
+    """Item columns whose texts repeat, share long beginnings and ends, and often have the same length:
+    what a cache keyed by less than the whole text would confuse."""
+    rng = np.random.default_rng(seed)
+    starts = ["I'm so sorry to hear that about your", "That sounds really hard, how are you feeling about your"]
+    topics = ["exam", "dog", "mother", "job", "move", "Biology exam on Monday", "trip to Paris", "loan of 300"]
+    feelings = ["sad", "angry", "glad", "worried", "lonely", "proud", "tired", "fine"]
+    ends = ["?", ".", "!", ". What happened?", ". Did you tell Anna?"]
+
+    def sentence():
+        return f"{rng.choice(starts)} {rng.choice(topics)}; I feel {rng.choice(feelings)}{rng.choice(ends)}"
+
+    columns = {"text": [], "history_text": [], "turn_position": []}
+    for _ in range(n):
+        history = [f"{rng.choice(['user', 'assistant'])}: {sentence()}" for _ in range(rng.integers(0, 4))]
+        columns["text"].append(sentence() if rng.random() < 0.8 else "\n".join([sentence(), sentence()]))
+        columns["history_text"].append("\n".join(history))
+        columns["turn_position"].append(float(rng.choice([0, 1, 2, 3])))  # 0: a whole-conversation item
+    return columns
+
+
+def test_relational_columns_from_the_kept_words_equal_a_fresh_computation():
+    """The relational columns are computed through per-text caches (sense7.data.items keeps each text's words,
+    a history's tail words and messages): over a few hundred items with repeated and near-duplicate texts,
+    computed in bulk, again, and in another order, every value must equal the item computed alone with empty
+    caches, so a cache entry read for the wrong text (a stale or wrongly keyed entry) fails here."""
+    columns = _near_duplicate_items(400, seed=3)
+    fresh = []
+    for i in range(len(columns["text"])):
+        forget_kept_words()
+        one = relational_columns({name: values[i:i + 1] for name, values in columns.items()})
+        fresh.append([one[name][0] for name in RELATIONAL_COLUMNS])
+    fresh = np.array(fresh)
+    assert len(set(columns["text"])) < len(columns["text"])  # (texts do repeat: the caches are hit)
+    assert np.ptp(fresh, axis=0).min() > 0  # (every column varies: each is checked)
+    forget_kept_words()
+    order = np.random.default_rng(4).permutation(len(fresh))
+    for rows in (np.arange(len(fresh)), np.arange(len(fresh)), order):  # cold, warm, warm in another order
+        cached = relational_columns({name: [values[i] for i in rows] for name, values in columns.items()})
+        got = np.column_stack([cached[name] for name in RELATIONAL_COLUMNS])
+        np.testing.assert_array_equal(got, fresh[rows])

@@ -198,3 +198,35 @@ def test_chunked_tokens_equal_the_tokenizers_own(tiny):
         assert ids[rows == i].tolist() == expected
     rows, ids = encoder._token_rows(texts)  # the second time from the chunk cache: the same
     assert [ids[rows == i].tolist() for i in range(len(texts))] == whole
+
+
+def test_line_pooling_averages_each_lines_unit_vector(tiny):
+    """pooling="lines" (issue 39): a text's vector is the unit-length mean of its lines' own unit vectors (the
+    k-th line from the end weighted line_decay ** k), so a long line does not outweigh short ones; blank lines
+    are skipped, a one-line text is encoded as by whole-text pooling, and its vectors are cached apart."""
+    long_line = "i feel so sad my dog died today and the news is hard"
+    texts = [f"{long_line}\nglad\n\n", "sorry to hear that", "", "  \n "]
+    whole = _encoder(tiny).fit([])
+    lines = _encoder(tiny, pooling="lines").fit([])
+    got = lines.transform(texts)
+    a, b = whole.transform([long_line, "glad"])
+    want = (a + b) / np.linalg.norm(a + b)
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
+    # Pooling the whole text weighs the long line by its tokens: not the same vector.
+    assert not np.allclose(whole.transform(texts[:1])[0], got[0], atol=1e-3)
+    np.testing.assert_allclose(got[1], whole.transform(texts[1:2])[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[2:], 0)  # no line with text: zeros
+    # Recency: the last line weighs 1, the one before it 0.5.
+    recent = _encoder(tiny, pooling="lines", line_decay=0.5).fit([]).transform(texts[:1])[0]
+    np.testing.assert_allclose(recent, (0.5 * a + b) / np.linalg.norm(0.5 * a + b), rtol=1e-5, atol=1e-6)
+    # A batch pools each text on its own (the sums are grouped by text, whatever else is in the batch).
+    np.testing.assert_allclose(lines.transform(texts[::-1])[::-1], got, rtol=1e-5, atol=1e-6)
+    # Another pooling is other vectors: the text vectors' cache must not mix them; the table is the same.
+    assert len({whole.cache_key(), lines.cache_key(),
+                _encoder(tiny, pooling="lines", line_decay=0.5).cache_key()}) == 3
+    assert whole.table_key() == lines.table_key()
+    assert clone(lines).get_params()["pooling"] == "lines"
+    with pytest.raises(ValueError, match="pooling"):
+        _encoder(tiny, pooling="sentences").fit([])
+    with pytest.raises(ValueError, match="line_decay"):
+        _encoder(tiny, pooling="lines", line_decay=0).fit([])

@@ -54,6 +54,8 @@ def _implementations():
 
     # slow: the packaged table is made on its first use in an installation (minutes of CPU)
     out.append(pytest.param(StaticEmbeddingEncoder(), marks=pytest.mark.slow))
+    out.append(pytest.param(StaticEmbeddingEncoder(pooling="lines", line_decay=0.7), marks=pytest.mark.slow,
+                            id="StaticEmbeddingEncoder-lines"))
     if embeddings_available():
         out.append(SentenceEmbeddingEncoder())
     return out
