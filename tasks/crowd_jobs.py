@@ -1,8 +1,10 @@
 """Crowd studies' jobs (the work is sense7.crowd and the Label Studio adapters).
 
 `sense7.crowd_prepare` (coalesced): participants who passed the comprehension check hold their slots
-(sense7.crowd.lifecycle.start_rating; the page asks at the check, and its "preparing" page covers the wait;
-an entry still at the check has no slot and gets no task). One job works for everyone waiting, however many arrive at once: the rater page asks with `request_prepare`,
+(sense7.crowd.lifecycle.start_rating; the page asks at the check and serves the questionnaire from the store
+meanwhile, RaterQueue.provide_questionnaire, so the round is rarely waited for; an entry still at the check has no
+slot and gets no task). One job works for everyone waiting, however many arrive at once: the rater page asks
+with `request_prepare`,
 which queues the job unless one is queued or running (queue_once: a Redis flag renewed while it runs). The
 job reads who is waiting from the store (participants rating who hold a conversation whose tasks are not in
 their queue copy: sense7.crowd.lifecycle.waiting_for_tasks; the first two at the check, then each next one as
