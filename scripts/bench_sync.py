@@ -21,6 +21,12 @@ the sync path's own; the paper-scale demo measures everything running together.
 stack): the whole address map (`raters_by_email`, a batch's way) against the task's own rater (one indexed
 query, `sync_annotation`'s way), best of 20 each.
 
+`--sync-jobs-at-users N` measures only the sync job of a new participant's first rating (no worker, no
+Redis): Label Studio holds N raters' attribution accounts (made and kept as delivery makes them), then,
+--jobs times, one more rater's account is made, it rates one task, and one sync job (a fresh LabelSync
+sharing the worker's email cache, as tasks.sync runs it) syncs that annotation: the job's wall-clock
+seconds, the users-list requests it made, and Label Studio's CPU seconds over all the jobs.
+
 Prints one JSON document (also written to --out). Timings are wall-clock on whatever else the machine runs.
 """
 
@@ -146,6 +152,84 @@ def attribution_lookups(n_raters: int, repeats: int = 20) -> dict:
                 "own_rater_ms": best(lambda: store.rater_emails(every_rater=True, rater_ids=[target]))}
 
 
+class CountedClient:
+    """The real client, counting the `users.list` requests made through it (every call goes through)."""
+
+    def __init__(self, client):
+        self.client, self.lists = client, 0
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    @property
+    def users(self):
+        outer = self
+
+        class Users:
+            def __getattr__(self, name):
+                method = getattr(outer.client.users, name)
+                if name != "list":
+                    return method
+
+                def listed(*args, **kwargs):
+                    outer.lists += 1
+                    return method(*args, **kwargs)
+                return listed
+        return Users()
+
+
+def sync_jobs_at_users(n_users: int, jobs: int) -> dict:
+    """A new participant's first rating synced by one job each, with n_users accounts in Label Studio."""
+    from sense7.labelstudio.client import import_tasks
+    from sense7.labelstudio.label_sync import LabelSync
+    from sense7.labelstudio.protocol import rating_tasks
+    from sense7.labelstudio.rater_accounts import ensure_accounts
+    from sense7.processes import CpuMeter
+    from sense7.stack import Stack
+    from sense7.synthetic.toy_study import make_conversations, make_raters
+    from sense7.taxonomy import study_taxonomy
+
+    cfg = fresh_home("bench-sync-users-")
+    tax = study_taxonomy(cfg)
+    with Stack(cfg) as stack:
+        log("starting Label Studio")
+        client, rating, profile, store = label_studio_and_broker(stack, tax)
+        crowd = [r["rater_id"] for r in make_raters(n_users + jobs, tax, prefix="u", domain="bench.test")]
+        store.add_raters(crowd)  # no own emails: every account at its reserved address, as a crowd's
+        started = time.perf_counter()
+        ensure_accounts(client, store, crowd[:n_users])
+        log(f"{n_users} accounts made in {time.perf_counter() - started:.0f} s")
+        arrivals = crowd[n_users:]
+        convs = make_conversations(arrivals, per_rater=1, turns=1, prefix="arrive")
+        store.upsert_conversations(convs)
+        import_tasks(client, rating, [t for conv in convs for t in rating_tasks(conv)])
+        task_of = {t.data["rater_id"]: t for t in client.tasks.list(project=rating, include="id,data", page_size=1000)}
+        counted, worker_emails = CountedClient(client), {}
+        LabelSync(counted, store, tax, rating, profile, user_emails=worker_emails).sync_annotation(0)  # warm
+        started = time.perf_counter()
+        client.users.list()
+        list_s = time.perf_counter() - started
+        meter = CpuMeter({"Label Studio": [stack.label_studio.process.pid()]})
+        seconds, lists = [], 0
+        cpu = 0.0
+        for rater in arrivals:
+            account = ensure_accounts(client, store, [rater])[rater]  # delivery's work, not timed
+            task = task_of[rater]
+            made = client.annotations.create(task.id, completed_by=account,
+                                             result=toy_annotation(task.data["turn"][0]["content"], tax))
+            before = counted.lists
+            meter.start()
+            started = time.perf_counter()
+            LabelSync(counted, store, tax, rating, profile, user_emails=worker_emails).sync_annotation(made.id)
+            seconds.append(time.perf_counter() - started)
+            cpu += meter.stop()["Label Studio"]
+            lists += counted.lists - before
+        return {"label_studio_users": n_users, "jobs": jobs, "users_list_requests": lists,
+                "job_s": percentiles(seconds), "job_s_total": round(sum(seconds), 2),
+                "label_studio_cpu_s_per_job": round(cpu / jobs, 3),
+                "one_users_list_s": round(list_s, 3)}
+
+
 def main() -> None:
     parser = argument_parser(__doc__)
     parser.add_argument("--raters", type=int, default=109)
@@ -160,7 +244,13 @@ def main() -> None:
                         help="run Label Studio on this PostgreSQL database (default: SQLite, as the demo)")
     parser.add_argument("--attribution-only", type=int, default=0, metavar="N",
                         help="only time the attribution lookups on a store of N raters (no stack)")
+    parser.add_argument("--sync-jobs-at-users", type=int, default=0, metavar="N",
+                        help="only time the sync job of a new participant's first rating at N Label Studio users")
+    parser.add_argument("--jobs", type=int, default=20, help="sync jobs timed with --sync-jobs-at-users")
     args = parser.parse_args()
+    if args.sync_jobs_at_users:
+        emit(sync_jobs_at_users(args.sync_jobs_at_users, args.jobs), args.out)
+        return
     if args.attribution_only:
         print(json.dumps(attribution_lookups(args.attribution_only), indent=2))
         return

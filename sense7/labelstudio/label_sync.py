@@ -6,7 +6,10 @@ changed: the webhook names the annotation, and the sync reads the truth from the
 upserts are keyed by annotation id + updated time, and annotations no longer in Label Studio are marked
 deleted in the store.
 
-Who rated: `completed_by` (a Label Studio user id) -> that user's email (users API) -> our rater id
+Who rated: `completed_by` (a Label Studio user id) -> the rater whose attribution account it is, as the store
+keeps it (sense7.store.account_ids: one indexed query, no Label Studio request). An author not kept there
+(staff, an account made before accounts were kept) -> that user's email (users API: one `get` per new
+author; only a reconciliation lists every user, and only when it meets one) -> our rater id
 (`raters_by_email`: the rater's attribution address, or the email the store has for them). Attribution is
 never guessed: an annotation whose author is not a known rater, or is a rater other than the task's own, is
 *quarantined*: stored with the reason, counted, never trained on. A questionnaire answer changes traits only
@@ -44,6 +47,7 @@ from sense7.labelstudio.protocol import (
     user_id,
 )
 from sense7.labelstudio.rater_accounts import account_email, ensure_account, raters_by_email
+from sense7.store.account_ids import AccountIds
 from sense7.store.rater_page_tables import Outbox
 from sense7.taxonomy import Taxonomy
 
@@ -154,15 +158,20 @@ class LabelSync:
         self.taxonomy = taxonomy
         self.rating_project = rating_project
         self.profile_project = profile_project
-        # Label Studio user id -> email. A worker passes one dict for its life (an email never changes
-        # for a user id; a new user is fetched on first sight), saving a users call per webhook job.
+        # Label Studio user id -> email, of authors the kept accounts do not name. A worker passes one dict
+        # for its life (an email never changes for a user id; a new user is fetched on first sight), saving
+        # a users call per webhook job.
         self._emails: dict[int, str] = {} if user_emails is None else user_emails
-        # Loaded once per reconciliation so that 10,000 annotations cost no per-row lookups:
+        # Loaded once per batch or reconciliation so that 10,000 annotations cost no per-row lookups:
+        self._rater_by_account: dict[int, str] | None = None  # kept accounts (the batch's authors' or all)
         self._rater_by_email: dict[str, str] | None = None
         self._stored: dict[int, tuple] | None = None  # annotation id -> (updated_at, rater, quarantine, held)
         self._submitted: dict[tuple[str, int], list[dict]] | None = None  # (rater, task) -> outbox revisions
         self._accepted: dict[int, list[dict]] | None = None  # annotation id -> versions staff accepted
-        self._listed = False  # the full user list was read by this syncer (once is enough: see email_of)
+        # Whether a user missing from the emails may be found by listing every user (once per syncer)
+        # rather than one `get`: a reconciliation only, which reads every annotation anyway.
+        self._may_list = False
+        self._listed = False
 
     @classmethod
     def from_runtime(cls, rt) -> "LabelSync":
@@ -181,12 +190,12 @@ class LabelSync:
             return (user_id.get("email") or "").strip().lower() or None
         if user_id is None:
             return None
-        if user_id not in self._emails and not self._listed:
-            # One list of every user instead of one request per new author (200 raters' first annotations
-            # would otherwise be 200 requests to a Label Studio busy with their deliveries).
+        if user_id not in self._emails and self._may_list and not self._listed:
+            # A reconciliation meeting an author nobody keeps and no earlier job met (a store whose accounts
+            # predate revision 0004, say): one list instead of a request per such author.
             self._listed = True
             self._load_users()
-        if user_id not in self._emails:
+        if user_id not in self._emails:  # a sync job: one small request, whatever the number of users
             try:
                 self._emails[user_id] = (self.client.users.get(user_id).email or "").strip().lower()
             except ApiError as exc:
@@ -195,11 +204,25 @@ class LabelSync:
                 return None
         return self._emails.get(user_id) or None
 
+    def kept_rater(self, completed_by) -> str | None:
+        """The rater whose kept attribution account wrote the annotation (sense7.store.account_ids), else
+        None: from the batch's map when one is loaded, otherwise with one indexed query."""
+        account = user_id(completed_by)
+        if account is None:
+            return None
+        if self._rater_by_account is not None:
+            return self._rater_by_account.get(account)
+        return AccountIds(self.store).raters_of([account]).get(account)
+
     def author_rater(self, completed_by, expected: str | None = None) -> str | None:
-        """The rater who wrote an annotation, from its author's email; None when the author is no rater.
+        """The rater who wrote an annotation; None when the author is no rater. First the kept accounts
+        (no Label Studio request); for an author not kept, its email (email_of) read back to a rater.
         `expected`: the rater it most likely is (the task's own), checked first with one indexed query
         where no batch map is loaded: a single annotation's sync then costs the same at any number of
         raters, and the whole map is built only when the author is somebody else."""
+        kept = self.kept_rater(completed_by)
+        if kept is not None:
+            return kept
         email = self.email_of(completed_by)
         if not email:
             return None
@@ -402,7 +425,7 @@ class LabelSync:
             try:
                 self._apply_tasks(tasks, project, annotations_by_task, found, result)
             finally:
-                self._rater_by_email = self._submitted = self._accepted = None
+                self._rater_by_account = self._rater_by_email = self._submitted = self._accepted = None
             for task_id in set(part) - found:  # the task itself was deleted
                 for gone in annotations_by_task[task_id]:
                     result.deleted += int(self.store.delete_annotation(gone))
@@ -413,8 +436,12 @@ class LabelSync:
         annotation: the raters' emails, the rater page's submissions for these tasks and the versions staff
         accepted for these annotations. Read after the tasks, so a submission behind an annotation read
         here is in the outbox already (delivery writes to Label Studio after the submission is stored)."""
-        ids = [int(a["id"]) for task in tasks for a in (dict(x) for x in task.annotations or [])]
-        self._rater_by_email = raters_by_email(self.store)
+        annotations = [dict(a) for task in tasks for a in task.annotations or []]
+        ids = [int(a["id"]) for a in annotations]
+        authors = {user_id(a.get("completed_by")) for a in annotations}
+        self._rater_by_account = AccountIds(self.store).raters_of(authors - {None})
+        # The address map only when an author is no kept account (staff, say): one read of the raters.
+        self._rater_by_email = raters_by_email(self.store) if authors - set(self._rater_by_account) else {}
         self._submitted = Outbox(self.store).revisions(task_ids=[task.id for task in tasks])
         self._accepted = self.store.accepted_versions(annotation_ids=ids)
 
@@ -524,7 +551,8 @@ class LabelSync:
     def reconcile(self) -> SyncResult:
         """Make the store equal to Label Studio for both projects (the source of truth)."""
         result = SyncResult()
-        self._load_users()
+        self._may_list = True
+        self._rater_by_account = AccountIds(self.store).raters_of()
         self._rater_by_email = raters_by_email(self.store)
         self._stored = self.store.annotation_states()
         self._submitted = Outbox(self.store).revisions()
@@ -532,7 +560,8 @@ class LabelSync:
         try:
             return self._reconcile(result)
         finally:
-            self._rater_by_email = self._stored = self._submitted = self._accepted = None
+            self._may_list = False
+            self._rater_by_account = self._rater_by_email = self._stored = self._submitted = self._accepted = None
 
     def _reconcile(self, result: SyncResult) -> SyncResult:
         live: set[int] = set()

@@ -44,10 +44,11 @@ raters = Table(
 
 # Each rater's Label Studio attribution account (sense7.labelstudio.rater_accounts.ensure_accounts), kept so
 # that finding it never lists every Label Studio user (a request that grows with the study: 0.45 s at 100 users).
+# Indexed by account too: the sync reads an annotation's author (an account id) back to its rater.
 rater_accounts = Table(
     "rater_accounts", metadata,
     rater_id_column(primary_key=True),
-    Column("account_id", Integer, nullable=False),
+    Column("account_id", Integer, nullable=False, index=True),
     timestamp_column("updated_at", nullable=False),
 )
 

@@ -384,9 +384,10 @@ class _CountedUsers:
 
 def test_a_drain_round_looks_up_attribution_per_batch_not_per_annotation(synced):
     """What webhooks named, read in one round: the rater page's submissions, the staff-accepted versions and
-    the raters' emails are read once for the batch (not once per annotation), new authors' emails come from
-    one user list (not one request each), and every annotation is still credited to its rater; one written
-    in Label Studio directly is still not."""
+    the raters' emails are read once for the batch (not once per annotation), each new author no account is
+    kept for (these raters' logins at their own emails) is read once by id, never by listing every user
+    (sense7.store.account_ids keeps the attribution accounts: tests/labelstudio/test_sync_attribution.py),
+    and every annotation is still credited to its rater; one written in Label Studio directly is still not."""
     from sqlalchemy import event
 
     from sense7.labelstudio.label_sync import SyncResult
@@ -410,7 +411,8 @@ def test_a_drain_round_looks_up_attribution_per_batch_not_per_annotation(synced)
         return sum(bool(re.search(rf"\bfrom {table}\b", s)) for s in reads)
 
     assert (reading("submissions"), reading("accepted_versions"), reading("raters")) == (1, 1, 1)
-    assert counted.calls == ["list"]  # three new authors: one list of the users
+    authors = {users[t.data["rater_id"]] for t in tasks[:7]}
+    assert counted.calls == ["get"] * len(authors)  # one small request per new author, no list of every user
     credited = {r for r in store.ratings_frame()["rater_id"].unique()}
     assert credited == {t.data["rater_id"] for t in tasks[:6]}
 
