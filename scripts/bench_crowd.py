@@ -47,7 +47,10 @@ A smoke run: --participants 20 --window 60 --compress 20. Prints one JSON docume
 the one list of services the multi-home test runs): a PostgreSQL server of the benchmark's own with sense7's store
 and Label Studio's database, Label Studio under gunicorn (--ls-workers, default 4), the private Redis over TCP, the
 ML backend, --workers workers (each `sense7 worker --no-beat --concurrency 1`, every queue), one `sense7 beat`, two
-rater pages behind HAProxy with the shipped TLS config: participants enter at the proxy's https address. Either
+rater pages behind HAProxy with the shipped TLS config: participants enter at the proxy's https address; Label
+Studio, the ML backend, the workers and beat at the deployment's background priority (`nice`, as compose's
+`cpu_shares`: sense7.deployment.SERVICE_NICE, LABEL_STUDIO_NICE). The page's time is also reported in parts
+(`page_server`: the app's own time from its Server-Timing header; `client_loop_lag`: the clients' own delay). Either
 topology reports `cpu`: each service's CPU seconds (user + system of its process tree, sampled when the
 participants start arriving and after the last answer reached the store), in all, at rest (--idle-seconds before
 the first arrival), and per participant and per answer net of the rest; the benchmark's own process (the
@@ -495,6 +498,9 @@ def main() -> None:
         postgres = PostgresCluster().start()
         args.ls_database_url = ls_env["SENSE7_LS_DATABASE_URL"] = postgres.create_database("label_studio")
         ls_env["SENSE7_STORE_URL"] = postgres.create_database("sense7")
+        from sense7.deployment import LABEL_STUDIO_NICE
+
+        ls_env["SENSE7_LS_NICE"] = str(LABEL_STUDIO_NICE)  # background work, as compose's cpu_shares make it
     try:
         crowd_main(args, ls_env, postgres)
     finally:
@@ -579,8 +585,11 @@ def crowd_main(args, ls_env: dict, postgres) -> None:
             metered["PostgreSQL"] = [postgres.pid()]
         if deployment is not None:
             services.callback(deployment.stop)
+            from sense7.deployment import SERVICE_NICE
+
             figures["deployment"] = {"workers": args.workers, "rater_pages": 2, "proxy": "HAProxy, TLS",
-                                     "store": "PostgreSQL (the run's own server)"}
+                                     "store": "PostgreSQL (the run's own server)",
+                                     "nice": {**SERVICE_NICE, "label-studio": cfg.ls_nice}}
         log(f"stack up ({args.topology}): pool {pool}, {p} participants arriving over "
             f"{args.window / args.compress:.0f} s at {base}")
         meter = CpuMeter(metered)
@@ -618,6 +627,11 @@ def crowd_main(args, ls_env: dict, postgres) -> None:
             "waited_on_preparing": sum(1 for w in tally.preparing if w > 0),
             "entry_to_first_turn_with_reading": summary(tally.first_turn_with_reading),
             "page": summary(tally.page),
+            # the page's parts: the app's own time (Server-Timing, summed over the redirects), the requests
+            # a page took, and the clients' event-loop lag (their own delay in every client-side time)
+            "page_server": summary(tally.page_server),
+            "page_requests": {n: tally.page_requests.count(n) for n in sorted(set(tally.page_requests))},
+            "client_loop_lag": summary(tally.loop_lag),
             "finish_to_next_turn": summary(tally.next_turn),
             "waited_on_next_conversation": sum(1 for w in tally.waited_next if w > 0),
             "submit_ack": summary(tally.ack),

@@ -38,6 +38,19 @@ SERVICE_COMMANDS: dict[str, list[str]] = {
                      "sense7.rater_page.wsgi:app_from_env()"],
 }
 
+# CPU priority: the raters' interactive path (the rater pages, HAProxy, PostgreSQL, Redis) goes before the
+# background work, which no rater waits on as they click: Label Studio (raters never reach it), the workers that
+# deliver answers to it and make tasks ahead of the participant (the questionnaire and the conversation held ahead
+# cover their rounds), beat, and the ML backend (Label Studio calls it). docker-compose.yml gives the background
+# services `cpu_shares: BACKGROUND_CPU_SHARES`; one machine without containers runs them under
+# `nice -n BACKGROUND_NICE`, the same share of the CPU when it is contended (and no limit when it is not).
+# docs/guides/deployment.md#cpu-priority says why and what it costs.
+BACKGROUND_NICE = 10
+BACKGROUND_CPU_SHARES = 110  # the kernel's CFS weight of nice 10 (sched_prio_to_weight), nice 0 being 1024
+SERVICE_NICE: dict[str, int] = {"ml-backend": BACKGROUND_NICE, "worker": BACKGROUND_NICE, "beat": BACKGROUND_NICE,
+                                "rater-page": 0, "rater-page-2": 0}
+LABEL_STUDIO_NICE = BACKGROUND_NICE  # Label Studio comes with the deployment's stack: SENSE7_LS_NICE
+
 # What every host must be given alike (and nothing else is shared): secrets first, which compose must require
 # from the environment (`${VAR:?...}`), never write down.
 SHARED_SECRETS = ("SENSE7_STORE_URL", "SENSE7_REDIS_URL", "SENSE7_BACKEND_PASSWORD", "SENSE7_WEBHOOK_SECRET",
@@ -55,7 +68,8 @@ SERVICE_SETTINGS: dict[str, tuple[str, ...]] = {
 
 
 def service_process(service: str, env: dict[str, str], log: Path) -> subprocess.Popen:
-    """`service`'s command as docker-compose.yml runs it, with this virtualenv's executables first on PATH."""
+    """`service`'s command as docker-compose.yml runs it, with this virtualenv's executables first on PATH, at
+    its priority (`SERVICE_NICE`: `nice` execs the command, so the pid is the service's)."""
     missing = [key for key in (*SHARED_SETTINGS, *SERVICE_SETTINGS[service], "SENSE7_HOME") if key not in env]
     if missing:
         raise ProcessError(f"{service}: settings missing: {missing}")
@@ -63,8 +77,14 @@ def service_process(service: str, env: dict[str, str], log: Path) -> subprocess.
     env = {**env, "PATH": bin_dir + os.pathsep + env.get("PATH", os.defpath)}
     log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(log, "wb") as out:
-        return subprocess.Popen(SERVICE_COMMANDS[service], env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077)
+        return subprocess.Popen(niced(SERVICE_COMMANDS[service], SERVICE_NICE[service]), env=env, cwd=REPO,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, umask=0o077)
+
+
+def niced(command: list[str], niceness: int) -> list[str]:
+    """`command` run at `niceness` (0: as is)."""
+    return ["nice", "-n", str(niceness), *command] if niceness else list(command)
 
 
 def stop_process(process: subprocess.Popen | None, timeout: float = 60) -> None:

@@ -52,6 +52,14 @@ def _count_from_env(env, variable: str, default: int, minimum: int) -> int:
     return value
 
 
+def _niceness_from_env(env, variable: str) -> int:
+    """A process priority from the environment: 0 (as the others, the default) to 19 (the lowest)."""
+    value = _count_from_env(env, variable, 0, minimum=0)
+    if value > 19:
+        raise SettingsError(f"{variable}={env.get(variable)!r}: a niceness is 0 to 19")
+    return value
+
+
 def _positive_seconds(env, name: str, default: float) -> float:
     """A duration in seconds above 0 from the environment variable `name` (unset or empty: `default`)."""
     seconds = _number_from_env(env, name, default, float)
@@ -396,6 +404,9 @@ class Settings:
     # SENSE7_LS_THREADS threads each, as a production deployment runs it (with PostgreSQL: docs/BENCHMARKS.md).
     ls_workers: int = 0
     ls_threads: int = 1
+    # Label Studio's CPU priority (SENSE7_LS_NICE, 0-19): background work for the raters, run below the rater
+    # pages when the CPU is contended (sense7.deployment.LABEL_STUDIO_NICE; docs/guides/deployment.md#cpu-priority).
+    ls_nice: int = 0
     rating_project_title: str = RATING_PROJECT_TITLE
     profile_project_title: str = PROFILE_PROJECT_TITLE
     jobs: JobSettings = field(default_factory=JobSettings)
@@ -451,6 +462,7 @@ class Settings:
             ls_host=ls_host,
             ls_workers=_count_from_env(env, "SENSE7_LS_WORKERS", 0, minimum=0),
             ls_threads=_count_from_env(env, "SENSE7_LS_THREADS", 1, minimum=1),
+            ls_nice=_niceness_from_env(env, "SENSE7_LS_NICE"),
             rating_project_title=env.get("SENSE7_RATING_PROJECT_TITLE") or RATING_PROJECT_TITLE,
             profile_project_title=env.get("SENSE7_PROFILE_PROJECT_TITLE") or PROFILE_PROJECT_TITLE,
             taxonomy_path=taxonomy_path_from_env(env),

@@ -26,6 +26,7 @@ from sense7.files import write_private
 CSRF = re.compile(r'name="csrf_token" value="([^"]*)"')
 HIDDEN = re.compile(r'name="(csrf_token|revision|rendered_at)" value="([^"]*)"')
 ACTION = re.compile(r'<form method="post" action="(/task/\d+)"')
+SERVER_TIMING = re.compile(r"\bapp;dur=([0-9.]+)")
 KINDS = ("complete", "decline", "screen", "abandon")
 
 
@@ -38,6 +39,12 @@ class Tally:
     preparing: list = field(default_factory=list)
     first_turn_with_reading: list = field(default_factory=list)
     page: list = field(default_factory=list)
+    # Of each `page`: the app's own time (its Server-Timing, summed over the redirects followed) and the
+    # requests it took; `loop_lag`: how late the clients' event loop woke a 50 ms sleep (the clients' own delay
+    # in every time they measure).
+    page_server: list = field(default_factory=list)
+    page_requests: list = field(default_factory=list)
+    loop_lag: list = field(default_factory=list)
     next_turn: list = field(default_factory=list)  # an answer's POST -> the next turn's page (waits included)
     waited_next: list = field(default_factory=list)  # of those, time on "preparing" (0: the turn was there)
     ack: list = field(default_factory=list)
@@ -220,6 +227,8 @@ async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pac
             t1 = time.perf_counter()
             page = await http.get(saved.headers["location"], follow_redirects=True)
             tally.page.append(time.perf_counter() - t1)
+            tally.page_server.append(sum(map(app_seconds, [*page.history, page])))
+            tally.page_requests.append(len(page.history) + 1)
             waited = 0.0
             while page.url.path.endswith(f"/s/{sid}/wait") and page.status_code == 200:
                 # the next conversation's tasks are still being made: the page refreshes itself
@@ -234,6 +243,20 @@ async def participant(http, study, pid: str, kind: str, arrive: float, pace: Pac
         tally.outcome("completed" if codes["completion"] in page.text else "finish failed")
     except Exception as exc:
         tally.errors.append(f"{type(exc).__name__}: {exc}")
+
+
+def app_seconds(response) -> float:
+    """The app's own time of a response, from its `Server-Timing: app;dur=<ms>` (0 without one)."""
+    match = SERVER_TIMING.search(response.headers.get("server-timing", ""))
+    return float(match.group(1)) / 1000 if match else 0.0
+
+
+async def watch_loop(tally: Tally, done: asyncio.Event, period: float = 0.05) -> None:
+    """How late the event loop wakes a `period` sleep, until `done`: the clients' own queueing."""
+    while not done.is_set():
+        t0 = time.perf_counter()
+        await asyncio.sleep(period)
+        tally.loop_lag.append(time.perf_counter() - t0 - period)
 
 
 def run_participants(base: str, study, kinds: list[str], arrivals: list[float], pace: Pace, form_values: list[dict],
@@ -253,7 +276,11 @@ def run_participants(base: str, study, kinds: list[str], arrivals: list[float], 
                               random.Random(rng.random()), form_values[i], profile_values)
 
     async def run():
+        done = asyncio.Event()
+        watcher = asyncio.ensure_future(watch_loop(tally, done))
         await asyncio.gather(*[one(i) for i in range(len(kinds))])
+        done.set()
+        await watcher
 
     asyncio.run(run())
     return tally

@@ -179,7 +179,12 @@ class LabelStudioServer:
         return self.status()
 
     def command(self) -> list[str]:
-        """Label Studio's own server, or (SENSE7_LS_WORKERS >= 1) its WSGI app under gunicorn."""
+        """Label Studio's own server, or (SENSE7_LS_WORKERS >= 1) its WSGI app under gunicorn; under `nice` at
+        SENSE7_LS_NICE (`nice` execs it: the pid is Label Studio's, its workers inherit the priority)."""
+        command = self.server_command()
+        return ["nice", "-n", str(self.settings.ls_nice), *command] if self.settings.ls_nice else command
+
+    def server_command(self) -> list[str]:
         port = str(urlparse(self.settings.ls_url).port or 80)
         if not self.settings.ls_workers:
             return [str(label_studio_executable()), "start", "--no-browser", "--internal-host", self.settings.ls_host,

@@ -25,8 +25,9 @@ withdrawal) and crowd studies (`crowd`).
 from __future__ import annotations
 
 import io
+import time
 
-from flask import Flask, abort, render_template, request
+from flask import Flask, abort, g, render_template, request
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
 from sense7.store.database import Store
@@ -63,9 +64,11 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     app.extensions[EXTENSION] = PageServices.for_settings(
         settings, taxonomy or study_taxonomy(settings), store or Store(settings.store_url), limiter_storage,
         refresh_queue=refresh_queue, request_delivery=request_delivery, request_prepare=request_prepare)
+    app.before_request(start_timing)
     app.before_request(whole_body)  # before the CSRF check, which reads the form
     CSRFProtect(app)
     app.after_request(security_headers)
+    app.after_request(server_timing)
     app.register_error_handler(404, not_found)
     app.register_error_handler(405, not_found)
     app.register_error_handler(CSRFError, csrf_failed)
@@ -76,6 +79,20 @@ def create_app(settings: Settings, refresh_queue=None, request_delivery=None, ta
     for blueprint in (rating, participation, crowd):
         app.register_blueprint(blueprint)
     return app
+
+
+def start_timing():
+    g.request_started = time.perf_counter()
+
+
+def server_timing(response):
+    """`Server-Timing: app;dur=<ms>`: the time this request spent in the app (views, queries, rendering), so
+    that a client, the proxy's log or a benchmark can tell the page's own time from queueing and the network
+    (docs/guides/deployment.md, what to monitor). A duration only: it says no more than the client can time."""
+    started = g.get("request_started")
+    if started is not None:
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
+    return response
 
 
 def whole_body():

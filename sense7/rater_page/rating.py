@@ -122,7 +122,18 @@ def save_task(task_id: int):
     store_submission(rater, item, answer,
                      rating_result(answer["values"], tax, answer["expectation"], answer["comment"]))
     take_next_conversation(rater)
-    return redirect(url_for("rating.next_item"), code=303)
+    return redirect(after_answer(rater, items, item), code=303)
+
+
+def after_answer(rater: str, items: list[QueueItem], answered: QueueItem) -> str:
+    """Where an answer sends the rater: straight to their next open turn, the one `next_item` would send them
+    to (the first unanswered item of the queue read for this answer), so that the next turn is one request
+    away, not two; `next_item` itself when that is not a turn (the questionnaire, the finish) or donated
+    conversations wait for the rater's choice. Taking the next conversation only adds turns after these."""
+    following = next((i for i in items if i.answer is None and i.task_id != answered.task_id), None)
+    if following is None or following.kind != "rating" or awaiting_choice(page_services().store, rater):
+        return url_for("rating.next_item")
+    return url_for("rating.task", task_id=following.task_id)
 
 
 def take_next_conversation(rater: str) -> None:

@@ -222,3 +222,38 @@ def test_a_participant_who_walks_away_during_the_check_holds_nothing_and_ends_wi
     assert assignments_of(flow.store, flow.study).of(rater) == [] and flow.prepared == []
     assert pass_check(client, check).status_code == 403  # "run out"
     assert client.get("/s/pilot/wait").status_code == 403
+
+
+def test_an_answer_sends_the_participant_straight_to_their_next_turn_and_the_last_one_to_the_finish(tmp_path):
+    """The next turn is one request away after an answer (the redirect names it, as "/" would have chosen it);
+    after the last turn the answer goes to "/", which decides (here: the finish)."""
+    flow = Flow(tmp_path)
+    client = flow.client()
+    pass_check(client, enter_and_consent(client, PID_A))
+    rater = flow.rater(PID_A)
+    locations = []
+    response = client.get("/")
+    for _ in range(20):
+        location = response.headers.get("Location", "")
+        if "/profile" in location:
+            html = client.get("/profile").get_data(as_text=True)
+            form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
+                    **{f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in TAX.profile_fields}}
+            response = client.post("/profile", data=form)
+            assert response.status_code == 303
+            response = client.get("/")
+            continue
+        if "/task/" not in location:
+            break
+        html = client.get(location).get_data(as_text=True)
+        response = client.post(location, data={"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
+                                               TAX.expectation_key: TAX.expectation_values[-1],
+                                               **{c: "3" for c in TAX.controls}})
+        assert response.status_code == 303
+        locations.append(response.headers["Location"])
+    turns = [i.task_id for i in RaterQueue(flow.store).items(rater) if i.kind == "rating"]
+    assert len(turns) == 4 and all(i.answer for i in RaterQueue(flow.store).items(rater))
+    # Each answer but the last names the next turn itself; the last goes to "/", which sends on to the finish.
+    assert [loc.rsplit("/task/", 1)[-1] for loc in locations[:-1]] == [str(t) for t in turns[1:]]
+    assert locations[-1].endswith("/") and "/task/" not in locations[-1]
+    assert client.get("/").headers["Location"].endswith("/done")

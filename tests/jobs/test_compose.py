@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sense7.deployment import SERVICE_COMMANDS, SERVICE_SETTINGS, SHARED_SECRETS, SHARED_SETTINGS, self_signed
+from sense7.deployment import (BACKGROUND_CPU_SHARES, LABEL_STUDIO_NICE, SERVICE_COMMANDS, SERVICE_NICE, SERVICE_SETTINGS,
+                               SHARED_SECRETS, SHARED_SETTINGS, self_signed)
 from tests.support.deployment import haproxy_binary
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
@@ -148,6 +149,24 @@ def test_each_sense7_service_runs_a_command_the_multi_home_test_runs(compose):
         assert service["command"] == SERVICE_COMMANDS[name], name
     # Two rater-page instances: the multi-home test carries one session across two.
     assert services["rater-page"]["environment"] == services["rater-page-2"]["environment"]
+
+
+# The kernel's CFS weight of nice 0..19 (kernel/sched/core.c, sched_prio_to_weight): the `cpu_shares` (Docker's
+# default 1024 = nice 0) that gives a container the share `nice` gives a process on one machine.
+CFS_WEIGHT = [1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15]
+
+
+def test_background_services_yield_the_cpu_as_the_deployment_runs_them(compose):
+    """Label Studio, the ML backend, the workers and beat get compose's `cpu_shares` of the niceness the
+    deployment runs them at (SERVICE_NICE, LABEL_STUDIO_NICE); the raters' path (pages, proxy, PostgreSQL,
+    Redis) keeps the default share."""
+    services = compose["services"]
+    for name, service in sense7_services(compose).items():
+        assert service.get("cpu_shares", 1024) == CFS_WEIGHT[SERVICE_NICE[name]], name
+    assert services["label-studio"]["cpu_shares"] == CFS_WEIGHT[LABEL_STUDIO_NICE] == BACKGROUND_CPU_SHARES
+    assert BACKGROUND_CPU_SHARES < 1024
+    for name in ("postgres", "redis", "haproxy", "rater-page", "rater-page-2"):
+        assert "cpu_shares" not in services[name], name
 
 
 def test_each_sense7_service_gets_the_settings_every_host_shares_alike(compose):
