@@ -75,17 +75,21 @@ def open_link(token: str):
 @rating.get("/")
 def next_item():
     rater = current_rater()
-    services = page_services()
+    return redirect(where_next(rater, page_services().queue.items(rater)) or url_for("rating.done"), code=303)
+
+
+def where_next(rater: str, items: list[QueueItem]) -> str | None:
+    """The page of the rater's first open item of `items` (None when all are answered)."""
     # Donated conversations (an assistant's data export) are shown to their participant before any rating:
     # each can be left out of the study or of a release (sense7.privacy.participation).
-    if awaiting_choice(services.store, rater):
-        return redirect(url_for("participation.your_conversations"), code=303)
-    for item in services.queue.items(rater):
-        if item.answer is None:
-            if item.kind == "profile":
-                return redirect(url_for("participation.profile"), code=303)
-            return redirect(url_for("rating.task", task_id=item.task_id), code=303)
-    return redirect(url_for("rating.done"), code=303)
+    if awaiting_choice(page_services().store, rater):
+        return url_for("participation.your_conversations")
+    following = next((item for item in items if item.answer is None), None)
+    if following is None:
+        return None
+    if following.kind == "profile":
+        return url_for("participation.profile")
+    return url_for("rating.task", task_id=following.task_id)
 
 
 def own_turn(task_id: int) -> tuple[str, list[QueueItem], QueueItem]:
@@ -126,14 +130,12 @@ def save_task(task_id: int):
 
 
 def after_answer(rater: str, items: list[QueueItem], answered: QueueItem) -> str:
-    """Where an answer sends the rater: straight to their next open turn, the one `next_item` would send them
-    to (the first unanswered item of the queue read for this answer), so that the next turn is one request
-    away, not two; `next_item` itself when that is not a turn (the questionnaire, the finish) or donated
-    conversations wait for the rater's choice. Taking the next conversation only adds turns after these."""
-    following = next((i for i in items if i.answer is None and i.task_id != answered.task_id), None)
-    if following is None or following.kind != "rating" or awaiting_choice(page_services().store, rater):
-        return url_for("rating.next_item")
-    return url_for("rating.task", task_id=following.task_id)
+    """Where an answer sends the rater: straight to the page `next_item` would send them to (from the queue
+    read for this answer, the answered turn now done), so that the next turn is one request away, not two;
+    `next_item` itself when nothing of that queue is open, since taking the next conversation may just have
+    added turns (it only adds them after these)."""
+    rest = [item for item in items if item.task_id != answered.task_id]
+    return where_next(rater, rest) or url_for("rating.next_item")
 
 
 def take_next_conversation(rater: str) -> None:
