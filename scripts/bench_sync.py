@@ -152,35 +152,11 @@ def attribution_lookups(n_raters: int, repeats: int = 20) -> dict:
                 "own_rater_ms": best(lambda: store.rater_emails(every_rater=True, rater_ids=[target]))}
 
 
-class CountedClient:
-    """The real client, counting the `users.list` requests made through it (every call goes through)."""
-
-    def __init__(self, client):
-        self.client, self.lists = client, 0
-
-    def __getattr__(self, name):
-        return getattr(self.client, name)
-
-    @property
-    def users(self):
-        outer = self
-
-        class Users:
-            def __getattr__(self, name):
-                method = getattr(outer.client.users, name)
-                if name != "list":
-                    return method
-
-                def listed(*args, **kwargs):
-                    outer.lists += 1
-                    return method(*args, **kwargs)
-                return listed
-        return Users()
 
 
 def sync_jobs_at_users(n_users: int, jobs: int) -> dict:
     """A new participant's first rating synced by one job each, with n_users accounts in Label Studio."""
-    from sense7.labelstudio.client import import_tasks
+    from sense7.labelstudio.client import UsersCallLog, import_tasks
     from sense7.labelstudio.label_sync import LabelSync
     from sense7.labelstudio.protocol import rating_tasks
     from sense7.labelstudio.rater_accounts import ensure_accounts
@@ -204,7 +180,7 @@ def sync_jobs_at_users(n_users: int, jobs: int) -> dict:
         store.upsert_conversations(convs)
         import_tasks(client, rating, [t for conv in convs for t in rating_tasks(conv)])
         task_of = {t.data["rater_id"]: t for t in client.tasks.list(project=rating, include="id,data", page_size=1000)}
-        counted, worker_emails = CountedClient(client), {}
+        counted, worker_emails = UsersCallLog(client), {}
         LabelSync(counted, store, tax, rating, profile, user_emails=worker_emails).sync_annotation(0)  # warm
         started = time.perf_counter()
         client.users.list()
@@ -217,13 +193,13 @@ def sync_jobs_at_users(n_users: int, jobs: int) -> dict:
             task = task_of[rater]
             made = client.annotations.create(task.id, completed_by=account,
                                              result=toy_annotation(task.data["turn"][0]["content"], tax))
-            before = counted.lists
+            before = counted.calls.count("list")
             meter.start()
             started = time.perf_counter()
             LabelSync(counted, store, tax, rating, profile, user_emails=worker_emails).sync_annotation(made.id)
             seconds.append(time.perf_counter() - started)
             cpu += meter.stop()["Label Studio"]
-            lists += counted.lists - before
+            lists += counted.calls.count("list") - before
         return {"label_studio_users": n_users, "jobs": jobs, "users_list_requests": lists,
                 "job_s": percentiles(seconds), "job_s_total": round(sum(seconds), 2),
                 "label_studio_cpu_s_per_job": round(cpu / jobs, 3),

@@ -18,6 +18,31 @@ def connect(settings: Settings, timeout: float = 120.0) -> LabelStudio:
     return LabelStudio(base_url=settings.ls_url, api_key=settings.ls_token, timeout=timeout)
 
 
+class UsersCallLog:
+    """The real client, recording the name of each call of its `users` resource (`calls`; every call goes
+    through): what the sync's benchmark and tests count, since listing every user grows with the study."""
+
+    def __init__(self, client: LabelStudio):
+        self.client, self.calls = client, []
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    @property
+    def users(self):
+        log = self
+
+        class Users:
+            def __getattr__(self, name):
+                method = getattr(log.client.users, name)
+
+                def recorded(*args, **kwargs):
+                    log.calls.append(name)
+                    return method(*args, **kwargs)
+                return recorded
+        return Users()
+
+
 def find_project(client: LabelStudio, title: str) -> int | None:
     for project in client.projects.list(title=title):
         if project.title == title:

@@ -8,7 +8,7 @@ import re
 import pytest
 from sense7.labelstudio.label_sync import LabelSync
 
-from sense7.labelstudio.client import create_profile_project, create_rating_project
+from sense7.labelstudio.client import UsersCallLog, create_profile_project, create_rating_project
 from sense7.labelstudio.importer import import_conversations, import_profile_tasks
 from sense7.labelstudio.protocol import iso_time
 from sense7.store.database import Store
@@ -358,28 +358,6 @@ def user_id_of(value) -> int | None:
     return user_id(value)
 
 
-class _CountedUsers:
-    """The real client, counting which calls of its `users` resource the sync makes (the calls are made)."""
-
-    def __init__(self, client):
-        self.client, self.calls = client, []
-
-    def __getattr__(self, name):
-        return getattr(self.client, name)
-
-    @property
-    def users(self):
-        outer = self
-
-        class Users:
-            def __getattr__(self, name):
-                method = getattr(outer.client.users, name)
-
-                def counted(*args, **kwargs):
-                    outer.calls.append(name)
-                    return method(*args, **kwargs)
-                return counted
-        return Users()
 
 
 def test_a_drain_round_looks_up_attribution_per_batch_not_per_annotation(synced):
@@ -398,7 +376,7 @@ def test_a_drain_round_looks_up_attribution_per_batch_not_per_annotation(synced)
     anns = [annotate(client, t, users[t.data["rater_id"]], store=store) for t in tasks[:6]]
     forged = annotate(client, tasks[6], users[tasks[6].data["rater_id"]])  # not through the rater page
     named = [(syncer.rating_project, t.id, a.id) for t, a in zip(tasks, anns + [forged])]
-    counted = _CountedUsers(client)
+    counted = UsersCallLog(client)
     fresh = LabelSync(counted, store, syncer.taxonomy, syncer.rating_project, syncer.profile_project)
     statements = []
     event.listen(store.engine, "before_cursor_execute", lambda *args: statements.append(args[2].lower()))

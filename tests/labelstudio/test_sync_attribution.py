@@ -10,7 +10,7 @@ import secrets
 
 import pytest
 
-from sense7.labelstudio.client import create_profile_project, create_rating_project
+from sense7.labelstudio.client import UsersCallLog, create_profile_project, create_rating_project
 from sense7.labelstudio.importer import import_conversations
 from sense7.labelstudio.label_sync import LabelSync, SyncResult
 from sense7.labelstudio.rater_accounts import ensure_accounts
@@ -24,28 +24,6 @@ TAXONOMY = load_taxonomy()  # the packaged taxonomy: these tests' data are made 
 pytestmark = pytest.mark.labelstudio
 
 
-class CountedUsers:
-    """The real client, recording each call of its `users` resource the sync makes (the calls go through)."""
-
-    def __init__(self, client):
-        self.client, self.calls = client, []
-
-    def __getattr__(self, name):
-        return getattr(self.client, name)
-
-    @property
-    def users(self):
-        outer = self
-
-        class Users:
-            def __getattr__(self, name):
-                method = getattr(outer.client.users, name)
-
-                def counted(*args, **kwargs):
-                    outer.calls.append(name)
-                    return method(*args, **kwargs)
-                return counted
-        return Users()
 
 
 @pytest.fixture
@@ -76,7 +54,7 @@ def test_a_sync_job_credits_known_raters_without_listing_users(study):
     for task in tasks:
         by_rater.setdefault(task.data["rater_id"], []).append(task)
     owners = sorted(by_rater)
-    counted, worker_emails = CountedUsers(client), {}
+    counted, worker_emails = UsersCallLog(client), {}
 
     def job() -> LabelSync:
         return LabelSync(counted, store, TAXONOMY, rating, profile, user_emails=worker_emails)
@@ -126,7 +104,7 @@ def test_an_author_not_kept_is_found_by_id_and_still_checked_against_the_tasks_r
     other = next(r for r in accounts if r != owner)
     email = next(e for r, e in store.rater_emails().items() if r == owner)
     own_login = ensure_users(client, [{"rater_id": owner, "email": email}])[owner]  # their email's account
-    counted = CountedUsers(client)
+    counted = UsersCallLog(client)
     syncer = LabelSync(counted, store, TAXONOMY, rating, profile, user_emails={})
     ann = annotate(client, task, own_login, store=store)
     assert syncer.sync_annotation(ann.id).credited == 1
