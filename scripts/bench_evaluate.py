@@ -12,7 +12,8 @@ A parameter value `minilm` is the sentence-embedding encoder (the [embeddings] e
 static encoder with 384 dimensions and SIF coefficient 1e-3 (its own table, distilled on first use),
 `static@lines` / `static@lines:0.7` the static encoder pooling each line alone (equal weights / recent lines
 weighted up), `none` is None;
-`text_encoder=static` (the default) and `text_encoder=ngrams` name the models' own choices.
+`text_encoder=static` (its default table and pooling) and `text_encoder=ngrams` name the models' own choices
+(the models' default is n-grams alone).
 
 Prints Markdown tables ready for docs/BENCHMARKS.md. The WASSA files are research-only and never part of
 the repository or the tests; without them the WASSA part is skipped.
