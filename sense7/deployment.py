@@ -21,7 +21,7 @@ from pathlib import Path
 
 import requests
 
-from sense7.processes import ProcessError, free_port
+from sense7.processes import ProcessError, free_port, niced
 
 REPO = Path(__file__).resolve().parents[1]
 PROXY_CONFIG = REPO / "deploy" / "haproxy" / "rater-page.cfg"  # the shipped TLS proxy in front of the rater pages
@@ -80,11 +80,6 @@ def service_process(service: str, env: dict[str, str], log: Path) -> subprocess.
         return subprocess.Popen(niced(SERVICE_COMMANDS[service], SERVICE_NICE[service]), env=env, cwd=REPO,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, umask=0o077)
-
-
-def niced(command: list[str], niceness: int) -> list[str]:
-    """`command` run at `niceness` (0: as is)."""
-    return ["nice", "-n", str(niceness), *command] if niceness else list(command)
 
 
 def stop_process(process: subprocess.Popen | None, timeout: float = 60) -> None:

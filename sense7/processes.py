@@ -275,3 +275,9 @@ class ManagedProcess:
                 break
         self.pid_file.unlink(missing_ok=True)
         return True
+
+
+def niced(command: list[str], niceness: int) -> list[str]:
+    """`command` run at `niceness` (0: as is). `nice` execs the command: the pid stays the service's, and the
+    processes it starts (gunicorn's workers) inherit the priority."""
+    return ["nice", "-n", str(niceness), *command] if niceness else list(command)

@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from sense7.processes import ManagedProcess, ProcessError, ServiceStatus, port_is_free
+from sense7.processes import ManagedProcess, ProcessError, ServiceStatus, niced, port_is_free
 from sense7.settings import Settings, secure_home
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # sense7/labelstudio/label_studio_process.py -> the repository
@@ -181,8 +181,7 @@ class LabelStudioServer:
     def command(self) -> list[str]:
         """Label Studio's own server, or (SENSE7_LS_WORKERS >= 1) its WSGI app under gunicorn; under `nice` at
         SENSE7_LS_NICE (`nice` execs it: the pid is Label Studio's, its workers inherit the priority)."""
-        command = self.server_command()
-        return ["nice", "-n", str(self.settings.ls_nice), *command] if self.settings.ls_nice else command
+        return niced(self.server_command(), self.settings.ls_nice)
 
     def server_command(self) -> list[str]:
         port = str(urlparse(self.settings.ls_url).port or 80)

@@ -168,10 +168,9 @@ class LabelSync:
         self._stored: dict[int, tuple] | None = None  # annotation id -> (updated_at, rater, quarantine, held)
         self._submitted: dict[tuple[str, int], list[dict]] | None = None  # (rater, task) -> outbox revisions
         self._accepted: dict[int, list[dict]] | None = None  # annotation id -> versions staff accepted
-        # Whether a user missing from the emails may be found by listing every user (once per syncer)
-        # rather than one `get`: a reconciliation only, which reads every annotation anyway.
+        # Whether a user missing from the emails may be found by listing every user rather than one `get`:
+        # a reconciliation only (it reads every annotation anyway), once (email_of clears it).
         self._may_list = False
-        self._listed = False
 
     @classmethod
     def from_runtime(cls, rt) -> "LabelSync":
@@ -190,10 +189,10 @@ class LabelSync:
             return (user_id.get("email") or "").strip().lower() or None
         if user_id is None:
             return None
-        if user_id not in self._emails and self._may_list and not self._listed:
+        if user_id not in self._emails and self._may_list:
             # A reconciliation meeting an author nobody keeps and no earlier job met (a store whose accounts
             # predate revision 0004, say): one list instead of a request per such author.
-            self._listed = True
+            self._may_list = False
             self._load_users()
         if user_id not in self._emails:  # a sync job: one small request, whatever the number of users
             try:

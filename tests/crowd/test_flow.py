@@ -18,7 +18,7 @@ from sense7.crowd.lifecycle import assignments_of, expire_leases
 from sense7.crowd.participants import Participants, Studies
 from sense7.store.rater_page_tables import LinkBook, RaterQueue
 from sense7.store.tables import crowd_completions, crowd_participants, crowd_released, crowd_slots
-from tests.support.crowd import Flow, PID_A, PID_B, TAX, csrf, dump_without_completions, enter_and_consent, entry_url, pass_check, rate_everything
+from tests.support.crowd import Flow, PID_A, PID_B, TAX, answer_profile, answer_turn, csrf, dump_without_completions, enter_and_consent, entry_url, pass_check, rate_everything
 
 
 def test_a_participant_consents_fails_once_passes_rates_and_returns_with_the_code(tmp_path):
@@ -236,19 +236,13 @@ def test_an_answer_sends_the_participant_straight_to_their_next_turn_and_the_las
     for _ in range(20):
         location = response.headers.get("Location", "")
         if "/profile" in location:
-            html = client.get("/profile").get_data(as_text=True)
-            form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
-                    **{f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in TAX.profile_fields}}
-            response = client.post("/profile", data=form)
+            response = answer_profile(client)
             assert response.status_code == 303
             response = client.get("/")
             continue
         if "/task/" not in location:
             break
-        html = client.get(location).get_data(as_text=True)
-        response = client.post(location, data={"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
-                                               TAX.expectation_key: TAX.expectation_values[-1],
-                                               **{c: "3" for c in TAX.controls}})
+        response = answer_turn(client, int(location.rsplit("/task/", 1)[1]))
         assert response.status_code == 303
         locations.append(response.headers["Location"])
     turns = [i.task_id for i in RaterQueue(flow.store).items(rater) if i.kind == "rating"]

@@ -9,7 +9,8 @@ import os
 import time
 from pathlib import Path
 
-from sense7.deployment import BACKGROUND_NICE, SERVICE_NICE, SHARED_SETTINGS, niced, service_process, stop_process
+from sense7.deployment import BACKGROUND_NICE, SERVICE_NICE, SHARED_SETTINGS, service_process, stop_process
+from sense7.processes import niced
 
 
 def running(pid: int) -> list[str]:

@@ -135,6 +135,22 @@ def pass_check(client, html, right=True):
     return client.post("/s/pilot/check", data=form)
 
 
+def answer_profile(client):
+    """The questionnaire answered (each field's first choice or minimum); the POST's response."""
+    html = client.get("/profile").get_data(as_text=True)
+    form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
+            **{f.key: str(f.choices[0] if f.type == "choice" else f.min) for f in TAX.profile_fields}}
+    return client.post("/profile", data=form)
+
+
+def answer_turn(client, task_id: int):
+    """Turn `task_id` answered (3 on every control, the last expectation); the POST's response."""
+    html = client.get(f"/task/{task_id}").get_data(as_text=True)
+    form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
+            TAX.expectation_key: TAX.expectation_values[-1], **{c: "3" for c in TAX.controls}}
+    return client.post(f"/task/{task_id}", data=form)
+
+
 def rate_everything(client) -> list[int]:
     """Questionnaire then every turn through the ordinary rater page; the task ids rated."""
     rated = []
@@ -142,17 +158,10 @@ def rate_everything(client) -> list[int]:
     for _ in range(50):
         location = response.headers.get("Location", "")
         if "/profile" in location:
-            html = client.get("/profile").get_data(as_text=True)
-            form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1"}
-            for fld in TAX.profile_fields:
-                form[fld.key] = str(fld.choices[0] if fld.type == "choice" else fld.min)
-            response = client.post("/profile", data=form)
+            response = answer_profile(client)
         elif "/task/" in location:
             task_id = int(location.rsplit("/", 1)[1])
-            html = client.get(f"/task/{task_id}").get_data(as_text=True)
-            form = {"csrf_token": csrf(html), "revision": "1", "rendered_at": "1",
-                    TAX.expectation_key: TAX.expectation_values[-1], **{c: "3" for c in TAX.controls}}
-            response = client.post(f"/task/{task_id}", data=form)
+            response = answer_turn(client, task_id)
             rated.append(task_id)
         else:
             return rated
