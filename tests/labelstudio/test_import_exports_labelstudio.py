@@ -4,6 +4,7 @@ store, the model that answered is kept, the redaction report counts without valu
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -18,6 +19,12 @@ runner = CliRunner()
 
 PRIVATE = ["jane.doe@mailbox.example", "Jane", "Doe", "415", "0132", "DE89370400440532013000", "203.0.113.7",
            "https://intranet.acme.example/hr", "Acme"]
+
+
+def leaked(text: str) -> list[str]:
+    """The private values that appear in text as whole tokens: a port (49415), a hash or a timestamp can hold
+    "415" or "0132" inside a longer run of digits or letters by chance, a leak never does."""
+    return [value for value in PRIVATE if re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text)]
 
 
 @pytest.fixture
@@ -50,13 +57,13 @@ def test_export_reaches_label_studio_and_the_store_scrubbed(label_studio, cli_en
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
     assert "Redaction: 1 of 1 conversation(s) had personal details replaced" in output
-    assert not any(value in output for value in PRIVATE)
+    assert leaked(output) == []
 
     project = ls_client.find_project(label_studio.client, cli_env["SENSE7_RATING_PROJECT_TITLE"])
     tasks = [t.data for t in ls_client.iter_tasks(label_studio.client, project) if t.data["rater_id"] == "p-exp-1"]
     assert {t["turn_index"] for t in tasks} >= {1, 3}
     blob = json.dumps(tasks)
-    assert not [value for value in PRIVATE if value in blob]
+    assert leaked(blob) == []
     last = next(t for t in tasks if t["turn_index"] == 3 and not t.get("repeat_of"))
     assert last["turn"][0]["content"] == "Done. [PERSON_1]: I added both."
     assert "[IBAN_1]" in blob and "[PHONE_1]" in blob and "[URL_1]" in blob and "[TERM_1]" in blob
@@ -64,13 +71,11 @@ def test_export_reaches_label_studio_and_the_store_scrubbed(label_studio, cli_en
     store = Store(cli_env["SENSE7_STORE_URL"])
     stored = json.dumps(store.conversations_by_id()["gpt-conv-1"], default=str)
     context = store.contexts_for([("gpt-conv-1", "p-exp-1")])[("gpt-conv-1", "p-exp-1")]
-    assert not [value for value in PRIVATE if value in stored + json.dumps(context)]
+    assert leaked(stored + json.dumps(context)) == []
     assert context["assistant_id"] == "gpt-4o" and context["title"] == "Note for [PERSON_1]"
     entry = store.staff_entries()[-1]
     assert entry["action"] == "import redaction" and entry["detail"]["replaced"]["PERSON"] >= 4
-    # The entry's own time and row id are digits that can spell "0132" by chance: check what it says.
-    said = {key: value for key, value in entry.items() if key not in ("id", "at")}
-    assert not [value for value in PRIVATE if value in json.dumps(said, default=str)]
+    assert leaked(json.dumps(entry, default=str)) == []
 
 
 def test_no_scrub_is_explicit_and_logged(label_studio, cli_env, tmp_path):

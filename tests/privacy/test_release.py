@@ -4,6 +4,7 @@ release must not hold; every misuse is one line and leaves nothing behind."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -45,7 +46,9 @@ def test_demo_like_study_release_passes_its_check_and_holds_nothing_identifying(
     assert all(n >= 5 or set(combo) == {SUPPRESSED} for combo, n in combos.items())
     blob = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert "sam.rivers" not in blob and "555 0132" not in blob and "[EMAIL_1]" in blob and "[PHONE_1]" in blob
-    assert "@example.org" not in blob and secret not in blob and "c0001" not in blob and "Sam's dog" not in blob
+    assert "@example.org" not in blob and secret not in blob and "Sam's dog" not in blob
+    # The old conversation id as a whole token: a new id's random hex digits can hold "c0001" by chance.
+    assert not re.search(r"(?<!\w)c0001(?!\w)", blob)
     contexts = release_rows(out, "contexts")
     assert "2025-03" in {c["month"] for c in contexts} and all("created" not in c for c in contexts)
     schema = json.loads((out / "schema.json").read_text())
