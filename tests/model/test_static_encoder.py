@@ -74,6 +74,22 @@ def test_the_forward_pass_attends_over_every_position():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def test_a_batch_is_each_sequence_computed_alone(tiny):
+    """The dense layers multiply a whole batch at once (one matrix product): each sequence's states must be
+    what it gives alone, position by position, so no row or position is mixed with another's."""
+    from safetensors.numpy import load_file
+
+    model, _ = tiny
+    weights = load_file(str(model / "model.safetensors"))
+    config = json.loads((model / "config.json").read_text())
+    ids = np.random.default_rng(3).integers(0, len(VOCAB), size=(5, 4))
+    together = bert_forward(weights, config, ids)
+    alone = np.concatenate([bert_forward(weights, config, row[None, :]) for row in ids])
+    assert together.shape == (5, 4, 8)
+    np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(together[:, 0], together[:, 1])  # the positions differ: a real check
+
+
 def test_encoding_is_deterministic_and_handles_empty_and_unknown_text(tiny):
     texts = ["I feel so sad, my dog died.", "", None, "zzz qqq", "the market rose today", "SAD sad"]
     first = _encoder(tiny).fit(texts).transform(texts)
