@@ -22,7 +22,7 @@ The table cache: `table_path()` names a file `static-<key>.npz` in `cache_dir` (
 the Python environment's share/sense7), where the key is a hash of the source files' bytes
 (model.safetensors, tokenizer.json, config.json), the distillation parameters and DISTILL_VERSION: a changed
 model or recipe gets a new file, and a file whose stored key differs is rebuilt. `sense7 models encoder`
-builds it ahead; otherwise the first use does (two minutes of CPU on 2 cores, one BLAS thread). A process keeps each
+builds it ahead; otherwise the first use does (about 100 s of CPU, one BLAS thread: docs/BENCHMARKS.md). A process keeps each
 table it read in a module-level, read-only dictionary (`_tables`, by key): the documented exception to
 "no global state", like the tokenizers.
 
