@@ -87,3 +87,18 @@ def test_a_new_sqlite_store_is_its_owners_only_whatever_the_umask(tmp_path):
     finally:
         os.umask(previous)
     assert made == {"store.sqlite": 0o600, "store.sqlite-wal": 0o600, "store.sqlite-shm": 0o600}
+
+
+def test_a_raters_queue_is_there_from_its_first_task_and_only_theirs(tmp_path):
+    from sense7.store.rater_page_tables import RaterQueue
+
+    queue = RaterQueue(Store(f"sqlite:///{tmp_path / 'store.sqlite'}"))
+    assert not queue.has("r1")
+    queue.replace("r1", [{"task_id": 5, "kind": "rating", "position": 0, "conversation_id": "c1", "turn_index": 1,
+                          "data": {"task_key": "c1::1::r1"}, "prediction": None, "answer": None},
+                         {"task_id": 6, "kind": "rating", "position": 1, "conversation_id": "c1", "turn_index": 3,
+                          "data": {"task_key": "c1::3::r1"}, "prediction": None, "answer": None}])
+    assert queue.has("r1") is True and queue.has("r2") is False
+    queue.replace("r1", [])
+    assert queue.has("r1") is False
+
