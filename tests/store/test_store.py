@@ -102,3 +102,19 @@ def test_a_raters_queue_is_there_from_its_first_task_and_only_theirs(tmp_path):
     queue.replace("r1", [])
     assert queue.has("r1") is False
 
+
+def test_kept_account_ids_read_the_same_across_chunks(tmp_path, monkeypatch):
+    from sense7.store import account_ids
+    from sense7.store.account_ids import AccountIds
+
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    store.upsert_raters([{"rater_id": f"r{i}", "traits": {}} for i in range(7)])
+    kept = AccountIds(store)
+    # r5 and r6 share account 105 (nobody's); r7 is not a rater in the store (its account is nobody's either).
+    kept.remember({f"r{i}": 100 + i for i in range(5)} | {"r5": 105, "r6": 105, "r7": 107})
+    monkeypatch.setattr(account_ids, "READ_CHUNK", 2)  # several SELECTs, one of them short
+    assert kept.of([f"r{i}" for i in range(9)] + ["r0"]) == {f"r{i}": 100 + i for i in range(5)} | {
+        "r5": 105, "r6": 105, "r7": 107}
+    assert kept.raters_of([100, 101, 102, 103, 104, 105, 107, 108, "100"]) == {100 + i: f"r{i}" for i in range(5)}
+    assert kept.raters_of() == {100 + i: f"r{i}" for i in range(5)}
+    assert kept.of([]) == {} and kept.raters_of([]) == {}
