@@ -21,13 +21,9 @@ class AccountIds:
 
     def of(self, rater_ids: Iterable[str]) -> dict[str, int]:
         """rater id -> account id, for those of these raters whose account is known."""
-        wanted = sorted(set(rater_ids))
-        found: dict[str, int] = {}
+        query = select(rater_accounts.c.rater_id, rater_accounts.c.account_id)
         with self.store.engine.connect() as conn:
-            for start in range(0, len(wanted), READ_CHUNK):
-                found.update(conn.execute(select(rater_accounts.c.rater_id, rater_accounts.c.account_id).where(
-                    rater_accounts.c.rater_id.in_(wanted[start:start + READ_CHUNK]))).all())
-        return found
+            return _read_in_chunks(conn, query, rater_accounts.c.rater_id, set(rater_ids))
 
     def raters_of(self, account_ids: Iterable[int] | None = None) -> dict[int, str]:
         """account id -> rater id, for those of these accounts (None: every account) kept as exactly one
@@ -37,15 +33,10 @@ class AccountIds:
                  .join(raters, raters.c.rater_id == rater_accounts.c.rater_id)
                  .group_by(rater_accounts.c.account_id)
                  .having(func.count(rater_accounts.c.rater_id) == 1))
-        wanted = None if account_ids is None else sorted({int(a) for a in account_ids})
-        found: dict[int, str] = {}
         with self.store.engine.connect() as conn:
-            if wanted is None:
+            if account_ids is None:
                 return dict(conn.execute(query).all())
-            for start in range(0, len(wanted), READ_CHUNK):
-                found.update(conn.execute(query.where(
-                    rater_accounts.c.account_id.in_(wanted[start:start + READ_CHUNK]))).all())
-        return found
+            return _read_in_chunks(conn, query, rater_accounts.c.account_id, {int(a) for a in account_ids})
 
     def remember(self, accounts: dict[str, int]) -> None:
         """Keep (or replace) these raters' account ids."""
@@ -58,3 +49,13 @@ class AccountIds:
         """Drop these raters' kept ids (an account found gone or replaced): the next look-up finds it again."""
         with self.store.engine.begin() as conn:
             return conn.execute(delete(rater_accounts).where(rater_accounts.c.rater_id.in_(list(rater_ids)))).rowcount
+
+
+def _read_in_chunks(conn, query, column, values: set) -> dict:
+    """The (key, value) rows of `query` where `column` is one of `values`, as a dict: one SELECT per READ_CHUNK
+    values, so that a long list (every rater of a crowd burst) stays well under the bound-parameter limit."""
+    wanted = sorted(values)
+    found: dict = {}
+    for start in range(0, len(wanted), READ_CHUNK):
+        found.update(conn.execute(query.where(column.in_(wanted[start:start + READ_CHUNK]))).all())
+    return found

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, exists, func, select, update
 
 from sense7.data.conversations import profile_task_key
 from sense7.store.database import Store
@@ -173,9 +173,9 @@ class RaterQueue:
                                  "data": {"task_key": profile_task_key(rater_id)}, "prediction": None}])
 
     def has(self, rater_id: str) -> bool:
+        # EXISTS stops at the first row of the rater_id index instead of counting the whole queue
         with self.store.engine.connect() as conn:
-            return bool(conn.scalar(select(func.count()).select_from(rater_tasks)
-                                    .where(rater_tasks.c.rater_id == rater_id)))
+            return bool(conn.scalar(select(exists().where(rater_tasks.c.rater_id == rater_id))))
 
     def items(self, rater_id: str, left_out: bool = False) -> list[QueueItem]:
         """The rater's queue in order (profile first), each with its latest answer; turns of conversations the

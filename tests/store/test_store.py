@@ -87,3 +87,34 @@ def test_a_new_sqlite_store_is_its_owners_only_whatever_the_umask(tmp_path):
     finally:
         os.umask(previous)
     assert made == {"store.sqlite": 0o600, "store.sqlite-wal": 0o600, "store.sqlite-shm": 0o600}
+
+
+def test_a_raters_queue_is_there_from_its_first_task_and_only_theirs(tmp_path):
+    from sense7.store.rater_page_tables import RaterQueue
+
+    queue = RaterQueue(Store(f"sqlite:///{tmp_path / 'store.sqlite'}"))
+    assert not queue.has("r1")
+    queue.replace("r1", [{"task_id": 5, "kind": "rating", "position": 0, "conversation_id": "c1", "turn_index": 1,
+                          "data": {"task_key": "c1::1::r1"}, "prediction": None, "answer": None},
+                         {"task_id": 6, "kind": "rating", "position": 1, "conversation_id": "c1", "turn_index": 3,
+                          "data": {"task_key": "c1::3::r1"}, "prediction": None, "answer": None}])
+    assert queue.has("r1") is True and queue.has("r2") is False
+    queue.replace("r1", [])
+    assert queue.has("r1") is False
+
+
+def test_kept_account_ids_read_the_same_across_chunks(tmp_path, monkeypatch):
+    from sense7.store import account_ids
+    from sense7.store.account_ids import AccountIds
+
+    store = Store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    store.upsert_raters([{"rater_id": f"r{i}", "traits": {}} for i in range(7)])
+    kept = AccountIds(store)
+    # r5 and r6 share account 105 (nobody's); r7 is not a rater in the store (its account is nobody's either).
+    kept.remember({f"r{i}": 100 + i for i in range(5)} | {"r5": 105, "r6": 105, "r7": 107})
+    monkeypatch.setattr(account_ids, "READ_CHUNK", 2)  # several SELECTs, one of them short
+    assert kept.of([f"r{i}" for i in range(9)] + ["r0"]) == {f"r{i}": 100 + i for i in range(5)} | {
+        "r5": 105, "r6": 105, "r7": 107}
+    assert kept.raters_of([100, 101, 102, 103, 104, 105, 107, 108, "100"]) == {100 + i: f"r{i}" for i in range(5)}
+    assert kept.raters_of() == {100 + i: f"r{i}" for i in range(5)}
+    assert kept.of([]) == {} and kept.raters_of([]) == {}
